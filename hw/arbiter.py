@@ -1,0 +1,331 @@
+"""Packet-atomic link arbiter: N flit streams in, one link out.
+
+The arbiter forwards one requester's flits at a time. A choice, once presented on the output,
+holds until the packet's last flit is accepted (so a packet's flits are contiguous on the link,
+and the output obeys the stream rule that a presented payload stays until it is accepted).
+When a packet ends, the next choice is made combinationally in the same cycle the next flit is
+presented, so back-to-back packets leave no bubble: 1 flit/cycle while requests are continuous.
+
+Four policies choose among the requesters whose ``valid`` is high:
+
+``rr``
+    Round-robin over packets: the search starts after the last winner.
+``prio``
+    Strict priority from the run-time ``priority`` input (higher wins); requesters of equal
+    priority share round-robin. A lower-priority packet never starts while a higher one waits.
+``wrr``
+    Weighted round-robin over packets: a requester keeps its turn for up to ``weight[k]``
+    consecutive packets while it requests. Weight 0 disables the requester.
+``drr``
+    Deficit round-robin over flits: a requester's turn adds ``quantum`` to its deficit counter,
+    each flit sent takes one away, and it keeps the turn while it requests and its deficit is
+    positive. A requester whose deficit plus quantum is still not positive is passed over (it
+    gains the quantum) unless nobody else can go, so the link never idles while anyone requests.
+    With ``quantum`` at least the longest packet this is exact DRR: flit shares of saturated
+    requesters differ by less than one quantum at the end of every round.
+
+Priorities, weights and the quantum are inputs, sampled whenever a packet starts, so they can be
+changed without re-synthesis.
+"""
+
+import enum as py_enum
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .packet import flit_layout
+
+__all__ = ["Policy", "LinkArbiter", "PRIO_BITS", "WEIGHT_BITS", "QUANTUM_BITS", "DEFICIT_BITS"]
+
+#: Width of a run-time priority (``prio`` policy): 8 levels, higher wins.
+PRIO_BITS = 3
+#: Width of a run-time weight (``wrr`` policy): packets per turn, 0 disables.
+WEIGHT_BITS = 8
+#: Width of the run-time quantum (``drr`` policy): flits added per turn.
+QUANTUM_BITS = 16
+#: Width of a signed deficit counter (``drr`` policy); saturates at its minimum.
+DEFICIT_BITS = QUANTUM_BITS + 2
+
+
+class Policy(str, py_enum.Enum):
+    """Arbitration policy, chosen at elaboration time."""
+
+    RR = "rr"
+    PRIO = "prio"
+    WRR = "wrr"
+    DRR = "drr"
+
+
+def index_is(index, k):
+    """``index == k`` with the constant at the index's width (lint-clean comparison)."""
+    if k == 0:
+        return ~index.any()
+    return index == Const(k, len(index))
+
+
+def one_hot(m, index, n, name):
+    """An ``n``-bit one-hot decode of ``index``."""
+    decoded = Signal(n, name=name)
+    m.d.comb += decoded.eq(Cat(index_is(index, k) for k in range(n)))
+    return decoded
+
+
+def bit_at(m, mask, index, name):
+    """``mask[index]`` for a run-time ``index``, as an AND-OR (no variable shift)."""
+    return (mask & one_hot(m, index, len(mask), name)).any()
+
+
+def select(m, index, values, shape, name):
+    """``values[index]`` for a run-time ``index`` (a multiplexer with a full ``case``)."""
+    out = Signal(shape, name=name)
+    with m.Switch(index):
+        for k, value in enumerate(values):
+            with m.Case(k):
+                m.d.comb += out.eq(value)
+        with m.Default():
+            m.d.comb += out.eq(values[0])
+    return out
+
+
+def first_after(m, mask, ptr, name):
+    """Index of the first set bit of ``mask`` after position ``ptr`` in circular order
+    (``ptr`` itself is searched last). Returns ``(found, index)``; ``index`` is 0 when nothing
+    is set."""
+    n = len(mask)
+    above = Signal(n, name=f"{name}_above")
+    index = Signal(range(max(n, 2)), name=f"{name}_index")
+    # Position 0 is never above ptr; a literal 0 keeps the comparison out of the netlist.
+    m.d.comb += above.eq(mask & Cat(Const(0, 1),
+                                    *(ptr < Const(k, len(ptr)) for k in range(1, n))))
+    # Later assignments win: the lowest set bit of `mask`, overridden by the lowest set bit
+    # strictly above `ptr` when there is one.
+    for k in reversed(range(n)):
+        with m.If(mask[k]):
+            m.d.comb += index.eq(k)
+    for k in reversed(range(n)):
+        with m.If(above[k]):
+            m.d.comb += index.eq(k)
+    return mask.any(), index
+
+
+class LinkArbiter(wiring.Component):
+    """Packet-atomic arbiter of ``ports`` flit streams onto one output link.
+
+    Parameters
+    ----------
+    ports : int
+        Number of requesters, 2 to 64.
+    lanes : int
+        Payload lanes per flit (see :func:`hw.packet.flit_layout`).
+    policy : Policy or str
+        ``"rr"``, ``"prio"``, ``"wrr"`` or ``"drr"``.
+
+    Members
+    -------
+    i : In(stream.Signature(flit_layout(lanes))).array(ports)
+        Requesters.
+    o : Out(stream.Signature(flit_layout(lanes)))
+        Output link.
+    priority : In(data.ArrayLayout(PRIO_BITS, ports))
+        Only with ``prio``: per-requester priority, higher wins.
+    weight : In(data.ArrayLayout(WEIGHT_BITS, ports))
+        Only with ``wrr``: per-requester packets per turn; 0 disables the requester.
+    quantum : In(QUANTUM_BITS)
+        Only with ``drr``: flits added to a requester's deficit per turn.
+
+    Attributes
+    ----------
+    grant : Signal(ports)
+        One-hot: the requester whose flits the output carries (held through a packet), or zero.
+    busy : Signal
+        A choice is held: mid-packet, or a presented flit not yet accepted.
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a parameter of the wrong type or out of range.
+    """
+
+    def __init__(self, ports, lanes, policy="rr"):
+        if not isinstance(ports, int) or isinstance(ports, bool):
+            raise TypeError(f"Port count must be an integer, not {ports!r}")
+        if not 2 <= ports <= 64:
+            raise ValueError(f"Port count must be between 2 and 64, not {ports}")
+        try:
+            policy = Policy(policy)
+        except ValueError:
+            choices = ", ".join(p.value for p in Policy)
+            raise ValueError(f"Policy must be one of {choices}, not {policy!r}") from None
+        layout = flit_layout(lanes)
+        self._ports, self._lanes, self._policy = ports, lanes, policy
+
+        members = {
+            "i": In(stream.Signature(layout)).array(ports),
+            "o": Out(stream.Signature(layout)),
+        }
+        if policy == Policy.PRIO:
+            members["priority"] = In(data.ArrayLayout(PRIO_BITS, ports))
+        if policy == Policy.WRR:
+            members["weight"] = In(data.ArrayLayout(WEIGHT_BITS, ports))
+        if policy == Policy.DRR:
+            members["quantum"] = In(QUANTUM_BITS)
+        super().__init__(members)
+
+        self.grant = Signal(ports)
+        self.busy = Signal()
+
+    @property
+    def ports(self):
+        return self._ports
+
+    @property
+    def lanes(self):
+        return self._lanes
+
+    @property
+    def policy(self):
+        return self._policy
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self._ports
+
+        valid = Signal(n)
+        m.d.comb += valid.eq(Cat(port.valid for port in self.i))
+
+        ptr = Signal(range(n))    # last winner: the round-robin search starts after it
+        held = Signal(range(n))   # the held choice while `busy`
+        pick = Signal(range(n))   # the fresh choice when not `busy`
+        found = Signal()          # there is a fresh choice
+        sel = Signal(range(n))
+        new_turn = Signal()       # wrr/drr: the pick starts a new turn (not a stay)
+
+        if self._policy == Policy.WRR:
+            self._count = Signal(WEIGHT_BITS)   # packets granted in the current turn
+        self._choose(m, valid, ptr, pick, found, new_turn)
+
+        m.d.comb += sel.eq(Mux(self.busy, held, pick))
+        sel_hot = one_hot(m, sel, n, "sel_hot")
+        start = Signal()   # a packet's first flit is presented this cycle
+        accept = Signal()
+        m.d.comb += [
+            self.o.valid.eq((valid & sel_hot).any() & (self.busy | found)),
+            start       .eq(~self.busy & self.o.valid),
+            accept      .eq(self.o.valid & self.o.ready),
+        ]
+        m.d.comb += self.o.payload.eq(
+            select(m, sel, [port.payload for port in self.i], self.o.payload.shape(), "o_mux"))
+        m.d.comb += [self.i[k].ready.eq(self.o.ready & sel_hot[k]) for k in range(n)]
+        with m.If(self.busy | found):
+            m.d.comb += self.grant.eq(sel_hot)
+
+        with m.If(self.o.valid):
+            m.d.sync += [
+                held.eq(sel),
+                self.busy.eq(~(self.o.ready & self.o.payload.last)),
+            ]
+        with m.If(start):
+            m.d.sync += ptr.eq(sel)
+
+        if self._policy == Policy.WRR:
+            with m.If(start):
+                m.d.sync += self._count.eq(Mux(new_turn, 1, self._count + 1))
+        if self._policy == Policy.DRR:
+            self._drr_update(m, valid, ptr, sel, start, accept, new_turn)
+        return m
+
+    # -- policy-specific choice ----------------------------------------------------------------
+
+    def _choose(self, m, valid, ptr, pick, found, new_turn):
+        n = self._ports
+        if self._policy == Policy.RR:
+            any_valid, index = first_after(m, valid, ptr, "rr")
+            m.d.comb += [pick.eq(index), found.eq(any_valid)]
+
+        elif self._policy == Policy.PRIO:
+            # A requester is eligible when no valid requester has a strictly higher priority.
+            eligible = Signal(n)
+            prio = self.priority
+            m.d.comb += eligible.eq(Cat(
+                valid[k] & ~Cat(valid[j] & (prio[j] > prio[k]) for j in range(n)).any()
+                for k in range(n)))
+            any_eligible, index = first_after(m, eligible, ptr, "prio")
+            m.d.comb += [pick.eq(index), found.eq(any_eligible)]
+
+        elif self._policy == Policy.WRR:
+            enabled = Signal(n)
+            m.d.comb += enabled.eq(valid & Cat(self.weight[k] != 0 for k in range(n)))
+            any_enabled, index = first_after(m, enabled, ptr, "wrr")
+            stay = Signal()
+            m.d.comb += [
+                stay    .eq(bit_at(m, enabled, ptr, "ptr_hot") &
+                            (self._count < select(m, ptr, list(self.weight), WEIGHT_BITS,
+                                                  "weight_ptr"))),
+                pick    .eq(Mux(stay, ptr, index)),
+                new_turn.eq(~stay),
+                found   .eq(any_enabled),
+            ]
+
+        elif self._policy == Policy.DRR:
+            self._deficit = [Signal(signed(DEFICIT_BITS), name=f"deficit{k}") for k in range(n)]
+            quantum = Signal(signed(DEFICIT_BITS + 1))
+            m.d.comb += quantum.eq(self.quantum)
+            # Deficit at the start of a turn, and who could go on it.
+            topped = [Signal(signed(DEFICIT_BITS + 1), name=f"topped{k}") for k in range(n)]
+            m.d.comb += [topped[k].eq(self._deficit[k].as_signed() + quantum) for k in range(n)]
+            eligible = Signal(n)
+            zero = Const(0, signed(DEFICIT_BITS + 1))
+            m.d.comb += eligible.eq(valid & Cat(topped[k] > zero for k in range(n)))
+            found_eligible, index_eligible = first_after(m, eligible, ptr, "drr_eligible")
+            any_valid, index_any = first_after(m, valid, ptr, "drr_any")
+            m.d.comb += found.eq(any_valid)
+            deficit_ptr = select(m, ptr, self._deficit, signed(DEFICIT_BITS), "deficit_ptr")
+            stay = Signal()
+            m.d.comb += stay.eq(bit_at(m, valid, ptr, "ptr_hot") &
+                                (deficit_ptr > Const(0, signed(DEFICIT_BITS))))
+            with m.If(stay):
+                m.d.comb += pick.eq(ptr)
+            with m.Elif(found_eligible):
+                m.d.comb += pick.eq(index_eligible)
+            with m.Else():   # everyone requesting is in debt: go anyway, never idle the link
+                m.d.comb += pick.eq(index_any)
+            m.d.comb += new_turn.eq(~stay)
+            self._topped = topped
+
+    def _drr_update(self, m, valid, ptr, sel, start, accept, new_turn):
+        n = self._ports
+        wide = signed(DEFICIT_BITS + 2)
+        lo = Const(-(1 << (DEFICIT_BITS - 1)), wide)
+        hi = Const((1 << (DEFICIT_BITS - 1)) - 1, wide)
+        zero = Const(0, signed(DEFICIT_BITS))
+        spent = Signal(wide)   # flits taken from the granted requester's deficit this cycle
+        m.d.comb += spent.eq(accept)
+        for k in range(n):
+            deficit, topped = self._deficit[k], self._topped[k]
+            granted = index_is(sel, k)
+            # Requesters strictly between the old turn holder and the new one in circular
+            # order were passed over with their turn: they bank the quantum.
+            k_const = Const(k, len(ptr))
+            after_ptr = (ptr < k_const) if k > 0 else Const(0, 1)
+            before_sel = k_const < sel
+            between = Signal(name=f"passed{k}")
+            m.d.comb += between.eq(((ptr < sel) & after_ptr & before_sel) |
+                                   ((sel <= ptr) & (after_ptr | before_sel)))
+            nxt = Signal(wide, name=f"deficit{k}_next")
+            m.d.comb += nxt.eq(deficit)
+            with m.If(start & new_turn):
+                with m.If(index_is(ptr, k) & (deficit > zero)):
+                    m.d.comb += nxt.eq(0)   # the old holder leaves its turn: banks no credit
+                with m.If(between & valid[k] & ~granted):
+                    m.d.comb += nxt.eq(topped)
+                with m.If(granted):
+                    m.d.comb += nxt.eq(topped - spent)
+            with m.Elif(granted):
+                m.d.comb += nxt.eq(deficit - spent)
+            with m.If(nxt < lo):
+                m.d.sync += deficit.eq(lo)
+            with m.Elif(nxt > hi):
+                m.d.sync += deficit.eq(hi)
+            with m.Else():
+                m.d.sync += deficit.eq(nxt)

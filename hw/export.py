@@ -1,0 +1,193 @@
+"""The one export path from innet RTL to Verilog.
+
+Every exported block is wrapped in a component whose members carry AXI4-Stream names
+(``s{i}_axis_*`` for ingress streams, ``m_axis_*`` or ``m{i}_axis_*`` for egress, plus
+``cfg_*`` run-time inputs), so the Verilog has those port names, clock ``clk`` and synchronous
+active-high reset ``rst``. The flit fields map onto the AXI signals as described in
+:mod:`hw.packet`. A JSON sidecar lists every port and the packet bit layout.
+
+Output is deterministic (``emit_src=False``): the same parameters give the same bytes.
+"""
+
+import re
+
+from amaranth.back import verilog
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .arbiter import PRIO_BITS, QUANTUM_BITS, WEIGHT_BITS, LinkArbiter, Policy
+from .packet import LANE_BITS, PORT_BITS, USER_LAYOUT, field_table, flit_layout
+
+__all__ = ["AXIS_SIGNALS", "AxisArbiter", "export_arbiter", "sidecar", "fix_initial_values"]
+
+
+def _axis_members(prefix, lanes, flipped):
+    """AXI4-Stream members for one stream; ``flipped`` for a stream the block drives."""
+    fwd, bwd = (Out, In) if flipped else (In, Out)
+    return {
+        f"{prefix}_tdata":  fwd(LANE_BITS * lanes),
+        f"{prefix}_tvalid": fwd(1),
+        f"{prefix}_tready": bwd(1),
+        f"{prefix}_tlast":  fwd(1),
+        f"{prefix}_tuser":  fwd(USER_LAYOUT.size),
+        f"{prefix}_tdest":  fwd(PORT_BITS),
+        f"{prefix}_tid":    fwd(PORT_BITS),
+    }
+
+
+#: AXI4-Stream signal → flit field (``hw.packet``).
+AXIS_SIGNALS = {"tdata": "data", "tlast": "last", "tuser": "user", "tdest": "dst",
+                "tid": "src"}
+
+
+def _connect_in(m, top, prefix, stream):
+    """Drive an internal stream (``stream`` is the sink's interface) from AXI members."""
+    m.d.comb += [
+        stream.payload.data.eq(getattr(top, f"{prefix}_tdata")),
+        stream.payload.last.eq(getattr(top, f"{prefix}_tlast")),
+        stream.payload.user.eq(getattr(top, f"{prefix}_tuser")),
+        stream.payload.dst .eq(getattr(top, f"{prefix}_tdest")),
+        stream.payload.src .eq(getattr(top, f"{prefix}_tid")),
+        stream.valid       .eq(getattr(top, f"{prefix}_tvalid")),
+        getattr(top, f"{prefix}_tready").eq(stream.ready),
+    ]
+
+
+def _connect_out(m, top, prefix, stream):
+    """Drive AXI members from an internal stream (``stream`` is the source's interface)."""
+    m.d.comb += [
+        getattr(top, f"{prefix}_tdata").eq(stream.payload.data),
+        getattr(top, f"{prefix}_tlast").eq(stream.payload.last),
+        getattr(top, f"{prefix}_tuser").eq(stream.payload.user),
+        getattr(top, f"{prefix}_tdest").eq(stream.payload.dst),
+        getattr(top, f"{prefix}_tid")  .eq(stream.payload.src),
+        getattr(top, f"{prefix}_tvalid").eq(stream.valid),
+        stream.ready.eq(getattr(top, f"{prefix}_tready")),
+    ]
+
+
+class AxisArbiter(wiring.Component):
+    """:class:`hw.arbiter.LinkArbiter` with AXI4-Stream port names.
+
+    Members: ``s{i}_axis_*`` (ingress, ``i`` < ports), ``m_axis_*`` (egress), and per policy
+    ``cfg_s{i}_priority`` (prio), ``cfg_s{i}_weight`` (wrr) or ``cfg_quantum`` (drr).
+    """
+
+    def __init__(self, ports, lanes, policy):
+        self.arbiter = LinkArbiter(ports, lanes, policy)
+        members = {}
+        for k in range(ports):
+            members.update(_axis_members(f"s{k}_axis", lanes, flipped=False))
+        members.update(_axis_members("m_axis", lanes, flipped=True))
+        policy = self.arbiter.policy
+        for k in range(ports):
+            if policy == Policy.PRIO:
+                members[f"cfg_s{k}_priority"] = In(PRIO_BITS)
+            if policy == Policy.WRR:
+                members[f"cfg_s{k}_weight"] = In(WEIGHT_BITS)
+        if policy == Policy.DRR:
+            members["cfg_quantum"] = In(QUANTUM_BITS)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.arbiter = arbiter = self.arbiter
+        for k in range(arbiter.ports):
+            _connect_in(m, self, f"s{k}_axis", arbiter.i[k])
+            if arbiter.policy == Policy.PRIO:
+                m.d.comb += arbiter.priority[k].eq(getattr(self, f"cfg_s{k}_priority"))
+            if arbiter.policy == Policy.WRR:
+                m.d.comb += arbiter.weight[k].eq(getattr(self, f"cfg_s{k}_weight"))
+        if arbiter.policy == Policy.DRR:
+            m.d.comb += arbiter.quantum.eq(self.cfg_quantum)
+        _connect_out(m, self, "m_axis", arbiter.o)
+        return m
+
+
+# `reg [W:0] name = V;`, where name is plain or an escaped identifier (`\...` up to a space).
+_INIT_RE = re.compile(r"^(\s*)reg (\[[^\]]+\] )?(\\\S+ |[A-Za-z_][\w$]*) ?= ([^;]+);$",
+                      re.MULTILINE)
+
+
+def fix_initial_values(text):
+    """Rewrite ``reg x = V;`` declarations as ``reg x; initial x = V;``.
+
+    Under Icarus ``-g2012`` a declaration initialiser on a register that feeds combinational
+    logic is applied after time-0 ``always @*`` blocks have already evaluated, so some outputs
+    read X until the first clock; an ``initial`` statement orders the same way on every
+    simulator and synthesis tool treats both forms alike.
+    """
+    def repl(match):
+        indent, rng, name, value = match.groups()
+        sep = "" if name.endswith(" ") else " "
+        return (f"{indent}reg {rng or ''}{name};\n"
+                f"{indent}initial {name}{sep}= {value};")
+    return _INIT_RE.sub(repl, text)
+
+
+#: Verilator lint rules waived in exported files, each for a reason in the generator, not the
+#: design. Every other ``-Wall`` rule stays on (and the tests lint every export with it).
+LINT_WAIVERS = {
+    "WIDTHEXPAND": "Yosys writes constants and operands at their minimal width and relies on "
+                   "IEEE 1364 context-determined widening, which every tool evaluates the same",
+    "WIDTHTRUNC":  "Yosys writes dynamic bit selects as shifts truncated by the assignment "
+                   "width, and compare-with-zero as a logical NOT, both well defined in IEEE 1364",
+    "UNUSEDSIGNAL": "Amaranth names a wire for every field of a structured signal so that "
+                    "waveforms show packet fields; unread fields are intentional",
+    "DECLFILENAME": "the output file name is the user's choice (-o), the module name is derived "
+                    "from the parameters",
+}
+
+
+def _waiver_banner():
+    lines = ["// Lint waivers for generator idioms (not design issues), one reason each:"]
+    for rule, why in LINT_WAIVERS.items():
+        lines.append(f"//   {rule}: {why}.")
+        lines.append(f"/* verilator lint_off {rule} */")
+    return "\n".join(lines) + "\n"
+
+
+def to_verilog(top, name):
+    """Verilog text of an export wrapper ``top`` as module ``name``."""
+    text = verilog.convert(top, name=name, emit_src=False)
+    return _waiver_banner() + fix_initial_values(text)
+
+
+def _port_rows(top):
+    rows = [{"name": "clk", "direction": "in", "width": 1, "role": "clock (rising edge)"},
+            {"name": "rst", "direction": "in", "width": 1,
+             "role": "synchronous reset, active high"}]
+    for name, member in top.signature.members.items():
+        direction = "in" if member.flow == In else "out"
+        role = "configuration (run-time)" if name.startswith("cfg_") else "AXI4-Stream"
+        rows.append({"name": name, "direction": direction, "width": member.shape.width
+                     if hasattr(member.shape, "width") else int(member.shape),
+                     "role": role})
+    return rows
+
+
+def sidecar(top, name, block, parameters):
+    """The JSON-serialisable description of an exported block."""
+    lanes = parameters["lanes"]
+    return {
+        "module": name,
+        "block": block,
+        "generator": "innet (hw.export)",
+        "parameters": parameters,
+        "clock": "clk",
+        "reset": {"name": "rst", "kind": "synchronous", "active": "high"},
+        "ports": _port_rows(top),
+        "axis_mapping": {signal: field for signal, field in AXIS_SIGNALS.items()},
+        "flit_layout": field_table(flit_layout(lanes)),
+        "tuser_layout": field_table(USER_LAYOUT),
+    }
+
+
+def export_arbiter(ports, lanes, policy, name=None):
+    """``(verilog_text, sidecar_dict)`` for an AXI-named link arbiter."""
+    top = AxisArbiter(ports, lanes, policy)
+    policy = top.arbiter.policy
+    name = name or f"innet_arbiter_{policy.value}_p{ports}_l{lanes}"
+    params = {"ports": ports, "lanes": lanes, "policy": policy.value}
+    return to_verilog(top, name), sidecar(top, name, "arbiter", params)

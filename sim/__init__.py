@@ -1,0 +1,1 @@
+"""innet simulation: Python models (GPU, collectives, switch), co-simulation helpers, the CLI."""
