@@ -140,6 +140,8 @@ class LinkArbiter(wiring.Component):
         One-hot: the requester whose flits the output carries (held through a packet), or zero.
     busy : Signal
         A choice is held: mid-packet, or a presented flit not yet accepted.
+    pointer : Signal(range(ports))
+        The requester that started the last packet; round-robin searches start after it.
 
     Raises
     ------
@@ -174,6 +176,7 @@ class LinkArbiter(wiring.Component):
 
         self.grant = Signal(ports)
         self.busy = Signal()
+        self.pointer = Signal(range(ports))
 
     @property
     def ports(self):
@@ -194,7 +197,7 @@ class LinkArbiter(wiring.Component):
         valid = Signal(n)
         m.d.comb += valid.eq(Cat(port.valid for port in self.i))
 
-        ptr = Signal(range(n))    # last winner: the round-robin search starts after it
+        ptr = self.pointer        # last winner: the round-robin search starts after it
         held = Signal(range(n))   # the held choice while `busy`
         pick = Signal(range(n))   # the fresh choice when not `busy`
         found = Signal()          # there is a fresh choice
