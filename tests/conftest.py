@@ -31,3 +31,17 @@ def require_simulator(sim):
 def pytest_generate_tests(metafunc):
     if "sim" in metafunc.fixturenames:
         metafunc.parametrize("sim", requested_simulators())
+
+
+@pytest.fixture
+def build_dir(request, tmp_path):
+    """Where a cocotb case builds. With ``WAVES=1`` it is ``build/waves/<test id>/`` in the
+    repository, so the waveform (``dump.vcd`` on Verilator, ``<module>.fst`` on Icarus) is easy
+    to find; otherwise a fresh temporary directory (safe under ``pytest -n``)."""
+    if os.environ.get("WAVES", "0") not in ("", "0"):
+        from pathlib import Path
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in request.node.name)
+        path = Path(__file__).resolve().parent.parent / "build" / "waves" / safe
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    return tmp_path

@@ -16,11 +16,11 @@ HERE = Path(__file__).parent
 @pytest.mark.parametrize("lanes", [1, 4])
 @pytest.mark.parametrize("ports", [2, 4, 8])
 @pytest.mark.parametrize("policy", ["rr", "prio", "wrr", "drr"])
-def test_arbiter(sim, policy, ports, lanes, tmp_path):
+def test_arbiter(sim, policy, ports, lanes, build_dir):
     require_simulator(sim)
     verilog, meta = export_arbiter(ports, lanes, policy)
     env = {"INNET_PORTS": ports, "INNET_LANES": lanes, "INNET_POLICY": policy,
            "INNET_SEED": 11 * ports + lanes}
-    cases = run_cocotb(verilog, meta["module"], "tb_arbiter", sim=sim, build_dir=tmp_path,
+    cases = run_cocotb(verilog, meta["module"], "tb_arbiter", sim=sim, build_dir=build_dir,
                        env=env, test_paths=[HERE])
     assert {c["name"].split("/")[0] for c in cases} >= {"test_delivery", "test_saturation"}

