@@ -1,0 +1,237 @@
+"""Collectives: what each algorithm moves (link bytes, HBM bytes, SMs, steps), how long it takes
+alone, and its expansion into messages with dependencies for traces.
+
+Units: bytes, seconds, GB/s (10^9 bytes/s). ``n`` is the number of GPUs.
+
+Cost model (per GPU, per direction), with ``S`` the buffer size:
+
+=============  ===========================  ==============  ==========================
+algorithm      link bytes sent              steps           HBM bytes
+=============  ===========================  ==============  ==========================
+ring           2(n−1)/n · S                 2(n−1)          5(n−1)/n · S  (2.5 per link byte)
+tree           2 · S · (n−1)/n              2 ⌈log2 n⌉      5(n−1)/n · S
+direct         2(n−1)/n · S                 2               5(n−1)/n · S
+inswitch       S (and S received)           2               2 · S  (read once, write once)
+=============  ===========================  ==============  ==========================
+
+Ring HBM traffic, step by step: in reduce-scatter a GPU reads its chunk and the chunk a peer
+wrote into its memory, and the peer's write lands in HBM too (3 HBM bytes per link byte); in
+all-gather the received chunk is written and read again to forward it (2). NCCL's maintainer
+puts the figure at 2–3 (NVIDIA/nccl #1428). The in-switch reduction needs no reduction kernel on
+the GPU: it reads the local gradient once to send it and writes the sum once.
+
+Time alone: ``latency + link_bytes / (effective link bandwidth × protocol efficiency)``, taking
+the fastest of NCCL's protocols (LL, LL128, Simple) as NCCL's tuner does.
+"""
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["ALGORITHMS", "PROTOCOLS", "CollectiveCost", "allreduce_cost", "collective_cost",
+           "expand_collective", "Message", "SIMPLE_EFFICIENCY"]
+
+ALGORITHMS = ("ring", "tree", "direct", "inswitch")
+
+#: Fraction of the effective link bandwidth the Simple protocol reaches on large ring
+#: all-reduces. One constant fitted to nccl-tests on 8×A100 and 8×H100 together (see
+#: docs/calibration.md; both land within 5 %). CALIBRATION.md: "Simple ≈ peak".
+SIMPLE_EFFICIENCY = 0.95
+
+#: protocol → (base latency for 8 GPUs in seconds, bandwidth efficiency), NCCL ``tuning.cc``.
+PROTOCOLS = {
+    "LL": (15e-6, 0.50),
+    "LL128": (41e-6, 0.93),
+    "Simple": (56e-6, SIMPLE_EFFICIENCY),
+}
+#: NVLS (in-switch) base latency, NCCL ``tuning.cc``.
+NVLS_LATENCY = 25e-6
+
+
+@dataclass(frozen=True)
+class CollectiveCost:
+    """What one GPU spends on one collective, alone (no contention).
+
+    Attributes
+    ----------
+    time_s : float
+    link_bytes : float
+        Bytes this GPU sends (the same amount is received).
+    hbm_bytes : float
+        HBM bytes this GPU's collective kernel reads and writes (including peers' writes).
+    sms : int
+        SMs the collective kernel occupies (one CTA per channel).
+    protocol : str
+    algbw_gbps, busbw_gbps : float
+        nccl-tests definitions: algbw = S / time, busbw = algbw · 2(n−1)/n (all-reduce).
+    latency_s : float
+    link_rate_gbps : float
+        Link bandwidth the collective streams at once started.
+    """
+
+    op: str
+    algo: str
+    n: int
+    size_bytes: float
+    time_s: float
+    link_bytes: float
+    hbm_bytes: float
+    sms: int
+    protocol: str
+    algbw_gbps: float
+    busbw_gbps: float
+    latency_s: float
+    link_rate_gbps: float
+
+
+def _traffic(op, algo, n, size):
+    """(link bytes sent per GPU, HBM bytes per GPU, steps) for one collective."""
+    frac = (n - 1) / n
+    if op == "allreduce":
+        if algo == "ring":
+            return 2 * frac * size, 5 * frac * size, 2 * (n - 1)
+        if algo == "tree":
+            return 2 * frac * size, 5 * frac * size, 2 * max(1, math.ceil(math.log2(n)))
+        if algo == "direct":
+            return 2 * frac * size, 5 * frac * size, 2
+        if algo == "inswitch":
+            return float(size), 2.0 * size, 2
+    if op in ("reducescatter", "allgather"):
+        hbm = (3 if op == "reducescatter" else 2) * frac * size
+        if algo == "inswitch":
+            return float(size) if op == "reducescatter" else frac * size, 2.0 * size, 1
+        steps = (n - 1) if algo == "ring" else 1
+        return frac * size, hbm, steps
+    if op in ("reduce", "broadcast"):
+        # a pipelined chain/tree: every GPU sends (and receives) the whole buffer once
+        steps = max(1, math.ceil(math.log2(n))) if algo != "ring" else n - 1
+        if algo == "inswitch":
+            return float(size), 2.0 * size, 1
+        return float(size), (3.0 if op == "reduce" else 2.0) * size, steps
+    if op == "p2p":
+        return float(size), 2.0 * size, 1
+    raise ValueError(f"unknown collective {op!r} / algorithm {algo!r}")
+
+
+def collective_cost(gpu, n, size_bytes, op="allreduce", algo="ring", channels=None):
+    """Cost of a collective on ``n`` GPUs of type ``gpu`` (a :class:`sim.gpu.GPU`).
+
+    Raises
+    ------
+    ValueError
+        For n < 2 (p2p: n may be 2), a negative size or an unknown algorithm.
+    """
+    if algo not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algo!r}; choose from {', '.join(ALGORITHMS)}")
+    if n < 2:
+        raise ValueError(f"a collective needs at least 2 GPUs, not {n}")
+    if size_bytes < 0:
+        raise ValueError(f"size must be non-negative, not {size_bytes}")
+    link_bytes, hbm_bytes, steps = _traffic(op, algo, n, size_bytes)
+    bandwidth = gpu.link_effective_gbps * 1e9
+    scale = math.log2(n) / 3.0   # NCCL's base latencies are for 8 GPUs
+    if algo == "inswitch":
+        options = [("NVLS", NVLS_LATENCY * max(scale, 0.5), SIMPLE_EFFICIENCY)]
+        sms = gpu.nvls_channels if channels is None else channels
+    else:
+        options = [(name, lat * max(scale, 0.5) * (steps / (2 * 7) if algo == "ring" else 1),
+                    eff) for name, (lat, eff) in PROTOCOLS.items()]
+        sms = gpu.ring_channels if channels is None else channels
+    best = None
+    for name, latency, efficiency in options:
+        rate = bandwidth * efficiency
+        time = latency + link_bytes / rate
+        if best is None or time < best[1]:
+            best = (name, time, latency, rate)
+    name, time, latency, rate = best
+    algbw = size_bytes / time / 1e9 if time else 0.0
+    factor = 2 * (n - 1) / n if op == "allreduce" else (n - 1) / n
+    return CollectiveCost(op, algo, n, size_bytes, time, link_bytes, hbm_bytes, sms, name,
+                          algbw, algbw * factor, latency, rate / 1e9)
+
+
+def allreduce_cost(gpu, n, size_bytes, algo="ring", channels=None):
+    return collective_cost(gpu, n, size_bytes, "allreduce", algo, channels)
+
+
+# -- Expansion into messages ------------------------------------------------------------------
+
+SWITCH = -1   # peer id of the switch's reduction unit
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of a collective: ``src`` sends ``nbytes`` to ``dst`` (a GPU, or
+    :data:`SWITCH`), tagged with its chunk; it may leave only after message ``dep`` (an index
+    into the same list, or -1) has been received by ``src``."""
+
+    src: int
+    dst: int
+    nbytes: int
+    chunk: int
+    step: int
+    dep: int = -1
+
+
+def expand_collective(algo, n, size_bytes, op="allreduce"):
+    """The messages of a collective and their dependencies, in a valid issue order.
+
+    Ring all-reduce: the buffer is cut into n chunks; in step k (0 ≤ k < 2(n−1)) GPU g sends
+    chunk (g − k) mod n to g+1, and that send depends on the message g received in step k−1.
+    In-switch: every GPU sends its whole buffer to the switch (chunk 0) and the switch sends the
+    sum back to every GPU, each result depending on all contributions (dep = the last one).
+    Tree: a reduce up and a broadcast down a binary tree rooted at GPU 0.
+    Direct: reduce-scatter to chunk owners, then all-gather from them.
+    """
+    if op != "allreduce":
+        raise ValueError(f"expansion of {op!r} is not supported; all-reduce only")
+    size = int(size_bytes)
+    msgs = []
+    if algo == "ring":
+        chunk = -(-size // n)
+        last_recv = [-1] * n   # index of the message each GPU received in the previous step
+        for step in range(2 * (n - 1)):
+            recv = [-1] * n
+            for g in range(n):
+                c = (g - step) % n
+                msgs.append(Message(g, (g + 1) % n, min(chunk, max(0, size - c * chunk)), c,
+                                    step, last_recv[g]))
+                recv[(g + 1) % n] = len(msgs) - 1
+            last_recv = recv
+        return msgs
+    if algo == "inswitch":
+        for g in range(n):
+            msgs.append(Message(g, SWITCH, size, 0, 0, -1))
+        last = len(msgs) - 1
+        for g in range(n):
+            msgs.append(Message(SWITCH, g, size, 0, 1, last))
+        return msgs
+    if algo == "direct":
+        chunk = -(-size // n)
+        received = {}
+        for g in range(n):
+            for owner in range(n):
+                if owner != g:
+                    msgs.append(Message(g, owner, chunk, owner, 0, -1))
+                    received[owner] = len(msgs) - 1
+        for owner in range(n):
+            for g in range(n):
+                if owner != g:
+                    msgs.append(Message(owner, g, chunk, owner, 1, received[owner]))
+        return msgs
+    if algo == "tree":
+        up = {}
+        order = list(range(n - 1, 0, -1))   # children before parents (heap order)
+        for g in order:
+            children = [c for c in (2 * g + 1, 2 * g + 2) if c < n]
+            dep = max((up[c] for c in children), default=-1)
+            msgs.append(Message(g, (g - 1) // 2, size, 0, 0, dep))
+            up[g] = len(msgs) - 1
+        root_dep = max((up[c] for c in (1, 2) if c < n), default=-1)
+        down = {0: root_dep}
+        for g in range(n):
+            for c in (2 * g + 1, 2 * g + 2):
+                if c < n:
+                    msgs.append(Message(g, c, size, 0, 1, down[g]))
+                    down[c] = len(msgs) - 1
+        return msgs
+    raise ValueError(f"unknown algorithm {algo!r}; choose from {', '.join(ALGORITHMS)}")

@@ -1,0 +1,129 @@
+"""GPU presets: the resources the contention model shares out.
+
+Units: bandwidths in GB/s with GB = 10^9 bytes; throughput in TFLOP/s (10^12); clocks in MHz;
+memory in bytes. Sources are in ``docs/calibration.md`` and on each field below.
+"""
+
+from dataclasses import dataclass, replace
+
+__all__ = ["GPU", "PRESETS", "gpu_preset", "NCCL_NVLINK_GBPS"]
+
+#: Effective bandwidth of one NVLink per direction in NCCL's own topology model (GB/s):
+#: NCCL ``src/graph/topo.h`` ``SM70_NVLINK_BW`` 20.0, ``SM80_NVLINK_BW`` 20.0,
+#: ``SM90_NVLINK_BW`` 20.6, against a raw 25 GB/s per link.
+NCCL_NVLINK_GBPS = {"volta": 20.0, "ampere": 20.0, "hopper": 20.6}
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One GPU's resources.
+
+    Attributes
+    ----------
+    name : str
+    arch : str
+        ``volta``, ``ampere`` or ``hopper``.
+    sms : int
+        Streaming multiprocessors.
+    clock_mhz : int
+        Boost clock.
+    tensor_tflops : float
+        Dense FP16/BF16 tensor-core peak, TFLOP/s.
+    fp32_tflops : float
+        FP32 (non-tensor) peak, TFLOP/s.
+    hbm_gbps : float
+        HBM bandwidth, GB/s.
+    hbm_bytes : int
+        HBM capacity, bytes.
+    l2_bytes : int
+        L2 cache, bytes.
+    nvlinks : int
+        NVLink links.
+    nvlink_gbps : float
+        Raw bandwidth of one link per direction, GB/s.
+    pcie_gbps : float
+        PCIe bandwidth per direction, GB/s.
+    compute_efficiency : float
+        Fraction of tensor peak a large GEMM reaches (achievable-efficiency factor; an
+        assumption, not fitted).
+    conv_efficiency : float
+        Fraction of tensor peak a convolution reaches. Fitted once to the published ResNet-50
+        iteration times on one A100 and one V100 (both within 2 %, docs/calibration.md).
+    memory_efficiency : float
+        Fraction of HBM peak a streaming kernel reaches.
+    ring_channels : int
+        NCCL ring channels (one CTA, one SM each) for large all-reduces.
+    nvls_channels : int
+        Channels an in-switch (NVLS-style) all-reduce uses.
+    """
+
+    name: str
+    arch: str
+    sms: int
+    clock_mhz: int
+    tensor_tflops: float
+    fp32_tflops: float
+    hbm_gbps: float
+    hbm_bytes: int
+    l2_bytes: int
+    nvlinks: int
+    nvlink_gbps: float
+    pcie_gbps: float
+    compute_efficiency: float = 0.70
+    conv_efficiency: float = 0.38
+    memory_efficiency: float = 0.85
+    ring_channels: int = 24
+    nvls_channels: int = 16
+
+    @property
+    def link_gbps(self):
+        """Raw NVLink bandwidth per direction, all links, GB/s."""
+        return self.nvlinks * self.nvlink_gbps
+
+    @property
+    def link_effective_gbps(self):
+        """Effective NVLink bandwidth per direction, all links, GB/s (NCCL's per-link figure)."""
+        return self.nvlinks * NCCL_NVLINK_GBPS[self.arch]
+
+    def with_(self, **changes):
+        """A copy with some fields changed (e.g. ``ring_channels``)."""
+        return replace(self, **changes)
+
+
+GiB = 1 << 30
+MB = 10**6
+
+#: name → preset. Figures from the vendors' datasheets/whitepapers (see docs/calibration.md).
+PRESETS = {
+    "v100": GPU("V100 SXM2 32GB", "volta", sms=80, clock_mhz=1530, tensor_tflops=125.0,
+                fp32_tflops=15.7, hbm_gbps=900.0, hbm_bytes=32 * GiB, l2_bytes=6 * MB,
+                nvlinks=6, nvlink_gbps=25.0, pcie_gbps=16.0, ring_channels=12,
+                nvls_channels=12),
+    "a100": GPU("A100 SXM4 40GB", "ampere", sms=108, clock_mhz=1410, tensor_tflops=312.0,
+                fp32_tflops=19.5, hbm_gbps=1555.0, hbm_bytes=40 * GiB, l2_bytes=40 * MB,
+                nvlinks=12, nvlink_gbps=25.0, pcie_gbps=32.0, ring_channels=24,
+                nvls_channels=16),
+    "a100-80": GPU("A100 SXM4 80GB", "ampere", sms=108, clock_mhz=1410, tensor_tflops=312.0,
+                   fp32_tflops=19.5, hbm_gbps=2039.0, hbm_bytes=80 * GiB, l2_bytes=40 * MB,
+                   nvlinks=12, nvlink_gbps=25.0, pcie_gbps=32.0, ring_channels=24,
+                   nvls_channels=16),
+    "h100": GPU("H100 SXM5 80GB", "hopper", sms=132, clock_mhz=1980, tensor_tflops=989.0,
+                fp32_tflops=66.9, hbm_gbps=3350.0, hbm_bytes=80 * GiB, l2_bytes=50 * MB,
+                nvlinks=18, nvlink_gbps=25.0, pcie_gbps=64.0, ring_channels=32,
+                nvls_channels=16),
+}
+PRESETS["a100-40"] = PRESETS["a100"]
+
+
+def gpu_preset(name):
+    """The preset called ``name`` (case-insensitive).
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, listing the known ones.
+    """
+    key = str(name).lower()
+    if key not in PRESETS:
+        raise ValueError(f"unknown GPU {name!r}; choose from {', '.join(sorted(PRESETS))}")
+    return PRESETS[key]
