@@ -20,7 +20,8 @@ from .collectives import collective_cost
 from .contention import (KERNEL_GAP_S, KernelSpec, hbm_rate, kernel_time, rates_during,
                          sm_share_during)
 
-__all__ = ["IterationConfig", "Bucket", "make_buckets", "simulate_iteration", "IterationResult"]
+__all__ = ["IterationConfig", "Bucket", "make_buckets", "simulate_iteration", "simulate_streams",
+           "IterationResult"]
 
 MiB = 1 << 20
 
@@ -149,7 +150,6 @@ class _Class:
         self.comm_pos = 0        # next collective to launch on this class
         self.launched = set()
         self.extra = {"sm": 0.0, "hbm": 0.0}
-        self.finished_layers = set()
         self.done_at = None
 
 
@@ -157,80 +157,85 @@ def simulate_iteration(workload, gpu, config=None, record=True):
     """Simulate one iteration; returns an :class:`IterationResult`."""
     config = config or IterationConfig()
     config.validate()
-    n = config.n_gpus
-    speeds = config.speed or [1.0] * n
+    layers = workload.layers
+    buckets = make_buckets(workload, config)
+
+    # Kernel queue per GPU: (name, spec, phase)
+    queue, bwd_position = [], {}
+    for micro in range(config.grad_accum):
+        last_micro = micro == config.grad_accum - 1
+        for layer in layers:
+            queue.append((f"fwd:{layer.name}", KernelSpec(layer.name, layer.fwd_flops,
+                                                           layer.fwd_bytes, layer.tensor_core,
+                                                           layer.kind == "conv"), "fwd"))
+        for i in reversed(range(len(layers))):
+            layer = layers[i]
+            if last_micro:
+                bwd_position[i] = len(queue)
+            queue.append((f"bwd:{layer.name}", KernelSpec(layer.name, layer.bwd_flops,
+                                                           layer.bwd_bytes, layer.tensor_core,
+                                                           layer.kind == "conv"), "bwd"))
+    optimizer = ("optimizer", KernelSpec("optimizer", 10.0 * workload.params,
+                                         workload.params * config.optimizer_bytes_per_param,
+                                         False), "opt")
+    launches = [(max(bwd_position[i] for i in b.layers), b.nbytes, f"allreduce:bucket{b.index}")
+                for b in buckets] if config.n_gpus > 1 else []
+    result = simulate_streams(gpu, config.n_gpus, queue, launches, algo=config.algo,
+                              speed=config.speed, channels=config.channels,
+                              overlap=config.overlap, final=optimizer, record=record)
+    result.buckets = len(buckets)
+    result.bucket_bytes = [b.nbytes for b in buckets]
+    return result
+
+
+def simulate_streams(gpu, n, queue, launches, *, algo="ring", speed=None, channels=None,
+                     overlap=True, final=None, record=True, op="allreduce"):
+    """The simulation core: every GPU runs ``queue`` on its compute stream; collective ``b`` of
+    ``launches`` (``(after_index, nbytes, name)``) is launched on a GPU's communication stream
+    once compute kernel ``after_index`` has finished there (or, without ``overlap``, once the
+    whole queue has), in order; ``final`` runs after the last collective completes.
+
+    Returns an :class:`IterationResult` (``buckets``/``bucket_bytes`` left empty).
+    """
+    speeds = speed or [1.0] * n
     groups = {}
     for g, s in enumerate(speeds):
         groups.setdefault(float(s), []).append(g)
     classes = [_Class(s, gpus) for s, gpus in sorted(groups.items())]
-
-    layers = workload.layers
-    buckets = make_buckets(workload, config)
-    bucket_of_layer = {}
-    for b in buckets:
-        for index in b.layers:
-            bucket_of_layer[index] = b.index
-
-    # Kernel queue per GPU: (name, spec, phase, layer)
-    queue = []
-    for micro in range(config.grad_accum):
-        for i, layer in enumerate(layers):
-            queue.append((f"fwd:{layer.name}", KernelSpec(layer.name, layer.fwd_flops,
-                                                           layer.fwd_bytes, layer.tensor_core,
-                                                           layer.kind == "conv"),
-                          "fwd", i if micro == config.grad_accum - 1 else None))
-        for i in reversed(range(len(layers))):
-            layer = layers[i]
-            queue.append((f"bwd:{layer.name}", KernelSpec(layer.name, layer.bwd_flops,
-                                                           layer.bwd_bytes, layer.tensor_core,
-                                                           layer.kind == "conv"),
-                          "bwd", i if micro == config.grad_accum - 1 else None))
-    opt_bytes = workload.params * config.optimizer_bytes_per_param
-    optimizer = ("optimizer", KernelSpec("optimizer", 10.0 * workload.params, opt_bytes, False),
-                 "opt", None)
     for c in classes:
         c.compute = list(queue)
 
-    # Collectives: one per bucket (DDP). Horovod: fused by cycle, decided at run time.
-    comm_costs = []
-    if n > 1:
-        for b in buckets:
-            comm_costs.append(collective_cost(gpu, n, b.nbytes, "allreduce", config.algo,
-                                              config.channels))
-    # Collective state: launched-on set, phase, progress
+    comm_costs = [collective_cost(gpu, n, nbytes, op, algo, channels)
+                  for _, nbytes, _ in launches]
     coll = [{"launched": set(), "latency_left": c.latency_s, "progress": 0.0, "start": None,
-             "stream_start": None, "end": None} for c in comm_costs]
-    ready_at = {}   # bucket index -> set of classes where it is ready
+             "begin": None, "stream_start": None, "end": None} for c in comm_costs]
     timeline = []
     t = 0.0
     current_coll = 0   # collectives run one at a time on the communication stream
-    alone_by_phase = {"fwd": 0.0, "bwd": 0.0, "opt": 0.0}
-    for name, spec, phase, _ in queue + [optimizer]:
-        alone_by_phase[phase] += kernel_time(gpu, spec) / 1.0 + KERNEL_GAP_S
+    alone_by_phase = {}
+    for name, spec, phase in list(queue) + ([final] if final else []):
+        alone_by_phase[phase] = alone_by_phase.get(phase, 0.0) + kernel_time(gpu, spec) + \
+            KERNEL_GAP_S
     bwd_span = {c: [None, None] for c in range(len(classes))}
     fwd_end = {c: None for c in range(len(classes))}
     opt_span = {c: [None, None] for c in range(len(classes))}
-    wait_start = {c: None for c in range(len(classes))}
-    exposed = {c: 0.0 for c in range(len(classes))}
+    queue_end = {c: 0.0 for c in range(len(classes))}
     link_busy = 0.0
+    queue_len = len(queue)
 
-    def bucket_ready(ci, b_index):
-        return all(i in classes[ci].finished_layers for i in buckets[b_index].layers)
+    def launchable(ci, b):
+        after = launches[b][0] if overlap else queue_len - 1
+        return classes[ci].pos > after
 
     guard = 0
     while True:
         guard += 1
-        if guard > 10_000_000:
+        if guard > 50_000_000:
             raise RuntimeError("iteration simulation did not converge")
-        # Launch collectives whose bucket is ready (in order, one stream per GPU).
+        # Launch collectives whose data is ready (in order, one stream per GPU).
         for ci, c in enumerate(classes):
-            while c.comm_pos < len(coll):
+            while c.comm_pos < len(coll) and launchable(ci, c.comm_pos):
                 b = c.comm_pos
-                if not bucket_ready(ci, b):
-                    break
-                if not config.overlap and c.pos < len(c.compute) and \
-                        c.compute[c.pos][2] in ("fwd", "bwd"):
-                    break
                 coll[b]["launched"].add(ci)
                 if coll[b]["start"] is None:
                     coll[b]["start"] = t
@@ -241,6 +246,8 @@ def simulate_iteration(workload, gpu, config=None, record=True):
 
         # Rates on each class.
         all_launched = active is not None and len(coll[active]["launched"]) == len(classes)
+        if all_launched and coll[active]["begin"] is None:
+            coll[active]["begin"] = t   # every member has launched and the stream is free
         streaming = all_launched and coll[active]["latency_left"] <= 0
         comm_rates = []
         compute_rates = []
@@ -298,16 +305,15 @@ def simulate_iteration(workload, gpu, config=None, record=True):
             progressed = False
             for ci, c in enumerate(classes):
                 if c.pos == len(c.compute) and c.done_at is None:
-                    if current_coll >= len(coll):
-                        c.compute.append(optimizer)
-                        if wait_start[ci] is not None:
-                            exposed[ci] += t - wait_start[ci]
+                    if current_coll >= len(coll) and final is None:
+                        c.done_at = t
+                        progressed = True
+                    elif current_coll >= len(coll) and len(c.compute) == queue_len:
+                        c.compute.append(final)
                         opt_span[ci][0] = t
                         c.gap = KERNEL_GAP_S
                         c.kernel_start = None
                         progressed = True
-                    elif wait_start[ci] is None:
-                        wait_start[ci] = t
             if not progressed:
                 if all(c.done_at is not None for c in classes):
                     break
@@ -356,17 +362,17 @@ def simulate_iteration(workload, gpu, config=None, record=True):
             if c.gap <= 1e-15 and c.gap != 0:
                 c.gap = 0.0
             if c.gap == 0 and c.pos < len(c.compute) and c.progress >= 1.0 - 1e-12:
-                name, spec, phase, layer = c.compute[c.pos]
+                name, spec, phase = c.compute[c.pos]
                 if record:
                     timeline.append((ci, "compute", name, c.kernel_start, t))
                 if phase == "bwd":
                     if bwd_span[ci][0] is None:
                         bwd_span[ci][0] = c.kernel_start
                     bwd_span[ci][1] = t
-                    if layer is not None:
-                        c.finished_layers.add(layer)
                 if phase == "fwd":
                     fwd_end[ci] = t
+                if c.pos == queue_len - 1:
+                    queue_end[ci] = t
                 if phase == "opt":
                     opt_span[ci][1] = t
                     c.done_at = t
@@ -379,7 +385,7 @@ def simulate_iteration(workload, gpu, config=None, record=True):
             coll[active]["end"] = t
             if record:
                 for ci in range(len(classes)):
-                    timeline.append((ci, "comm", f"allreduce:bucket{active}",
+                    timeline.append((ci, "comm", launches[active][2],
                                      coll[active]["start"], t))
             current_coll += 1
         # A GPU whose compute stream is empty and whose collectives are done runs the
@@ -389,26 +395,29 @@ def simulate_iteration(workload, gpu, config=None, record=True):
     iteration = max(c.done_at for c in classes)
     worst = max(range(len(classes)), key=lambda ci: classes[ci].done_at)
     c = classes[worst]
-    bwd_alone = alone_by_phase["bwd"] / c.speed
-    bwd_actual = bwd_span[worst][1] - bwd_span[worst][0] + KERNEL_GAP_S * 0
-    # Per-kernel gaps are part of both the alone and the actual backward time.
+    bwd_alone = alone_by_phase.get("bwd", 0.0) / c.speed
+    bwd_actual = (bwd_span[worst][1] - bwd_span[worst][0]) if bwd_span[worst][0] is not None \
+        else 0.0
     slowdown = bwd_actual / bwd_alone - 1 if bwd_alone else 0.0
     total_extra = sum(c.extra.values())
     attribution = {k: (slowdown * v / total_extra if total_extra else 0.0)
                    for k, v in c.extra.items()}
     attribution["link"] = 0.0
-    allreduce = sum((x["end"] - x["start"]) for x in coll if x["end"] is not None)
+    # Exposed communication: the compute stream idles between its last queued kernel and the
+    # optimizer (or the end), waiting for collectives.
+    exposed_s = max(0.0, (opt_span[worst][0] if opt_span[worst][0] is not None else
+                          c.done_at) - queue_end[worst])
+    allreduce = sum((x["end"] - x["begin"]) for x in coll if x["end"] is not None)
     alone_comm = sum(cost.time_s for cost in comm_costs)
     return IterationResult(
-        n_gpus=n, algo=config.algo,
+        n_gpus=n, algo=algo,
         forward_s=fwd_end[worst] or 0.0,
         backward_alone_s=bwd_alone, backward_s=bwd_actual,
         backprop_slowdown=slowdown, slowdown_attribution=attribution,
         allreduce_s=allreduce, allreduce_alone_s=alone_comm,
-        exposed_comm_s=exposed[worst],
+        exposed_comm_s=exposed_s,
         optimizer_s=(opt_span[worst][1] - opt_span[worst][0]) if opt_span[worst][0] else 0.0,
-        iteration_s=iteration, buckets=len(buckets),
-        bucket_bytes=[b.nbytes for b in buckets],
+        iteration_s=iteration, buckets=0, bucket_bytes=[],
         link_utilization=(sum(cost.link_bytes for cost in comm_costs) /
                           (gpu.link_effective_gbps * 1e9 * iteration)) if iteration else 0.0,
         timeline=timeline,
