@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from .output import UsageError, atomic_writes
+from .trace import TraceError
 
 __all__ = ["main"]
 
@@ -215,6 +216,9 @@ def build_parser():
                       help="k-induction depth (default 10)")
     farb.add_argument("--json", action="store_true")
     farb.set_defaults(func=_cmd_formal_arbiter)
+
+    from . import cli_model
+    cli_model.register(sub, _Parser, _positive)
     return parser
 
 
@@ -224,6 +228,9 @@ def main(argv=None):
     try:
         status = args.func(args)
     except UsageError as exc:
+        print(f"innet: error: {exc}", file=sys.stderr)
+        return 2
+    except TraceError as exc:
         print(f"innet: error: {exc}", file=sys.stderr)
         return 2
     except (ValueError, TypeError) as exc:

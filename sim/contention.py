@@ -26,7 +26,7 @@ __all__ = ["CTA_SM_OCCUPANCY", "KernelSpec", "kernel_time", "Overlap", "overlap"
 #: Fraction of an SM a communication CTA takes from co-resident compute blocks. One constant
 #: fitted so that a GPT/LLaMA-like sweep on 4×A100/H100 averages the published 18.9 % compute
 #: slowdown (Lee et al. 2025); see docs/calibration.md.
-CTA_SM_OCCUPANCY = 0.65
+CTA_SM_OCCUPANCY = 0.57
 
 #: Gap between back-to-back kernels on one stream (launch and tail), seconds.
 KERNEL_GAP_S = 2e-6
@@ -98,7 +98,7 @@ class Overlap:
     compute_attribution: dict
     comm_attribution: dict
     sm_share: float
-    compute_hbm_gbps: float
+    compute_hbm_gbps: float   # HBM bandwidth each actually uses while overlapped
     comm_hbm_gbps: float
 
 
@@ -164,4 +164,6 @@ def overlap(gpu, kernel, comm, link_share=1.0):
                                                           "link": 0.0}),
         comm_attribution=_attribute(comm_slowdown, {"sm": 0.0, "hbm": hbm_comm,
                                                     "link": link_only}),
-        sm_share=share, compute_hbm_gbps=(k_hbm or 0.0) / 1e9, comm_hbm_gbps=c_hbm / 1e9)
+        sm_share=share,
+        compute_hbm_gbps=kernel.hbm_bytes / compute_s / 1e9 if compute_s else 0.0,
+        comm_hbm_gbps=comm.hbm_bytes / comm_stream_s / 1e9 if comm_stream_s else 0.0)

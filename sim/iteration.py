@@ -14,6 +14,7 @@ are simulated once per distinct speed factor: the cost grows with the number of 
 speeds, not with N.
 """
 
+import math
 from dataclasses import dataclass, field
 
 from .collectives import collective_cost
@@ -89,11 +90,15 @@ class Bucket:
 
 
 def make_buckets(workload, config):
-    """DDP buckets in gradient-ready order (reverse layer order): the first closes at
-    ``first_bucket_bytes``, the rest at ``bucket_cap_bytes``; a tensor larger than the cap gets
-    a bucket of its own (DDP never splits a tensor)."""
+    """Gradient buckets in gradient-ready order (reverse layer order).
+
+    DDP: the first closes at ``first_bucket_bytes``, the rest at ``bucket_cap_bytes``; a tensor
+    larger than the cap gets a bucket of its own (DDP never splits a tensor). Horovod: fusion
+    buffers of up to ``fusion_bytes`` (the launch waits for the next fusion cycle, see
+    :func:`simulate_iteration`)."""
     buckets, current, size = [], [], 0
-    cap = config.first_bucket_bytes
+    horovod = config.bucketing == "horovod"
+    cap = config.fusion_bytes if horovod else config.first_bucket_bytes
     for index in reversed(range(len(workload.layers))):
         layer = workload.layers[index]
         if layer.params == 0:
@@ -101,7 +106,8 @@ def make_buckets(workload, config):
         nbytes = layer.params * workload.grad_bytes
         if current and size + nbytes > cap:
             buckets.append(Bucket(len(buckets), current, size))
-            current, size, cap = [], 0, config.bucket_cap_bytes
+            current, size = [], 0
+            cap = config.fusion_bytes if horovod else config.bucket_cap_bytes
         current.append(index)
         size += nbytes
     if current:
@@ -111,7 +117,9 @@ def make_buckets(workload, config):
 
 @dataclass
 class IterationResult:
-    """Times in seconds. ``timeline`` lists ``(gpu_class, stream, name, start, end)``."""
+    """Times in seconds. ``timeline`` lists ``(gpu_class, stream, name, start, end, tag,
+    hbm_bytes)``: ``tag`` is the phase of a compute kernel or the index of a collective;
+    ``classes`` maps each speed factor to its GPUs."""
 
     n_gpus: int
     algo: str
@@ -130,10 +138,10 @@ class IterationResult:
     link_utilization: float
     timeline: list = field(default_factory=list)
     classes: dict = field(default_factory=dict)
+    comm_sms: list = field(default_factory=list)
 
     def summary(self):
-        d = {k: v for k, v in self.__dict__.items() if k not in ("timeline",)}
-        return d
+        return {k: v for k, v in self.__dict__.items() if k not in ("timeline", "comm_sms")}
 
 
 class _Class:
@@ -182,18 +190,20 @@ def simulate_iteration(workload, gpu, config=None, record=True):
                 for b in buckets] if config.n_gpus > 1 else []
     result = simulate_streams(gpu, config.n_gpus, queue, launches, algo=config.algo,
                               speed=config.speed, channels=config.channels,
-                              overlap=config.overlap, final=optimizer, record=record)
+                              overlap=config.overlap, final=optimizer, record=record,
+                              cycle_s=config.cycle_s if config.bucketing == "horovod" else None)
     result.buckets = len(buckets)
     result.bucket_bytes = [b.nbytes for b in buckets]
     return result
 
 
 def simulate_streams(gpu, n, queue, launches, *, algo="ring", speed=None, channels=None,
-                     overlap=True, final=None, record=True, op="allreduce"):
+                     overlap=True, final=None, record=True, op="allreduce", cycle_s=None):
     """The simulation core: every GPU runs ``queue`` on its compute stream; collective ``b`` of
     ``launches`` (``(after_index, nbytes, name)``) is launched on a GPU's communication stream
     once compute kernel ``after_index`` has finished there (or, without ``overlap``, once the
-    whole queue has), in order; ``final`` runs after the last collective completes.
+    whole queue has), in order; ``final`` runs after the last collective completes. With
+    ``cycle_s`` (Horovod), a ready collective launches at the next multiple of ``cycle_s``.
 
     Returns an :class:`IterationResult` (``buckets``/``bucket_bytes`` left empty).
     """
@@ -223,9 +233,17 @@ def simulate_streams(gpu, n, queue, launches, *, algo="ring", speed=None, channe
     link_busy = 0.0
     queue_len = len(queue)
 
+    ready_tick = {}   # (class, collective) -> time of the fusion cycle that launches it
+
     def launchable(ci, b):
         after = launches[b][0] if overlap else queue_len - 1
-        return classes[ci].pos > after
+        if classes[ci].pos <= after:
+            return False
+        if cycle_s is None:
+            return True
+        if (ci, b) not in ready_tick:
+            ready_tick[(ci, b)] = math.ceil(t / cycle_s - 1e-9) * cycle_s
+        return t >= ready_tick[(ci, b)] - 1e-12
 
     guard = 0
     while True:
@@ -288,6 +306,9 @@ def simulate_streams(gpu, n, queue, launches, *, algo="ring", speed=None, channe
 
         # Next event.
         dt = float("inf")
+        for (ci, b), tick in ready_tick.items():
+            if tick > t and classes[ci].comm_pos == b:
+                dt = min(dt, tick - t)
         for ci, c in enumerate(classes):
             if c.gap > 0:
                 dt = min(dt, c.gap)
@@ -364,7 +385,8 @@ def simulate_streams(gpu, n, queue, launches, *, algo="ring", speed=None, channe
             if c.gap == 0 and c.pos < len(c.compute) and c.progress >= 1.0 - 1e-12:
                 name, spec, phase = c.compute[c.pos]
                 if record:
-                    timeline.append((ci, "compute", name, c.kernel_start, t))
+                    timeline.append((ci, "compute", name, c.kernel_start, t, phase,
+                                     spec.hbm_bytes))
                 if phase == "bwd":
                     if bwd_span[ci][0] is None:
                         bwd_span[ci][0] = c.kernel_start
@@ -385,8 +407,8 @@ def simulate_streams(gpu, n, queue, launches, *, algo="ring", speed=None, channe
             coll[active]["end"] = t
             if record:
                 for ci in range(len(classes)):
-                    timeline.append((ci, "comm", launches[active][2],
-                                     coll[active]["start"], t))
+                    timeline.append((ci, "comm", launches[active][2], coll[active]["begin"],
+                                     t, active, comm_costs[active].hbm_bytes))
             current_coll += 1
         # A GPU whose compute stream is empty and whose collectives are done runs the
         # optimizer (handled when nothing else can progress).
@@ -421,5 +443,6 @@ def simulate_streams(gpu, n, queue, launches, *, algo="ring", speed=None, channe
         link_utilization=(sum(cost.link_bytes for cost in comm_costs) /
                           (gpu.link_effective_gbps * 1e9 * iteration)) if iteration else 0.0,
         timeline=timeline,
-        classes={str(cl.speed): len(cl.gpus) for cl in classes},
+        classes={str(cl.speed): list(cl.gpus) for cl in classes},
+        comm_sms=[cost.sms for cost in comm_costs],
     )

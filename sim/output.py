@@ -6,7 +6,13 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["UsageError", "atomic_writes", "fail"]
+__all__ = ["UsageError", "atomic_writes", "fail", "current_umask"]
+
+
+def current_umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 class UsageError(Exception):
@@ -43,6 +49,7 @@ def atomic_writes(paths):
             except OSError as exc:
                 raise UsageError(f"{path}: cannot write: {exc.strerror}") from None
             os.close(fd)
+            os.chmod(temp, 0o666 & ~current_umask())   # mkstemp creates 0600
             temps.append(Path(temp))
         yield temps
         for temp, path in zip(temps, paths):
