@@ -222,14 +222,12 @@ def simulate_streams(gpu, n, queue, launches, *, algo="ring", speed=None, channe
     timeline = []
     t = 0.0
     current_coll = 0   # collectives run one at a time on the communication stream
-    alone_by_phase = {}
-    for name, spec, phase in list(queue) + ([final] if final else []):
-        alone_by_phase[phase] = alone_by_phase.get(phase, 0.0) + kernel_time(gpu, spec) + \
-            KERNEL_GAP_S
     bwd_span = {c: [None, None] for c in range(len(classes))}
     fwd_end = {c: None for c in range(len(classes))}
     opt_span = {c: [None, None] for c in range(len(classes))}
     queue_end = {c: 0.0 for c in range(len(classes))}
+    prev_phase = {c: None for c in range(len(classes))}
+    bwd_alone_acc = {c: 0.0 for c in range(len(classes))}
     link_busy = 0.0
     queue_len = len(queue)
 
@@ -388,9 +386,15 @@ def simulate_streams(gpu, n, queue, launches, *, algo="ring", speed=None, channe
                     timeline.append((ci, "compute", name, c.kernel_start, t, phase,
                                      spec.hbm_bytes))
                 if phase == "bwd":
-                    if bwd_span[ci][0] is None:
+                    alone_s = kernel_time(gpu, spec) / c.speed
+                    if bwd_span[ci][0] is None or prev_phase[ci] != "bwd":
+                        # a new backward pass (the last one is the one reported)
                         bwd_span[ci][0] = c.kernel_start
+                        bwd_alone_acc[ci] = alone_s
+                    else:
+                        bwd_alone_acc[ci] += KERNEL_GAP_S + alone_s
                     bwd_span[ci][1] = t
+                prev_phase[ci] = phase
                 if phase == "fwd":
                     fwd_end[ci] = t
                 if c.pos == queue_len - 1:
@@ -417,7 +421,7 @@ def simulate_streams(gpu, n, queue, launches, *, algo="ring", speed=None, channe
     iteration = max(c.done_at for c in classes)
     worst = max(range(len(classes)), key=lambda ci: classes[ci].done_at)
     c = classes[worst]
-    bwd_alone = alone_by_phase.get("bwd", 0.0) / c.speed
+    bwd_alone = bwd_alone_acc[worst]
     bwd_actual = (bwd_span[worst][1] - bwd_span[worst][0]) if bwd_span[worst][0] is not None \
         else 0.0
     slowdown = bwd_actual / bwd_alone - 1 if bwd_alone else 0.0

@@ -163,14 +163,15 @@ def _read_binary(path, handle):
             chunk = handle.read(RECORD.size * 4096)
             if not chunk:
                 return
-            if len(chunk) % RECORD.size:
-                raise _where(path, index + len(chunk) // RECORD.size + 1, "record",
-                             f"truncated ({len(chunk) % RECORD.size} of {RECORD.size} bytes)")
-            for fields in RECORD.iter_unpack(chunk):
+            whole = len(chunk) - len(chunk) % RECORD.size
+            for fields in RECORD.iter_unpack(chunk[:whole]):
                 index += 1
                 rec = Record(*fields)
                 validator.check(index, rec)
                 yield rec
+            if whole != len(chunk):
+                raise _where(path, index + 1, "record",
+                             f"truncated ({len(chunk) - whole} of {RECORD.size} bytes)")
     return meta, records()
 
 

@@ -1,0 +1,97 @@
+"""The data-parallel iteration model: buckets, overlap, exposed communication, stragglers."""
+
+import pytest
+
+from sim.collectives import allreduce_cost
+from sim.contention import KERNEL_GAP_S, KernelSpec, kernel_time
+from sim.gpu import gpu_preset
+from sim.iteration import IterationConfig, make_buckets, simulate_iteration, simulate_streams
+from sim.workloads import bert_large, resnet50
+
+A100 = gpu_preset("a100")
+MiB = 1 << 20
+
+
+def test_ddp_buckets():
+    w = bert_large(batch=2)
+    buckets = make_buckets(w, IterationConfig())
+    assert sum(b.nbytes for b in buckets) == w.params * 4
+    for b in buckets[:1]:   # the first closes at 1 MiB, unless one tensor is larger
+        assert b.nbytes <= 1 * MiB or len(b.layers) == 1
+    for b in buckets[1:]:
+        assert b.nbytes <= 25 * MiB or len(b.layers) == 1
+    # gradient-ready order: the last layer's gradients go first
+    assert buckets[0].layers[0] == max(i for i, layer in enumerate(w.layers) if layer.params)
+
+
+def test_no_overlap_is_the_serial_sum():
+    w = resnet50(batch=32)
+    r = simulate_iteration(w, A100, IterationConfig(n_gpus=8, overlap=False), record=False)
+    kernels = sum(kernel_time(A100, KernelSpec(layer.name, f, b, layer.tensor_core,
+                                               layer.kind == "conv")) + KERNEL_GAP_S
+                  for layer in w.layers for f, b in ((layer.fwd_flops, layer.fwd_bytes),
+                                                     (layer.bwd_flops, layer.bwd_bytes)))
+    comm = sum(allreduce_cost(A100, 8, b).time_s for b in r.bucket_bytes)
+    assert r.backprop_slowdown == pytest.approx(0.0, abs=1e-9)
+    assert r.exposed_comm_s == pytest.approx(comm, rel=1e-6)
+    assert r.iteration_s == pytest.approx(kernels + comm + r.optimizer_s + KERNEL_GAP_S,
+                                          rel=1e-3)
+
+
+def test_overlap_hides_communication_but_slows_backprop():
+    w = bert_large(batch=4)
+    serial = simulate_iteration(w, A100, IterationConfig(n_gpus=8, overlap=False), record=False)
+    over = simulate_iteration(w, A100, IterationConfig(n_gpus=8), record=False)
+    assert over.iteration_s < serial.iteration_s
+    assert over.exposed_comm_s < serial.exposed_comm_s
+    assert over.backprop_slowdown > 0
+    assert sum(over.slowdown_attribution.values()) == pytest.approx(over.backprop_slowdown)
+
+
+def test_inswitch_beats_ring():
+    w = bert_large(batch=4)
+    ring = simulate_iteration(w, A100, IterationConfig(n_gpus=8, algo="ring"), record=False)
+    switch = simulate_iteration(w, A100, IterationConfig(n_gpus=8, algo="inswitch"),
+                                record=False)
+    assert switch.backprop_slowdown < ring.backprop_slowdown
+    assert switch.iteration_s < ring.iteration_s
+
+
+def test_straggler_slows_everyone():
+    w = resnet50(batch=32)
+    base = simulate_iteration(w, A100, IterationConfig(n_gpus=8), record=False)
+    slow = simulate_iteration(w, A100, IterationConfig(n_gpus=8, speed=[1.0] * 7 + [0.5]),
+                              record=False)
+    assert slow.iteration_s > 1.8 * base.forward_s + base.backward_s
+    assert set(slow.classes) == {"0.5", "1.0"}
+
+
+def test_gradient_accumulation_runs_more_micro_batches():
+    w = resnet50(batch=32)
+    one = simulate_iteration(w, A100, IterationConfig(n_gpus=8), record=False)
+    two = simulate_iteration(w, A100, IterationConfig(n_gpus=8, grad_accum=2), record=False)
+    assert two.iteration_s == pytest.approx(one.iteration_s + one.forward_s +
+                                            one.backward_alone_s, rel=0.05)
+
+
+def test_horovod_fusion_makes_fewer_buckets():
+    w = bert_large(batch=4)
+    ddp = simulate_iteration(w, A100, IterationConfig(n_gpus=8), record=False)
+    hvd = simulate_iteration(w, A100, IterationConfig(n_gpus=8, bucketing="horovod"),
+                             record=False)
+    assert hvd.buckets < ddp.buckets
+
+
+def test_synthetic_chain():
+    """100 × 500 µs kernels, each followed by a 25 MiB all-reduce overlapping the next."""
+    kernel = KernelSpec("k", A100.tensor_tflops * 1e12 * A100.compute_efficiency * 500e-6, 0)
+    queue = [(f"k{i}", kernel, "bwd") for i in range(100)]
+    launches = [(i, 25 * MiB, f"ar{i}") for i in range(100)]
+    r = simulate_streams(A100, 8, queue, launches, algo="ring", record=False)
+    assert r.iteration_s >= 100 * 500e-6
+    assert r.allreduce_s >= 100 * allreduce_cost(A100, 8, 25 * MiB).time_s * 0.999
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="speed has 2 factors for 8 GPUs"):
+        simulate_iteration(resnet50(8), A100, IterationConfig(n_gpus=8, speed=[1, 1]))
