@@ -137,6 +137,29 @@ def _cmd_bench_arbiter(args):
     _emit(args, result, "\n".join(lines))
 
 
+def _cmd_bench_model(args):
+    from .bench_model import bench_model
+
+    result = bench_model(progress=_progress(args), hetero_max=args.hetero_max)
+    result["command"] = " ".join(["innet"] + sys.argv[1:])
+    r = result["resnet50_8gpu"]
+    lines = [f"ResNet-50, 8 x A100, one iteration: {r['wall_s']:.3f} s wall "
+             f"(target <= 1 s), modeled iteration {r['iteration_s'] * 1e3:.1f} ms"]
+    for title, key, growth in (("identical GPUs", "synthetic", "synthetic_growth"),
+                               ("every GPU a different speed", "synthetic_heterogeneous",
+                                "heterogeneous_growth")):
+        lines.append(f"synthetic 100 x (500 us kernel + 25 MiB all-reduce), {title}:")
+        for row in result[key]:
+            lines.append(f"  {row['gpus']:>4} GPUs: {row['total_s']:.3f} s wall "
+                         f"({row['records']} kernel records), modeled "
+                         f"{row['iteration_s'] * 1e3:.1f} ms")
+        g = result[growth]
+        lines.append(f"  {g['from']} -> {g['to']} GPUs: time x{g['time_ratio']:.1f}, "
+                     f"N log N x{g['n_log_n_ratio']:.1f}: "
+                     f"{'within' if g['within_n_log_n'] else 'FASTER THAN'} N log N")
+    _emit(args, result, "\n".join(lines))
+
+
 # -- formal -----------------------------------------------------------------------------------
 
 def _cmd_formal_arbiter(args):
@@ -205,6 +228,12 @@ def build_parser():
     barb.add_argument("--seed", type=int, default=1)
     barb.add_argument("--json", action="store_true")
     barb.set_defaults(func=_cmd_bench_arbiter)
+
+    bmod = bench_sub.add_parser("model", help="GPU model speed (ResNet-50, synthetic N GPUs)")
+    bmod.add_argument("--hetero-max", type=_positive("--hetero-max", 8), default=64,
+                      help="largest GPU count for the all-different-speeds run (default 64)")
+    bmod.add_argument("--json", action="store_true")
+    bmod.set_defaults(func=_cmd_bench_model)
 
     formal = sub.add_parser("formal", help="SymbiYosys proofs (yowasp-sby, z3)")
     formal_sub = formal.add_subparsers(dest="block", required=True, parser_class=_Parser)
