@@ -42,11 +42,21 @@ def _gpu(name):
         raise UsageError(f"--gpu: {exc}") from None
 
 
-def _workload(name, batch):
+def _workload(name, batch, args=None):
     from .workloads import build_workload
+    extra = {}
+    if args is not None and name == "transformer":
+        for key in ("hidden", "layers", "seq"):
+            if getattr(args, key, None) is not None:
+                extra[key] = getattr(args, key)
+    elif args is not None and any(getattr(args, k, None) is not None
+                                  for k in ("hidden", "layers")):
+        raise UsageError("--hidden/--layers apply to --model transformer only")
+    elif args is not None and getattr(args, "seq", None) is not None:
+        extra["seq"] = args.seq
     try:
-        return build_workload(name, batch=batch)
-    except ValueError as exc:
+        return build_workload(name, batch=batch, **extra)
+    except (ValueError, TypeError) as exc:
         raise UsageError(f"--model: {exc}") from None
 
 
@@ -152,14 +162,14 @@ def _iteration_config(args):
                            bucket_cap_bytes=int(args.bucket_mb * (1 << 20)),
                            first_bucket_bytes=int(args.first_bucket_mb * (1 << 20)),
                            overlap=not args.no_overlap, grad_accum=args.grad_accum,
-                           speed=speed)
+                           speed=speed, channels=args.channels)
 
 
 def _cmd_iteration(args):
     from .iteration import simulate_iteration
     gpu = _gpu(args.gpu)
     _check_algo(args.algo)
-    workload = _workload(args.model, args.batch)
+    workload = _workload(args.model, args.batch, args)
     result = simulate_iteration(workload, gpu, _iteration_config(args), record=False)
     payload = {"model": workload.name, "batch_per_gpu": workload.batch, "gpu": gpu.name,
                **result.summary(), "units": "seconds; slowdowns as fractions"}
@@ -206,7 +216,7 @@ def _cmd_trace_gen(args):
         raise UsageError("--algo direct expands to n^2 messages; use at most 64 GPUs")
     if args.gpus < 2:
         raise UsageError(f"--gpus must be at least 2, not {args.gpus}")
-    workload = _workload(args.model, args.batch)
+    workload = _workload(args.model, args.batch, args)
     out = Path(args.output)
     if not out.parent.is_dir() and str(out.parent):
         raise UsageError(f"{out}: directory {out.parent} does not exist")
@@ -313,3 +323,8 @@ def _iteration_arguments(p, positive, gpus_min=1):
     p.add_argument("--grad-accum", type=positive("--grad-accum"), default=1)
     p.add_argument("--straggler", action="append", metavar="GPU:FACTOR",
                    help="compute speed factor of one GPU (repeatable), e.g. 3:0.8")
+    p.add_argument("--channels", type=positive("--channels"),
+                   help="SMs (channels) the collective kernels use (default: NCCL's)")
+    p.add_argument("--hidden", type=positive("--hidden"), help="transformer: hidden size")
+    p.add_argument("--layers", type=positive("--layers"), help="transformer: layers")
+    p.add_argument("--seq", type=positive("--seq"), help="transformer/BERT/GPT: sequence length")

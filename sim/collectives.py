@@ -9,7 +9,8 @@ Cost model (per GPU, per direction), with ``S`` the buffer size:
 algorithm      link bytes sent              steps           HBM bytes
 =============  ===========================  ==============  ==========================
 ring           2(n−1)/n · S                 2(n−1)          5(n−1)/n · S  (2.5 per link byte)
-tree           2 · S · (n−1)/n              2 ⌈log2 n⌉      5(n−1)/n · S
+tree           busiest GPU of the double    2 ⌈log2 n⌉      2.5 per link byte
+               binary tree (≈ 1.5–2 · S)
 direct         2(n−1)/n · S                 2               5(n−1)/n · S
 inswitch       S (and S received)           2               2 · S  (read once, write once)
 =============  ===========================  ==============  ==========================
@@ -83,6 +84,14 @@ class CollectiveCost:
     link_rate_gbps: float
 
 
+def _max_sent(msgs):
+    sent = {}
+    for m in msgs:
+        if m.src != SWITCH:
+            sent[m.src] = sent.get(m.src, 0) + m.nbytes
+    return float(max(sent.values(), default=0))
+
+
 def _traffic(op, algo, n, size):
     """(link bytes sent per GPU, HBM bytes per GPU, steps) for one collective."""
     frac = (n - 1) / n
@@ -90,7 +99,9 @@ def _traffic(op, algo, n, size):
         if algo == "ring":
             return 2 * frac * size, 5 * frac * size, 2 * (n - 1)
         if algo == "tree":
-            return 2 * frac * size, 5 * frac * size, 2 * max(1, math.ceil(math.log2(n)))
+            # the busiest GPU of the double binary tree (counted from the expansion)
+            sent = _max_sent(expand_collective("tree", n, size))
+            return sent, 2.5 * sent, 2 * max(1, math.ceil(math.log2(n)))
         if algo == "direct":
             return 2 * frac * size, 5 * frac * size, 2
         if algo == "inswitch":
@@ -172,66 +183,129 @@ class Message:
     dep: int = -1
 
 
+def _ring_steps(n, size, first_step, steps, msgs):
+    """Ring steps ``first_step .. first_step+steps-1`` of a ring all-reduce schedule."""
+    chunk = -(-size // n)
+    last_recv = [-1] * n
+    for step in range(first_step, first_step + steps):
+        recv = [-1] * n
+        for g in range(n):
+            c = (g - step) % n
+            msgs.append(Message(g, (g + 1) % n, min(chunk, max(0, size - c * chunk)), c,
+                                step - first_step, last_recv[g]))
+            recv[(g + 1) % n] = len(msgs) - 1
+        last_recv = recv
+    return msgs
+
+
+def double_trees(n):
+    """NCCL-style double binary tree: two heap-ordered binary trees over the ranks, the second
+    the mirror of the first (heap position p holds rank n−1−p), so that the inner nodes of one
+    are leaves of the other. Each tree carries half of the buffer. Returns rank mappings."""
+    return [list(range(n)), [n - 1 - p for p in range(n)]]
+
+
+def _tree_messages(n, size, chunk, mapping, msgs, up=True, down=True):
+    """Reduce up and/or broadcast down the heap-ordered tree ``mapping`` (position → rank).
+
+    A message has a single dependency, so a parent that waits for two children depends on the
+    first child's message, and the first child's message depends on its sibling's: one chain
+    covers both subtrees (it adds an ordering between siblings, never a missing one)."""
+    up_msg = {}
+    if up:
+        for p in range(n - 1, 0, -1):   # deepest positions first; siblings second-then-first
+            deps = [up_msg[c] for c in (2 * p + 1, 2 * p + 2) if c in up_msg]
+            if p % 2 == 1 and p + 1 < n:
+                deps.append(up_msg[p + 1])
+            msgs.append(Message(mapping[p], mapping[(p - 1) // 2], size, chunk, 0,
+                                max(deps, default=-1)))
+            up_msg[p] = len(msgs) - 1
+    if down:
+        got = {0: up_msg.get(1, -1) if up else -1}
+        for p in range(n):
+            for c in (2 * p + 1, 2 * p + 2):
+                if c < n:
+                    msgs.append(Message(mapping[p], mapping[c], size, chunk, 1, got[p]))
+                    got[c] = len(msgs) - 1
+    return msgs
+
+
 def expand_collective(algo, n, size_bytes, op="allreduce"):
     """The messages of a collective and their dependencies, in a valid issue order.
 
-    Ring all-reduce: the buffer is cut into n chunks; in step k (0 ≤ k < 2(n−1)) GPU g sends
-    chunk (g − k) mod n to g+1, and that send depends on the message g received in step k−1.
-    In-switch: every GPU sends its whole buffer to the switch (chunk 0) and the switch sends the
-    sum back to every GPU, each result depending on all contributions (dep = the last one).
-    Tree: a reduce up and a broadcast down a binary tree rooted at GPU 0.
-    Direct: reduce-scatter to chunk owners, then all-gather from them.
+    All-reduce — ring: the buffer is cut into n chunks; in step k (0 ≤ k < 2(n−1)) GPU g sends
+    chunk (g − k) mod n to g+1, depending on what g received in step k−1 (steps < n−1 reduce,
+    the rest copy). tree: NCCL's double binary tree, each tree reducing half the buffer up to
+    its root and broadcasting it down. direct: reduce-scatter to chunk owners, then all-gather
+    from them. inswitch: every GPU sends its buffer to the switch; the switch multicasts the
+    sum (result messages depend on the last contribution).
+
+    reducescatter / allgather: the first / last n−1 ring steps (ring), or one direct exchange
+    (direct); after ring reduce-scatter GPU g owns chunk (g+1) mod n. reduce / broadcast: up /
+    down a binary tree rooted at GPU 0 (tree), or a chain through the ranks (ring). p2p: GPU 0
+    sends the buffer to GPU 1.
     """
-    if op != "allreduce":
-        raise ValueError(f"expansion of {op!r} is not supported; all-reduce only")
     size = int(size_bytes)
     msgs = []
-    if algo == "ring":
-        chunk = -(-size // n)
-        last_recv = [-1] * n   # index of the message each GPU received in the previous step
-        for step in range(2 * (n - 1)):
-            recv = [-1] * n
+    if op == "p2p":
+        return [Message(0, 1, size, 0, 0, -1)]
+    if algo not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algo!r}; choose from {', '.join(ALGORITHMS)}")
+    if op == "allreduce":
+        if algo == "ring":
+            return _ring_steps(n, size, 0, 2 * (n - 1), msgs)
+        if algo == "inswitch":
             for g in range(n):
-                c = (g - step) % n
-                msgs.append(Message(g, (g + 1) % n, min(chunk, max(0, size - c * chunk)), c,
-                                    step, last_recv[g]))
-                recv[(g + 1) % n] = len(msgs) - 1
-            last_recv = recv
-        return msgs
-    if algo == "inswitch":
-        for g in range(n):
-            msgs.append(Message(g, SWITCH, size, 0, 0, -1))
-        last = len(msgs) - 1
-        for g in range(n):
-            msgs.append(Message(SWITCH, g, size, 0, 1, last))
-        return msgs
-    if algo == "direct":
-        chunk = -(-size // n)
-        received = {}
-        for g in range(n):
+                msgs.append(Message(g, SWITCH, size, 0, 0, -1))
+            last = len(msgs) - 1
+            for g in range(n):
+                msgs.append(Message(SWITCH, g, size, 0, 1, last))
+            return msgs
+        if algo == "direct":
+            chunk = -(-size // n)
+            received = {}
+            for g in range(n):
+                for owner in range(n):
+                    if owner != g:
+                        msgs.append(Message(g, owner, chunk, owner, 0, -1))
+                        received[owner] = len(msgs) - 1
             for owner in range(n):
-                if owner != g:
-                    msgs.append(Message(g, owner, chunk, owner, 0, -1))
-                    received[owner] = len(msgs) - 1
-        for owner in range(n):
+                for g in range(n):
+                    if owner != g:
+                        msgs.append(Message(owner, g, chunk, owner, 1, received[owner]))
+            return msgs
+        if algo == "tree":
+            half = -(-size // 2)
+            for index, mapping in enumerate(double_trees(n)):
+                _tree_messages(n, half if index == 0 else size - half, index, mapping, msgs)
+            return msgs
+    if op == "reducescatter":
+        if algo in ("ring", "tree"):
+            return _ring_steps(n, size, 0, n - 1, msgs)
+        if algo in ("direct", "inswitch"):
+            chunk = -(-size // n)
             for g in range(n):
-                if owner != g:
-                    msgs.append(Message(owner, g, chunk, owner, 1, received[owner]))
-        return msgs
-    if algo == "tree":
-        up = {}
-        order = list(range(n - 1, 0, -1))   # children before parents (heap order)
-        for g in order:
-            children = [c for c in (2 * g + 1, 2 * g + 2) if c < n]
-            dep = max((up[c] for c in children), default=-1)
-            msgs.append(Message(g, (g - 1) // 2, size, 0, 0, dep))
-            up[g] = len(msgs) - 1
-        root_dep = max((up[c] for c in (1, 2) if c < n), default=-1)
-        down = {0: root_dep}
-        for g in range(n):
-            for c in (2 * g + 1, 2 * g + 2):
-                if c < n:
-                    msgs.append(Message(g, c, size, 0, 1, down[g]))
-                    down[c] = len(msgs) - 1
-        return msgs
-    raise ValueError(f"unknown algorithm {algo!r}; choose from {', '.join(ALGORITHMS)}")
+                for owner in range(n):
+                    if owner != g:
+                        msgs.append(Message(g, owner, chunk, (owner + 1) % n, 0, -1))
+            return msgs
+    if op == "allgather":
+        if algo in ("ring", "tree"):
+            return _ring_steps(n, size, n - 1, n - 1, msgs)
+        if algo in ("direct", "inswitch"):
+            chunk = -(-size // n)
+            for owner in range(n):
+                for g in range(n):
+                    if owner != g:
+                        msgs.append(Message(owner, g, chunk, (owner + 1) % n, 0, -1))
+            return msgs
+    if op in ("reduce", "broadcast"):
+        if algo == "ring":   # a chain: n-1 → … → 0 to reduce, 0 → … → n-1 to broadcast
+            for k in range(n - 1):
+                src, dst = (n - 1 - k, n - 2 - k) if op == "reduce" else (k, k + 1)
+                msgs.append(Message(src, dst, size, 0, 0 if op == "reduce" else 1,
+                                    len(msgs) - 1 if msgs else -1))
+            return msgs
+        return _tree_messages(n, size, 0, list(range(n)), msgs, up=op == "reduce",
+                              down=op == "broadcast")
+    raise ValueError(f"unknown collective {op!r}")

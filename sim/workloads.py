@@ -268,4 +268,6 @@ def build_workload(name, batch=None, **kwargs):
         raise ValueError(f"unknown model {name!r}; choose from {', '.join(sorted(builders))}")
     if batch is not None:
         kwargs["batch"] = batch
+    if "seq" in kwargs and key in ("resnet50", "vgg16"):
+        raise ValueError(f"{key} has no sequence length")
     return builders[key](**kwargs)

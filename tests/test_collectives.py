@@ -41,6 +41,10 @@ def execute(algo, n, size, rng):
                 src_data = buf[m.src, lo:hi].copy() if m.src != SWITCH else None
             elif m.src == SWITCH:
                 lo, hi, src_data = 0, size, switch_sum.copy()
+            elif algo == "tree":   # each of the two trees carries one half
+                half = -(-size // 2)
+                lo, hi = (0, half) if m.chunk == 0 else (half, size)
+                src_data = buf[m.src, lo:hi].copy()
             else:
                 lo, hi, src_data = 0, size, buf[m.src].copy()
             payloads.append((i, m, lo, hi, src_data))
@@ -66,6 +70,72 @@ def test_expansion_computes_the_sum(algo, n):
     buf, expected = execute(algo, n, 37, rng)
     for g in range(n):
         np.testing.assert_array_equal(buf[g], expected, err_msg=f"GPU {g}")
+
+
+def run_schedule(msgs, buf, reduce_steps_below, bounds):
+    """Deliver messages in dependency order (lock-step by step); messages with
+    step < reduce_steps_below add into the receiver, the others overwrite."""
+    delivered, pending = set(), list(enumerate(msgs))
+    while pending:
+        ready = [(i, m) for i, m in pending if m.dep < 0 or m.dep in delivered]
+        assert ready, "a message never became ready"
+        step = min(m.step for _, m in ready)
+        batch = [(i, m) for i, m in ready if m.step == step]
+        payloads = [(i, m, *bounds(m), buf[m.src, slice(*bounds(m))].copy()) for i, m in batch]
+        for i, m, lo, hi, data in payloads:
+            if m.step < reduce_steps_below:
+                buf[m.dst, lo:hi] += data
+            else:
+                buf[m.dst, lo:hi] = data
+            delivered.add(i)
+        pending = [(i, m) for i, m in pending if i not in delivered]
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+@pytest.mark.parametrize("algo", ["ring", "direct"])
+def test_reduce_scatter_then_all_gather(algo, n):
+    size = 41
+    rng = np.random.default_rng(n)
+    data = rng.integers(-99, 99, size=(n, size))
+    expected = data.sum(axis=0)
+    chunk = -(-size // n)
+    bounds = lambda m: (m.chunk * chunk, min(size, (m.chunk + 1) * chunk))  # noqa: E731
+    buf = data.copy()
+    run_schedule(expand_collective(algo, n, size, "reducescatter"), buf, 1 << 30, bounds)
+    for g in range(n):   # GPU g owns chunk (g+1) mod n, fully reduced
+        lo, hi = bounds(type("M", (), {"chunk": (g + 1) % n})())
+        np.testing.assert_array_equal(buf[g, lo:hi], expected[lo:hi])
+    run_schedule(expand_collective(algo, n, size, "allgather"), buf, -1, bounds)
+    for g in range(n):
+        np.testing.assert_array_equal(buf[g], expected)
+
+
+@pytest.mark.parametrize("n", [2, 3, 6, 8])
+@pytest.mark.parametrize("algo", ["ring", "tree"])
+def test_reduce_and_broadcast(algo, n):
+    size = 9
+    data = np.random.default_rng(n).integers(-99, 99, size=(n, size))
+    whole = lambda m: (0, size)  # noqa: E731
+    buf = data.copy()
+    run_schedule(expand_collective(algo, n, size, "reduce"), buf, 1 << 30, whole)
+    np.testing.assert_array_equal(buf[0], data.sum(axis=0))   # the root holds the sum
+    buf2 = data.copy()
+    run_schedule(expand_collective(algo, n, size, "broadcast"), buf2, -1, whole)
+    for g in range(n):
+        np.testing.assert_array_equal(buf2[g], data[0])
+
+
+def test_double_binary_tree_balances_inner_nodes():
+    from sim.collectives import double_trees
+    for n in (4, 8, 16):
+        inner = [set(mapping[p] for p in range(n) if 2 * p + 1 < n)
+                 for mapping in double_trees(n)]
+        assert not inner[0] & inner[1], f"n={n}: ranks inner in both trees"
+
+
+def test_p2p():
+    assert [(m.src, m.dst, m.nbytes) for m in expand_collective("ring", 2, 10, "p2p")] == \
+        [(0, 1, 10)]
 
 
 def test_ring_dependencies_chain_steps():
