@@ -1,0 +1,147 @@
+"""The fp32/bf16 adders against numpy: edge cases and hypothesis-generated values."""
+
+import numpy as np
+import pytest
+from amaranth.hdl import Module, Signal
+from amaranth.sim import Simulator
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hw.fpadd import BF16, FP32, FloatAdder, float_add
+
+
+def f32_bits(x):
+    return int(np.array(x, dtype=np.float32).view(np.uint32))
+
+
+def golden_fp32(a_bits, b_bits):
+    a = np.array(a_bits, dtype=np.uint32).view(np.float32)
+    b = np.array(b_bits, dtype=np.uint32).view(np.float32)
+    with np.errstate(all="ignore"):
+        return int((a + b).view(np.uint32))
+
+
+def bf16_to_f32(bits):
+    return np.array(bits << 16, dtype=np.uint32).view(np.float32)
+
+
+def f32_to_bf16_rne(bits):
+    """Round a float32 bit pattern to bf16, nearest-even (NaN stays NaN)."""
+    bits = int(bits)
+    if (bits >> 23) & 0xFF == 0xFF and bits & 0x7FFFFF:
+        return 0x7FC0
+    lsb = (bits >> 16) & 1
+    return ((bits + 0x7FFF + lsb) >> 16) & 0xFFFF
+
+
+def golden_bf16(a_bits, b_bits):
+    with np.errstate(all="ignore"):
+        total = bf16_to_f32(a_bits) + bf16_to_f32(b_bits)
+    return f32_to_bf16_rne(int(total.view(np.uint32)))
+
+
+def is_nan(bits, fmt):
+    exp = (bits >> fmt.frac_bits) & fmt.exp_max
+    return exp == fmt.exp_max and bits & ((1 << fmt.frac_bits) - 1) != 0
+
+
+def check(fmt, pairs):
+    a, b = Signal(fmt.width), Signal(fmt.width)
+    m = Module()
+    result = float_add(m, a, b, fmt)
+    golden = golden_fp32 if fmt is FP32 else golden_bf16
+    failures = []
+
+    async def bench(ctx):
+        for x, y in pairs:
+            ctx.set(a, x)
+            ctx.set(b, y)
+            got, want = ctx.get(result), golden(x, y)
+            if is_nan(want, fmt):
+                if got != fmt.canonical_nan:
+                    failures.append((hex(x), hex(y), hex(got), "NaN"))
+            elif got != want:
+                failures.append((hex(x), hex(y), hex(got), hex(want)))
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert not failures, f"{len(failures)} mismatches, first {failures[:5]}"
+
+
+def special_values(fmt):
+    F, E = fmt.frac_bits, fmt.exp_bits
+    top = fmt.exp_max
+    values = [0, 1, 2, 3, (1 << F) - 1, 1 << F, (1 << F) + 1,       # zero, subnormals, min normal
+              (top - 1) << F | ((1 << F) - 1),                      # max finite
+              top << F,                                             # +inf
+              fmt.canonical_nan, top << F | 1,                      # NaNs
+              (fmt.exp_max >> 1) << F,                              # 1.0
+              ((fmt.exp_max >> 1) << F) | 1,                        # 1 + ulp
+              ((fmt.exp_max >> 1) - F - 1) << F,                    # 2^-(F+1): half-ulp of 1.0
+              ((fmt.exp_max >> 1) - F - 1) << F | 1,
+              ((fmt.exp_max >> 1) + 1) << F | (1 << (F - 1))]       # 3.0
+    signed = values + [v | (1 << (fmt.width - 1)) for v in values]
+    return signed
+
+
+@pytest.mark.parametrize("fmt", [FP32, BF16], ids=["fp32", "bf16"])
+def test_special_value_grid(fmt):
+    """Every pair of: ±0, subnormals, the smallest normal, the largest finite value, ±Inf,
+    NaNs, 1.0 and neighbours whose sums are rounding ties."""
+    values = special_values(fmt)
+    check(fmt, [(x, y) for x in values for y in values])
+
+
+def test_fp32_directed():
+    cases = [
+        (1.0, 2.0 ** -24),                 # tie below 1.0 + half ulp: rounds to even (1.0)
+        (1.0 + 2.0 ** -23, 2.0 ** -24),    # tie, rounds up to even
+        (3.4028235e38, 3.4028235e38),      # overflow to +inf
+        (-3.4028235e38, -1e38),            # overflow to -inf
+        (1.0, -1.0),                       # exact cancellation: +0
+        (1e-45, -1e-45), (1e-45, 1e-45),   # subnormal arithmetic
+        (1.1754942e-38, 1e-45),            # largest subnormal + smallest: the smallest normal
+        (16777216.0, 1.0),                 # 2^24 + 1: tie to even
+        (16777218.0, 1.0),
+    ]
+    check(FP32, [(f32_bits(x), f32_bits(y)) for x, y in cases])
+
+
+fp32_bits = st.integers(0, 2**32 - 1)
+fp32_close = st.tuples(st.integers(0, 2**32 - 1), st.integers(-40, 40)).map(
+    lambda t: (t[0], (t[0] + t[1] * 0x800000) % 2**32))   # nearby exponents: cancellation
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(fp32_bits, fp32_bits), min_size=20, max_size=20))
+def test_fp32_random(pairs):
+    check(FP32, pairs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(fp32_close, min_size=20, max_size=20), st.booleans())
+def test_fp32_random_near_cancellation(pairs, negate):
+    check(FP32, [(a, b ^ (0x80000000 if negate else 0)) for a, b in pairs])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 0xFFFF), st.integers(0, 0xFFFF)),
+                min_size=50, max_size=50))
+def test_bf16_random(pairs):
+    check(BF16, pairs)
+
+
+def test_registered_adder():
+    dut = FloatAdder(FP32)
+
+    async def bench(ctx):
+        ctx.set(dut.a, f32_bits(1.5))
+        ctx.set(dut.b, f32_bits(2.25))
+        await ctx.tick()
+        assert ctx.get(dut.result) == f32_bits(3.75)
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    with pytest.raises(TypeError, match="Format must be a FloatFormat"):
+        FloatAdder("fp32")
