@@ -1,0 +1,488 @@
+"""In-switch reduction unit: adds every member's contribution to a chunk and multicasts the sum.
+
+A contribution packet (``kind = REDUCE_CONTRIB``) names a job, a slot and a chunk sequence
+number and carries one chunk: ``chunk_flits`` flits × ``lanes`` 32-bit lanes. The unit
+
+1. writes each port's contribution flits into that port's own **bank** (``bank[k][slot][flit]``)
+   at one flit per cycle — ingress never blocks, and nothing is accumulated on arrival;
+2. marks the member arrived in the slot when the contribution's last flit lands;
+3. when a slot's arrived bitmap equals its member set, **reads every bank in parallel** and
+   reduces through a fixed adder tree in member (port) order — absent members pass the other
+   operand through — so the result does not depend on the order contributions arrived in;
+4. writes each result flit into the result FIFO of every member's egress (multicast), and frees
+   the slot when its last flit has been read: the result is the credit to reuse the slot
+   (SwitchML-style self-clocking).
+
+Element types, chosen per job: ``INT32`` sums exactly in a widening tree and then wraps or
+saturates once (saturating sets the job's sticky overflow flag); ``FP32`` and ``BF16`` (two per
+lane) use IEEE round-to-nearest-even adders (:mod:`hw.fpadd`), one per tree node.
+
+Jobs are configured at run time through the ``cfg`` port: members (a port bitmap), element
+type, saturation, enable. A slot snapshots its job's members when its first contribution claims
+it, so a job's device set can change between chunks without disturbing chunks in flight or other
+jobs.
+
+Bad contributions are judged on their first flit and dropped whole, without touching any bank
+entry another contribution owns; each is counted once, by its first failing cause (see
+:data:`ERROR_CAUSES`).
+"""
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .fpadd import BF16, FP32, float_add
+from .packet import JOB_BITS, LANE_BITS, SEQ_BITS, DType, Kind, flit_layout
+
+__all__ = ["ReductionUnit", "ERROR_CAUSES", "COUNTER_BITS", "config_signature"]
+
+#: Drop causes, in the order they are checked; each bad packet counts once, on the first.
+ERROR_CAUSES = (
+    "bad_kind",        # not a contribution
+    "bad_source",      # header src is not the port it arrived on
+    "unknown_job",     # job id beyond the table, or not enabled
+    "slot_range",      # slot id >= slots
+    "not_member",      # the source port is not in the job's (or the slot's) member set
+    "wrong_dtype",     # element type differs from the job's
+    "slot_conflict",   # slot held by another job or another chunk
+    "duplicate",       # this member already contributed to this chunk
+    "bad_length",      # not exactly chunk_flits flits
+)
+#: Width of each saturating error counter.
+COUNTER_BITS = 16
+
+
+def config_signature(ports):
+    """The configuration port: one job-table write per cycle when ``valid``; ``clear`` resets
+    every error counter and overflow flag."""
+    return wiring.Signature({
+        "valid":    Out(1),
+        "job":      Out(JOB_BITS),
+        "enable":   Out(1),
+        "members":  Out(ports),
+        "dtype":    Out(DType),
+        "saturate": Out(1),
+        "clear":    Out(1),
+    })
+
+
+class ReductionUnit(wiring.Component):
+    """The reduction unit.
+
+    Parameters
+    ----------
+    ports : int
+        Ports (members are port numbers), 2..64.
+    lanes : int
+        32-bit lanes per flit.
+    slots : int
+        Slot pool size.
+    chunk_flits : int
+        Flits per contribution (one chunk).
+    jobs : int
+        Entries of the job table (job ids 0..jobs-1).
+    dtypes : tuple of str
+        Element types to build adders for (subset of ``"int32"``, ``"fp32"``, ``"bf16"``).
+    fifo_depth : int, optional
+        Result FIFO depth per egress (default: pipeline depth + 4).
+
+    Members
+    -------
+    i : In(stream.Signature(flit)).array(ports)
+        Contributions; ``ready`` is always high.
+    o : Out(stream.Signature(flit)).array(ports)
+        Results, one stream per egress port.
+    cfg : In(config_signature(ports))
+        Job table writes and counter clear.
+    errors : Out(data.ArrayLayout(COUNTER_BITS, len(ERROR_CAUSES)))
+        Saturating drop counters, indexed like :data:`ERROR_CAUSES`.
+    overflow : Out(jobs)
+        Sticky per-job flag: an int32 saturating sum was clamped.
+    reductions : Out(32)
+        Completed chunks (wrapping).
+    """
+
+    def __init__(self, ports, lanes, slots, chunk_flits, jobs=16, dtypes=("int32", "fp32",
+                                                                          "bf16"),
+                 fifo_depth=None):
+        for name, value, low, high in (("Port count", ports, 2, 64), ("Slot count", slots, 1,
+                                                                        1 << 16),
+                                       ("Chunk length", chunk_flits, 1, 1 << 16),
+                                       ("Job count", jobs, 1, 1 << JOB_BITS)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an integer, not {value!r}")
+            if not low <= value <= high:
+                raise ValueError(f"{name} must be between {low} and {high}, not {value}")
+        dtypes = tuple(dtypes)
+        unknown = [d for d in dtypes if d not in ("int32", "fp32", "bf16")]
+        if unknown or not dtypes:
+            raise ValueError(f"Element types must be a non-empty subset of int32, fp32, bf16, "
+                             f"not {dtypes!r}")
+        layout = flit_layout(lanes)
+        self._ports, self._lanes, self._slots = ports, lanes, slots
+        self._chunk, self._jobs, self._dtypes = chunk_flits, jobs, dtypes
+        self._levels = max(1, (ports - 1).bit_length())
+        self._pipeline = 1 + self._levels + 1   # bank read, tree levels, result select
+        self._fifo_depth = fifo_depth or self._pipeline + 4
+        if self._fifo_depth < self._pipeline + 1:
+            raise ValueError(f"Result FIFO depth must be at least {self._pipeline + 1}")
+        super().__init__({
+            "i": In(stream.Signature(layout)).array(ports),
+            "o": Out(stream.Signature(layout)).array(ports),
+            "cfg": In(config_signature(ports)),
+            "errors": Out(data.ArrayLayout(COUNTER_BITS, len(ERROR_CAUSES))),
+            "overflow": Out(jobs),
+            "reductions": Out(32),
+        })
+
+    ports = property(lambda self: self._ports)
+    lanes = property(lambda self: self._lanes)
+    slots = property(lambda self: self._slots)
+    chunk_flits = property(lambda self: self._chunk)
+    jobs = property(lambda self: self._jobs)
+    dtypes = property(lambda self: self._dtypes)
+    latency = property(lambda self: self._pipeline)
+
+    def elaborate(self, platform):
+        m = Module()
+        N, L, S, P, J = self._ports, self._lanes, self._slots, self._chunk, self._jobs
+        addr_depth = S * P
+
+        # -- job table ---------------------------------------------------------------------
+        job_enable = Signal(J)
+        job_members = Array(Signal(N, name=f"job{j}_members") for j in range(J))
+        job_dtype = Array(Signal(2, name=f"job{j}_dtype") for j in range(J))   # DType values
+        job_sat = Signal(J)
+        with m.If(self.cfg.valid & (self.cfg.job < J)):
+            m.d.sync += [
+                job_enable.bit_select(self.cfg.job, 1).eq(self.cfg.enable),
+                job_members[self.cfg.job].eq(self.cfg.members),
+                job_dtype[self.cfg.job].eq(self.cfg.dtype.as_value()),
+                job_sat.bit_select(self.cfg.job, 1).eq(self.cfg.saturate),
+            ]
+
+        # -- slot table --------------------------------------------------------------------
+        slot_valid = Signal(S)
+        slot_job = Array(Signal(JOB_BITS, name=f"slot{s}_job") for s in range(S))
+        slot_seq = Array(Signal(SEQ_BITS, name=f"slot{s}_seq") for s in range(S))
+        slot_members = Array(Signal(N, name=f"slot{s}_members") for s in range(S))
+        slot_arrived = Array(Signal(N, name=f"slot{s}_arrived") for s in range(S))
+        slot_dtype = Array(Signal(2, name=f"slot{s}_dtype") for s in range(S))
+        slot_sat = Signal(S)
+
+        # -- banks -------------------------------------------------------------------------
+        lane_shape = data.ArrayLayout(LANE_BITS, L)
+        read_addr = Signal(range(addr_depth))
+        read_en = Signal()
+        bank_data = []
+        write_ports = []
+        for k in range(N):
+            m.submodules[f"bank{k}"] = bank = Memory(shape=lane_shape, depth=addr_depth, init=[])
+            write_ports.append(bank.write_port())
+            rp = bank.read_port()
+            m.d.comb += [rp.addr.eq(read_addr), rp.en.eq(read_en)]
+            bank_data.append(rp.data)
+
+        # -- ingress: per-port packet state and first-flit checks ---------------------------
+        in_pkt = Signal(N)          # mid-packet
+        good = Signal(N)            # the packet in progress is being written
+        cur_slot = [Signal(range(S), name=f"p{k}_slot") for k in range(N)]
+        cur_idx = [Signal(range(P + 1), name=f"p{k}_idx") for k in range(N)]
+        claim = [Signal(name=f"p{k}_claim") for k in range(N)]
+        arrive = [Signal(name=f"p{k}_arrive") for k in range(N)]
+        arrive_slot = [Signal(range(S), name=f"p{k}_arrive_slot") for k in range(N)]
+        cause_hit = [Signal(len(ERROR_CAUSES), name=f"p{k}_cause") for k in range(N)]
+
+        slot_free_now = Signal(S)   # freed by the engine this cycle (see below)
+        for k, port in enumerate(self.i):
+            m.d.comb += port.ready.eq(1)
+            hdr = port.payload
+            first = port.valid & ~in_pkt[k]
+            slot_id = hdr.user.slot
+            job_id = hdr.user.job
+            in_range = slot_id < S
+            slot = Signal(range(S), name=f"p{k}_hslot")
+            m.d.comb += slot.eq(Mux(in_range, slot_id, 0))
+            job_ok = (job_id < J) & job_enable.bit_select(job_id[:max(1, (J - 1).bit_length())], 1)
+            jslot = job_id[:max(1, (J - 1).bit_length())]
+
+            # The slot as this port sees it, including claims by lower ports this cycle.
+            v_valid = Signal(name=f"p{k}_v_valid")
+            v_job = Signal(JOB_BITS, name=f"p{k}_v_job")
+            v_seq = Signal(SEQ_BITS, name=f"p{k}_v_seq")
+            v_members = Signal(N, name=f"p{k}_v_members")
+            m.d.comb += [
+                v_valid.eq(slot_valid.bit_select(slot, 1)),
+                v_job.eq(slot_job[slot]), v_seq.eq(slot_seq[slot]),
+                v_members.eq(slot_members[slot]),
+            ]
+            for j in reversed(range(k)):   # the lowest claiming port wins (assigned last)
+                other = self.i[j].payload
+                with m.If(claim[j] & (cur_slot_next(j, self, S) == slot)):
+                    m.d.comb += [v_valid.eq(1), v_job.eq(other.user.job),
+                                 v_seq.eq(other.user.seq),
+                                 v_members.eq(job_members[other.user.job[:max(1, (J - 1).bit_length())]])]
+            members = Mux(v_valid, v_members, job_members[jslot])
+            checks = [
+                hdr.user.kind != Kind.REDUCE_CONTRIB,
+                hdr.src != k,
+                ~job_ok,
+                ~in_range,
+                ~members[k],
+                hdr.user.dtype.as_value() != job_dtype[jslot],
+                v_valid & ((v_job != job_id) | (v_seq != hdr.user.seq)),
+                v_valid & slot_arrived[slot].bit_select(k, 1),
+                Const(0, 1),   # bad_length is found later
+            ]
+            bad = Signal(name=f"p{k}_bad")
+            m.d.comb += bad.eq(Cat(*checks).any())
+            for c, check in enumerate(checks[:-1]):
+                earlier = Cat(*checks[:c]).any() if c else Const(0, 1)
+                m.d.comb += cause_hit[k][c].eq(first & check & ~earlier)
+            m.d.comb += claim[k].eq(first & ~bad & ~v_valid)
+
+            wp = write_ports[k]
+            idx = cur_idx[k]
+            with m.If(port.valid):
+                with m.If(first):
+                    m.d.sync += [in_pkt[k].eq(~hdr.last), good[k].eq(~bad & ~hdr.last),
+                                 cur_slot[k].eq(slot), idx.eq(1)]
+                    m.d.comb += [wp.en.eq(~bad), wp.addr.eq(slot * P), wp.data.eq(hdr.data)]
+                    with m.If(~bad & hdr.last):
+                        if P == 1:
+                            m.d.comb += [arrive[k].eq(1), arrive_slot[k].eq(slot)]
+                        else:
+                            m.d.comb += cause_hit[k][ERROR_CAUSES.index("bad_length")].eq(1)
+                with m.Else():
+                    m.d.sync += idx.eq(Mux(idx < P, idx + 1, idx))
+                    with m.If(hdr.last):
+                        m.d.sync += [in_pkt[k].eq(0), good[k].eq(0)]
+                    with m.If(good[k]):
+                        too_long = idx >= P
+                        m.d.comb += [wp.en.eq(~too_long), wp.addr.eq(cur_slot[k] * P + idx),
+                                     wp.data.eq(hdr.data)]
+                        with m.If(too_long):
+                            m.d.sync += good[k].eq(0)
+                            m.d.comb += cause_hit[k][ERROR_CAUSES.index("bad_length")].eq(1)
+                        with m.Elif(hdr.last):
+                            with m.If(idx == P - 1):
+                                m.d.comb += [arrive[k].eq(1), arrive_slot[k].eq(cur_slot[k])]
+                            with m.Else():
+                                m.d.comb += cause_hit[k][ERROR_CAUSES.index("bad_length")].eq(1)
+
+        # -- slot table updates ------------------------------------------------------------
+        for s in range(S):
+            set_bits = Signal(N, name=f"slot{s}_set")
+            m.d.comb += set_bits.eq(Cat(arrive[k] & (arrive_slot[k] == s) for k in range(N)))
+            claimed = Signal(name=f"slot{s}_claimed")
+            m.d.comb += claimed.eq(Cat(claim[k] & (cur_slot_next(k, self, S) == s)
+                                       for k in range(N)).any())
+            with m.If(slot_free_now[s]):
+                m.d.sync += [slot_valid[s].eq(0), slot_arrived[s].eq(0)]
+            with m.Else():
+                m.d.sync += slot_arrived[s].eq(slot_arrived[s] | set_bits)
+                with m.If(claimed):
+                    m.d.sync += slot_valid[s].eq(1)
+            for k in reversed(range(N)):   # the lowest claiming port's header is stored
+                hdr = self.i[k].payload
+                jslot = hdr.user.job[:max(1, (J - 1).bit_length())]
+                with m.If(claim[k] & (cur_slot_next(k, self, S) == s)):
+                    m.d.sync += [slot_job[s].eq(hdr.user.job), slot_seq[s].eq(hdr.user.seq),
+                                 slot_members[s].eq(job_members[jslot]),
+                                 slot_dtype[s].eq(hdr.user.dtype.as_value()),
+                                 slot_sat[s].eq(job_sat.bit_select(jslot, 1))]
+
+        # -- engine: pick a complete slot, read its flits, reduce ---------------------------
+        complete = Signal(S)
+        m.d.comb += complete.eq(Cat(slot_valid[s] & (slot_arrived[s] == slot_members[s]) &
+                                    slot_members[s].any() for s in range(S)))
+        busy = Signal()
+        eng_slot = Signal(range(S))
+        eng_idx = Signal(range(max(P, 2)))
+        pick = Signal(range(S))
+        for s in reversed(range(S)):
+            with m.If(complete[s]):
+                m.d.comb += pick.eq(s)
+
+        # Credits: results in flight must fit in every member's FIFO.
+        fifos = []
+        for k in range(N):
+            m.submodules[f"result_fifo{k}"] = q = fifo.SyncFIFOBuffered(
+                width=flit_layout(L).size, depth=self._fifo_depth)
+            fifos.append(q)
+        in_flight = Signal(range(self._pipeline + 2))
+        room = Signal()
+        eng_members = Signal(N)
+        m.d.comb += eng_members.eq(slot_members[Mux(busy, eng_slot, pick)])
+        m.d.comb += room.eq(Cat(~eng_members[k] |
+                                (fifos[k].level + in_flight < self._fifo_depth - 1)
+                                for k in range(N)).all())
+        start = ~busy & complete.any()
+        issue = Signal()
+        m.d.comb += issue.eq((busy | start) & room)
+        cur = Signal(range(S))
+        m.d.comb += cur.eq(Mux(busy, eng_slot, pick))
+        last_issue = Signal()
+        m.d.comb += last_issue.eq(issue & Mux(busy, eng_idx == P - 1, P == 1))
+        with m.If(issue):
+            m.d.comb += [read_en.eq(1), read_addr.eq(cur * P + Mux(busy, eng_idx, 0))]
+            with m.If(last_issue):
+                m.d.sync += [busy.eq(0), eng_idx.eq(0)]
+                m.d.comb += slot_free_now.eq(Const(1, S) << cur)
+            with m.Else():
+                m.d.sync += [busy.eq(1), eng_slot.eq(cur),
+                             eng_idx.eq(Mux(busy, eng_idx + 1, 1))]
+
+        # Metadata travels beside the data through the pipeline.
+        meta_layout = data.StructLayout({
+            "valid": 1, "last": 1, "slot": range(S), "members": N, "job": JOB_BITS,
+            "seq": SEQ_BITS, "dtype": DType, "sat": 1})
+        stages = [Signal(meta_layout, name=f"meta{d}") for d in range(self._pipeline)]
+        m.d.sync += [
+            stages[0].valid.eq(issue), stages[0].last.eq(last_issue), stages[0].slot.eq(cur),
+            stages[0].members.eq(eng_members), stages[0].job.eq(slot_job[cur]),
+            stages[0].seq.eq(slot_seq[cur]), stages[0].dtype.as_value().eq(slot_dtype[cur]),
+            stages[0].sat.eq(slot_sat.bit_select(cur, 1)),
+        ]
+        for d in range(1, self._pipeline):
+            m.d.sync += stages[d].eq(stages[d - 1])
+        # in_flight counts issued flits not yet in the FIFOs
+        entering = issue
+        leaving = stages[-1].valid
+        m.d.sync += in_flight.eq(in_flight + entering - leaving)
+
+        # Adder trees over the bank outputs (stage 0 holds the read data), one level per stage.
+        members0 = stages[0].members
+        result_lanes = []
+        sat_flags = []
+        for lane in range(L):
+            leaves = [(bank_data[k][lane], members0[k]) for k in range(N)]
+            r, flag = self._reduce_lane(m, leaves, stages, lane)
+            result_lanes.append(r)
+            sat_flags.append(flag)
+
+        out_meta = stages[-1]
+        result = Signal(flit_layout(L))
+        m.d.comb += [
+            result.data.eq(Cat(*result_lanes)),
+            result.last.eq(out_meta.last),
+            result.src.eq(0),
+            result.user.kind.eq(Kind.REDUCE_RESULT),
+            result.user.dtype.eq(out_meta.dtype),
+            result.user.job.eq(out_meta.job),
+            result.user.slot.eq(out_meta.slot),
+            result.user.seq.eq(out_meta.seq),
+        ]
+        for k in range(N):
+            q = fifos[k]
+            copy = Signal(flit_layout(L), name=f"result{k}")
+            m.d.comb += [copy.eq(result), copy.dst.eq(k)]
+            m.d.comb += [q.w_data.eq(copy), q.w_en.eq(out_meta.valid & out_meta.members[k])]
+            out = self.o[k]
+            m.d.comb += [out.payload.eq(q.r_data), out.valid.eq(q.r_rdy),
+                         q.r_en.eq(out.ready)]
+
+        # -- counters and flags ------------------------------------------------------------
+        for c in range(len(ERROR_CAUSES)):
+            hits = Cat(cause_hit[k][c] for k in range(N))
+            total = Signal(range(N + 1), name=f"hits_{ERROR_CAUSES[c]}")
+            m.d.comb += total.eq(sum(hits[k] for k in range(N)))
+            counter = self.errors[c]
+            with m.If(self.cfg.clear):
+                m.d.sync += counter.eq(0)
+            with m.Elif(total != 0):
+                bumped = counter + total
+                m.d.sync += counter.eq(Mux(bumped > (1 << COUNTER_BITS) - 1,
+                                           (1 << COUNTER_BITS) - 1, bumped))
+        any_sat = Signal()
+        m.d.comb += any_sat.eq(out_meta.valid & Cat(*sat_flags).any())
+        with m.If(self.cfg.clear):
+            m.d.sync += self.overflow.eq(0)
+        with m.Elif(any_sat):
+            m.d.sync += self.overflow.bit_select(out_meta.job[:max(1, (J - 1).bit_length())],
+                                                 1).eq(1)
+        with m.If(out_meta.valid & out_meta.last):
+            m.d.sync += self.reductions.eq(self.reductions + 1)
+        return m
+
+    # -- one lane's reduction tree -------------------------------------------------------------
+
+    def _reduce_lane(self, m, leaves, stages, lane):
+        """Reduce ``leaves`` ([(word, present)] in member order) through ``self._levels``
+        registered levels; returns ``(word at the last stage, saturated flag)``."""
+        dtypes = self._dtypes
+        int_width = LANE_BITS + self._levels
+        # Each node carries: int (wide, signed), fp32 word, two bf16 halves, present.
+        nodes = []
+        for word, present in leaves:
+            nodes.append({"int": word.as_signed(), "f32": word, "b0": word[:16],
+                          "b1": word[16:], "p": present})
+        for level in range(self._levels):
+            nxt = []
+            for pair in range(0, len(nodes), 2):
+                a = nodes[pair]
+                b = nodes[pair + 1] if pair + 1 < len(nodes) else None
+                tag = f"l{lane}_v{level}_{pair // 2}"
+                node = {}
+                reg = lambda shape, name: Signal(shape, name=f"{tag}_{name}")  # noqa: E731
+                node["p"] = reg(1, "p")
+                if b is None:
+                    for key in ("int", "f32", "b0", "b1"):
+                        if key == "int" and "int32" not in dtypes:
+                            continue
+                        if key == "f32" and "fp32" not in dtypes:
+                            continue
+                        if key in ("b0", "b1") and "bf16" not in dtypes:
+                            continue
+                        node[key] = reg(signed(int_width) if key == "int" else len(a[key]), key)
+                        m.d.sync += node[key].eq(a[key])
+                    m.d.sync += node["p"].eq(a["p"])
+                    nxt.append(node)
+                    continue
+                m.d.sync += node["p"].eq(a["p"] | b["p"])
+                if "int32" in dtypes:
+                    node["int"] = reg(signed(int_width), "int")
+                    m.d.sync += node["int"].eq(Mux(a["p"], a["int"], 0) + Mux(b["p"], b["int"], 0))
+                for key, fmt, enabled in (("f32", FP32, "fp32" in dtypes),
+                                          ("b0", BF16, "bf16" in dtypes),
+                                          ("b1", BF16, "bf16" in dtypes)):
+                    if not enabled:
+                        continue
+                    total = float_add(m, a[key], b[key], fmt, prefix=f"{tag}_{key}")
+                    node[key] = reg(fmt.width, key)
+                    m.d.sync += node[key].eq(Mux(a["p"] & b["p"], total,
+                                                 Mux(a["p"], a[key], b[key])))
+                nxt.append(node)
+            nodes = nxt
+        root = nodes[0]
+        # Final stage: pick by element type; wrap or saturate int32 once.
+        meta = stages[-2]
+        out = Signal(LANE_BITS, name=f"lane{lane}_result")
+        flag = Signal(name=f"lane{lane}_saturated")
+        lo, hi = -(1 << 31), (1 << 31) - 1
+        with m.Switch(meta.dtype):
+            if "int32" in dtypes:
+                with m.Case(DType.INT32):
+                    wide = root["int"]
+                    over = (wide > hi) | (wide < lo)
+                    with m.If(meta.sat & over):
+                        m.d.sync += [out.eq(Mux(wide < 0, Const(lo & 0xFFFFFFFF, 32),
+                                                Const(hi, 32))), flag.eq(1)]
+                    with m.Else():
+                        m.d.sync += [out.eq(wide[:LANE_BITS]), flag.eq(0)]
+            if "fp32" in dtypes:
+                with m.Case(DType.FP32):
+                    m.d.sync += [out.eq(root["f32"]), flag.eq(0)]
+            if "bf16" in dtypes:
+                with m.Case(DType.BF16):
+                    m.d.sync += [out.eq(Cat(root["b0"], root["b1"])), flag.eq(0)]
+            with m.Default():
+                m.d.sync += [out.eq(0), flag.eq(0)]
+        return out, flag
+
+
+def cur_slot_next(k, unit, S):
+    """Port ``k``'s header slot, clamped into range (the slot a first flit claims)."""
+    slot = unit.i[k].payload.user.slot
+    return Mux(slot < S, slot, 0)
