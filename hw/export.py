@@ -17,9 +17,11 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .arbiter import PRIO_BITS, QUANTUM_BITS, WEIGHT_BITS, LinkArbiter, Policy
-from .packet import LANE_BITS, PORT_BITS, USER_LAYOUT, field_table, flit_layout
+from .packet import JOB_BITS, LANE_BITS, PORT_BITS, USER_LAYOUT, field_table, flit_layout
+from .reduce import COUNTER_BITS, ERROR_CAUSES, ReductionUnit
 
-__all__ = ["AXIS_SIGNALS", "AxisArbiter", "export_arbiter", "sidecar", "fix_initial_values"]
+__all__ = ["AXIS_SIGNALS", "AxisArbiter", "AxisReduce", "export_arbiter", "export_reduce",
+           "sidecar", "fix_initial_values"]
 
 
 def _axis_members(prefix, lanes, flipped):
@@ -106,6 +108,52 @@ class AxisArbiter(wiring.Component):
 
 
 # `reg [W:0] name = V;`, where name is plain or an escaped identifier (`\...` up to a space).
+class AxisReduce(wiring.Component):
+    """:class:`hw.reduce.ReductionUnit` with AXI4-Stream port names.
+
+    Members: ``s{i}_axis_*`` (contributions in), ``m{i}_axis_*`` (results out), the
+    configuration port ``cfg_valid/job/enable/members/dtype/saturate/clear``, and the
+    status outputs ``err_<cause>`` (saturating counters), ``overflow`` (per job) and
+    ``reductions``.
+    """
+
+    def __init__(self, ports, lanes, slots, chunk_flits, jobs=16, dtypes=("int32", "fp32",
+                                                                          "bf16")):
+        self.unit = ReductionUnit(ports, lanes, slots, chunk_flits, jobs=jobs, dtypes=dtypes)
+        members = {}
+        for k in range(ports):
+            members.update(_axis_members(f"s{k}_axis", lanes, flipped=False))
+        for k in range(ports):
+            members.update(_axis_members(f"m{k}_axis", lanes, flipped=True))
+        members.update({
+            "cfg_valid": In(1), "cfg_job": In(JOB_BITS), "cfg_enable": In(1),
+            "cfg_members": In(ports), "cfg_dtype": In(2), "cfg_saturate": In(1),
+            "cfg_clear": In(1),
+        })
+        for cause in ERROR_CAUSES:
+            members[f"err_{cause}"] = Out(COUNTER_BITS)
+        members["overflow"] = Out(jobs)
+        members["reductions"] = Out(32)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.reduce = unit = self.unit
+        for k in range(unit.ports):
+            _connect_in(m, self, f"s{k}_axis", unit.i[k])
+            _connect_out(m, self, f"m{k}_axis", unit.o[k])
+        m.d.comb += [
+            unit.cfg.valid.eq(self.cfg_valid), unit.cfg.job.eq(self.cfg_job),
+            unit.cfg.enable.eq(self.cfg_enable), unit.cfg.members.eq(self.cfg_members),
+            unit.cfg.dtype.eq(self.cfg_dtype), unit.cfg.saturate.eq(self.cfg_saturate),
+            unit.cfg.clear.eq(self.cfg_clear),
+            self.overflow.eq(unit.overflow), self.reductions.eq(unit.reductions),
+        ]
+        for c, cause in enumerate(ERROR_CAUSES):
+            m.d.comb += getattr(self, f"err_{cause}").eq(unit.errors[c])
+        return m
+
+
 _INIT_RE = re.compile(r"^(\s*)reg ((?:signed )?(?:\[[^\]]+\] )?)(\\\S+ |[A-Za-z_][\w$]*) ?= "
                       r"([^;]+);$", re.MULTILINE)
 
@@ -160,7 +208,9 @@ def _port_rows(top):
              "role": "synchronous reset, active high"}]
     for name, member in top.signature.members.items():
         direction = "in" if member.flow == In else "out"
-        role = "configuration (run-time)" if name.startswith("cfg_") else "AXI4-Stream"
+        role = ("configuration (run-time)" if name.startswith("cfg_") else
+                "status" if name.startswith(("err_", "overflow", "reductions")) else
+                "AXI4-Stream")
         rows.append({"name": name, "direction": direction, "width": member.shape.width
                      if hasattr(member.shape, "width") else int(member.shape),
                      "role": role})
@@ -191,3 +241,15 @@ def export_arbiter(ports, lanes, policy, name=None):
     name = name or f"innet_arbiter_{policy.value}_p{ports}_l{lanes}"
     params = {"ports": ports, "lanes": lanes, "policy": policy.value}
     return to_verilog(top, name), sidecar(top, name, "arbiter", params)
+
+
+def export_reduce(ports, lanes, slots, chunk_flits, jobs=16, dtypes=("int32", "fp32", "bf16"),
+                  name=None):
+    """``(verilog_text, sidecar_dict)`` for an AXI-named reduction unit."""
+    top = AxisReduce(ports, lanes, slots, chunk_flits, jobs, dtypes)
+    tag = "_".join(dtypes) if tuple(dtypes) != ("int32", "fp32", "bf16") else "all"
+    name = name or f"innet_reduce_p{ports}_l{lanes}_s{slots}_c{chunk_flits}_{tag}"
+    params = {"ports": ports, "lanes": lanes, "slots": slots, "chunk_flits": chunk_flits,
+              "jobs": jobs, "dtypes": list(dtypes), "latency_cycles": top.unit.latency,
+              "error_causes": list(ERROR_CAUSES)}
+    return to_verilog(top, name), sidecar(top, name, "reduce", params)

@@ -27,11 +27,12 @@ entry another contribution owns; each is counted once, by its first failing caus
 :data:`ERROR_CAUSES`).
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from .arbiter import select
 from .fpadd import BF16, FP32, float_add
 from .packet import JOB_BITS, LANE_BITS, SEQ_BITS, DType, Kind, flit_layout
 
@@ -147,28 +148,29 @@ class ReductionUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         N, L, S, P, J = self._ports, self._lanes, self._slots, self._chunk, self._jobs
-        addr_depth = S * P
+        addr_depth = max(S * P, 2)   # a one-entry memory would have a zero-width address
 
         # -- job table ---------------------------------------------------------------------
         job_enable = Signal(J)
-        job_members = Array(Signal(N, name=f"job{j}_members") for j in range(J))
-        job_dtype = Array(Signal(2, name=f"job{j}_dtype") for j in range(J))   # DType values
+        job_members = [Signal(N, name=f"job{j}_members") for j in range(J)]
+        job_dtype = [Signal(2, name=f"job{j}_dtype") for j in range(J)]   # DType values
         job_sat = Signal(J)
-        with m.If(self.cfg.valid & (self.cfg.job < J)):
-            m.d.sync += [
-                job_enable.bit_select(self.cfg.job, 1).eq(self.cfg.enable),
-                job_members[self.cfg.job].eq(self.cfg.members),
-                job_dtype[self.cfg.job].eq(self.cfg.dtype.as_value()),
-                job_sat.bit_select(self.cfg.job, 1).eq(self.cfg.saturate),
-            ]
+        for j in range(J):   # one comparison per entry: no run-time-indexed assignment
+            with m.If(self.cfg.valid & (self.cfg.job == j)):
+                m.d.sync += [
+                    job_enable[j].eq(self.cfg.enable),
+                    job_members[j].eq(self.cfg.members),
+                    job_dtype[j].eq(self.cfg.dtype.as_value()),
+                    job_sat[j].eq(self.cfg.saturate),
+                ]
 
         # -- slot table --------------------------------------------------------------------
         slot_valid = Signal(S)
-        slot_job = Array(Signal(JOB_BITS, name=f"slot{s}_job") for s in range(S))
-        slot_seq = Array(Signal(SEQ_BITS, name=f"slot{s}_seq") for s in range(S))
-        slot_members = Array(Signal(N, name=f"slot{s}_members") for s in range(S))
-        slot_arrived = Array(Signal(N, name=f"slot{s}_arrived") for s in range(S))
-        slot_dtype = Array(Signal(2, name=f"slot{s}_dtype") for s in range(S))
+        slot_job = [Signal(JOB_BITS, name=f"slot{s}_job") for s in range(S)]
+        slot_seq = [Signal(SEQ_BITS, name=f"slot{s}_seq") for s in range(S)]
+        slot_members = [Signal(N, name=f"slot{s}_members") for s in range(S)]
+        slot_arrived = [Signal(N, name=f"slot{s}_arrived") for s in range(S)]
+        slot_dtype = [Signal(2, name=f"slot{s}_dtype") for s in range(S)]
         slot_sat = Signal(S)
 
         # -- banks -------------------------------------------------------------------------
@@ -187,11 +189,11 @@ class ReductionUnit(wiring.Component):
         # -- ingress: per-port packet state and first-flit checks ---------------------------
         in_pkt = Signal(N)          # mid-packet
         good = Signal(N)            # the packet in progress is being written
-        cur_slot = [Signal(range(S), name=f"p{k}_slot") for k in range(N)]
+        cur_slot = [Signal(range(max(S, 2)), name=f"p{k}_slot") for k in range(N)]
         cur_idx = [Signal(range(P + 1), name=f"p{k}_idx") for k in range(N)]
         claim = [Signal(name=f"p{k}_claim") for k in range(N)]
         arrive = [Signal(name=f"p{k}_arrive") for k in range(N)]
-        arrive_slot = [Signal(range(S), name=f"p{k}_arrive_slot") for k in range(N)]
+        arrive_slot = [Signal(range(max(S, 2)), name=f"p{k}_arrive_slot") for k in range(N)]
         cause_hit = [Signal(len(ERROR_CAUSES), name=f"p{k}_cause") for k in range(N)]
 
         slot_free_now = Signal(S)   # freed by the engine this cycle (see below)
@@ -202,7 +204,7 @@ class ReductionUnit(wiring.Component):
             slot_id = hdr.user.slot
             job_id = hdr.user.job
             in_range = slot_id < S
-            slot = Signal(range(S), name=f"p{k}_hslot")
+            slot = Signal(range(max(S, 2)), name=f"p{k}_hslot")
             m.d.comb += slot.eq(Mux(in_range, slot_id, 0))
             job_ok = (job_id < J) & job_enable.bit_select(job_id[:max(1, (J - 1).bit_length())], 1)
             jslot = job_id[:max(1, (J - 1).bit_length())]
@@ -214,25 +216,29 @@ class ReductionUnit(wiring.Component):
             v_members = Signal(N, name=f"p{k}_v_members")
             m.d.comb += [
                 v_valid.eq(slot_valid.bit_select(slot, 1)),
-                v_job.eq(slot_job[slot]), v_seq.eq(slot_seq[slot]),
-                v_members.eq(slot_members[slot]),
+                v_job.eq(select(m, slot, slot_job, JOB_BITS, f"p{k}_sjob")),
+                v_seq.eq(select(m, slot, slot_seq, SEQ_BITS, f"p{k}_sseq")),
+                v_members.eq(select(m, slot, slot_members, N, f"p{k}_smembers")),
             ]
             for j in reversed(range(k)):   # the lowest claiming port wins (assigned last)
                 other = self.i[j].payload
                 with m.If(claim[j] & (cur_slot_next(j, self, S) == slot)):
                     m.d.comb += [v_valid.eq(1), v_job.eq(other.user.job),
                                  v_seq.eq(other.user.seq),
-                                 v_members.eq(job_members[other.user.job[:max(1, (J - 1).bit_length())]])]
-            members = Mux(v_valid, v_members, job_members[jslot])
+                                 v_members.eq(select(m, other.user.job, job_members, N,
+                                                     f"p{k}_from{j}_members"))]
+            job_m = select(m, job_id, job_members, N, f"p{k}_jmembers")
+            job_d = select(m, job_id, job_dtype, 2, f"p{k}_jdtype")
+            members = Mux(v_valid, v_members, job_m)
             checks = [
                 hdr.user.kind != Kind.REDUCE_CONTRIB,
                 hdr.src != k,
                 ~job_ok,
                 ~in_range,
                 ~members[k],
-                hdr.user.dtype.as_value() != job_dtype[jslot],
+                hdr.user.dtype.as_value() != job_d,
                 v_valid & ((v_job != job_id) | (v_seq != hdr.user.seq)),
-                v_valid & slot_arrived[slot].bit_select(k, 1),
+                v_valid & select(m, slot, slot_arrived, N, f"p{k}_sarrived")[k],
                 Const(0, 1),   # bad_length is found later
             ]
             bad = Signal(name=f"p{k}_bad")
@@ -289,7 +295,8 @@ class ReductionUnit(wiring.Component):
                 jslot = hdr.user.job[:max(1, (J - 1).bit_length())]
                 with m.If(claim[k] & (cur_slot_next(k, self, S) == s)):
                     m.d.sync += [slot_job[s].eq(hdr.user.job), slot_seq[s].eq(hdr.user.seq),
-                                 slot_members[s].eq(job_members[jslot]),
+                                 slot_members[s].eq(select(m, hdr.user.job, job_members, N,
+                                                           f"s{s}_p{k}_members")),
                                  slot_dtype[s].eq(hdr.user.dtype.as_value()),
                                  slot_sat[s].eq(job_sat.bit_select(jslot, 1))]
 
@@ -298,9 +305,9 @@ class ReductionUnit(wiring.Component):
         m.d.comb += complete.eq(Cat(slot_valid[s] & (slot_arrived[s] == slot_members[s]) &
                                     slot_members[s].any() for s in range(S)))
         busy = Signal()
-        eng_slot = Signal(range(S))
+        eng_slot = Signal(range(max(S, 2)))
         eng_idx = Signal(range(max(P, 2)))
-        pick = Signal(range(S))
+        pick = Signal(range(max(S, 2)))
         for s in reversed(range(S)):
             with m.If(complete[s]):
                 m.d.comb += pick.eq(s)
@@ -314,14 +321,15 @@ class ReductionUnit(wiring.Component):
         in_flight = Signal(range(self._pipeline + 2))
         room = Signal()
         eng_members = Signal(N)
-        m.d.comb += eng_members.eq(slot_members[Mux(busy, eng_slot, pick)])
+        m.d.comb += eng_members.eq(select(m, Mux(busy, eng_slot, pick), slot_members, N,
+                                          "eng_members_sel"))
         m.d.comb += room.eq(Cat(~eng_members[k] |
                                 (fifos[k].level + in_flight < self._fifo_depth - 1)
                                 for k in range(N)).all())
         start = ~busy & complete.any()
         issue = Signal()
         m.d.comb += issue.eq((busy | start) & room)
-        cur = Signal(range(S))
+        cur = Signal(range(max(S, 2)))
         m.d.comb += cur.eq(Mux(busy, eng_slot, pick))
         last_issue = Signal()
         m.d.comb += last_issue.eq(issue & Mux(busy, eng_idx == P - 1, P == 1))
@@ -336,13 +344,15 @@ class ReductionUnit(wiring.Component):
 
         # Metadata travels beside the data through the pipeline.
         meta_layout = data.StructLayout({
-            "valid": 1, "last": 1, "slot": range(S), "members": N, "job": JOB_BITS,
+            "valid": 1, "last": 1, "slot": range(max(S, 2)), "members": N, "job": JOB_BITS,
             "seq": SEQ_BITS, "dtype": DType, "sat": 1})
         stages = [Signal(meta_layout, name=f"meta{d}") for d in range(self._pipeline)]
         m.d.sync += [
             stages[0].valid.eq(issue), stages[0].last.eq(last_issue), stages[0].slot.eq(cur),
-            stages[0].members.eq(eng_members), stages[0].job.eq(slot_job[cur]),
-            stages[0].seq.eq(slot_seq[cur]), stages[0].dtype.as_value().eq(slot_dtype[cur]),
+            stages[0].members.eq(eng_members),
+            stages[0].job.eq(select(m, cur, slot_job, JOB_BITS, "eng_job")),
+            stages[0].seq.eq(select(m, cur, slot_seq, SEQ_BITS, "eng_seq")),
+            stages[0].dtype.as_value().eq(select(m, cur, slot_dtype, 2, "eng_dtype")),
             stages[0].sat.eq(slot_sat.bit_select(cur, 1)),
         ]
         for d in range(1, self._pipeline):
@@ -400,8 +410,9 @@ class ReductionUnit(wiring.Component):
         with m.If(self.cfg.clear):
             m.d.sync += self.overflow.eq(0)
         with m.Elif(any_sat):
-            m.d.sync += self.overflow.bit_select(out_meta.job[:max(1, (J - 1).bit_length())],
-                                                 1).eq(1)
+            for j in range(J):
+                with m.If(out_meta.job == j):
+                    m.d.sync += self.overflow[j].eq(1)
         with m.If(out_meta.valid & out_meta.last):
             m.d.sync += self.reductions.eq(self.reductions + 1)
         return m

