@@ -19,8 +19,10 @@ from amaranth.lib.wiring import In, Out
 from .arbiter import PRIO_BITS, QUANTUM_BITS, WEIGHT_BITS, LinkArbiter, Policy
 from .packet import JOB_BITS, LANE_BITS, PORT_BITS, USER_LAYOUT, field_table, flit_layout
 from .reduce import COUNTER_BITS, ERROR_CAUSES, ReductionUnit
+from .switch import DROP_CAUSES, Switch
 
-__all__ = ["AXIS_SIGNALS", "AxisArbiter", "AxisReduce", "export_arbiter", "export_reduce",
+__all__ = ["AXIS_SIGNALS", "AxisArbiter", "AxisReduce", "AxisSwitch", "export_arbiter",
+           "export_reduce", "export_switch",
            "sidecar", "fix_initial_values"]
 
 
@@ -154,6 +156,59 @@ class AxisReduce(wiring.Component):
         return m
 
 
+class AxisSwitch(wiring.Component):
+    """:class:`hw.switch.Switch` with AXI4-Stream port names: ``s{i}_axis_*`` from GPU i,
+    ``m{i}_axis_*`` to GPU i, the reduction configuration port ``cfg_*``, per-class arbitration
+    inputs (``cfg_mem_priority`` … by policy), and status outputs ``drop_<cause>``,
+    ``err_<cause>``, ``overflow``, ``reductions``."""
+
+    def __init__(self, ports, lanes, slots, chunk_flits, jobs=16,
+                 dtypes=("int32", "fp32", "bf16"), policy="rr"):
+        self.switch = Switch(ports, lanes, slots, chunk_flits, jobs, dtypes, policy)
+        members = {}
+        for k in range(ports):
+            members.update(_axis_members(f"s{k}_axis", lanes, flipped=False))
+        for k in range(ports):
+            members.update(_axis_members(f"m{k}_axis", lanes, flipped=True))
+        members.update({
+            "cfg_valid": In(1), "cfg_job": In(JOB_BITS), "cfg_enable": In(1),
+            "cfg_members": In(ports), "cfg_dtype": In(2), "cfg_saturate": In(1),
+            "cfg_clear": In(1),
+        })
+        for name, member in self.switch.signature.members.items():
+            if name.startswith("cfg_"):
+                members[name] = In(member.shape)
+        for cause in DROP_CAUSES:
+            members[f"drop_{cause}"] = Out(16)
+        for cause in ERROR_CAUSES:
+            members[f"err_{cause}"] = Out(COUNTER_BITS)
+        members["overflow"] = Out(jobs)
+        members["reductions"] = Out(32)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.switch = sw = self.switch
+        for k in range(sw.ports):
+            _connect_in(m, self, f"s{k}_axis", sw.i[k])
+            _connect_out(m, self, f"m{k}_axis", sw.o[k])
+        m.d.comb += [
+            sw.cfg.valid.eq(self.cfg_valid), sw.cfg.job.eq(self.cfg_job),
+            sw.cfg.enable.eq(self.cfg_enable), sw.cfg.members.eq(self.cfg_members),
+            sw.cfg.dtype.eq(self.cfg_dtype), sw.cfg.saturate.eq(self.cfg_saturate),
+            sw.cfg.clear.eq(self.cfg_clear),
+            self.overflow.eq(sw.overflow), self.reductions.eq(sw.reductions),
+        ]
+        for name in sw.signature.members:
+            if name.startswith("cfg_"):
+                m.d.comb += getattr(sw, name).eq(getattr(self, name))
+        for c, cause in enumerate(DROP_CAUSES):
+            m.d.comb += getattr(self, f"drop_{cause}").eq(sw.drops[c])
+        for c, cause in enumerate(ERROR_CAUSES):
+            m.d.comb += getattr(self, f"err_{cause}").eq(sw.reduce_errors[c])
+        return m
+
+
 _INIT_RE = re.compile(r"^(\s*)reg ((?:signed )?(?:\[[^\]]+\] )?)(\\\S+ |[A-Za-z_][\w$]*) ?= "
                       r"([^;]+);$", re.MULTILINE)
 
@@ -209,7 +264,7 @@ def _port_rows(top):
     for name, member in top.signature.members.items():
         direction = "in" if member.flow == In else "out"
         role = ("configuration (run-time)" if name.startswith("cfg_") else
-                "status" if name.startswith(("err_", "overflow", "reductions")) else
+                "status" if name.startswith(("err_", "drop_", "overflow", "reductions")) else
                 "AXI4-Stream")
         rows.append({"name": name, "direction": direction, "width": member.shape.width
                      if hasattr(member.shape, "width") else int(member.shape),
@@ -253,3 +308,16 @@ def export_reduce(ports, lanes, slots, chunk_flits, jobs=16, dtypes=("int32", "f
               "jobs": jobs, "dtypes": list(dtypes), "latency_cycles": top.unit.latency,
               "error_causes": list(ERROR_CAUSES)}
     return to_verilog(top, name), sidecar(top, name, "reduce", params)
+
+
+def export_switch(ports, lanes, slots, chunk_flits, jobs=16, dtypes=("int32", "fp32", "bf16"),
+                  policy="rr", name=None):
+    """``(verilog_text, sidecar_dict)`` for an AXI-named switch."""
+    top = AxisSwitch(ports, lanes, slots, chunk_flits, jobs, dtypes, policy)
+    tag = "_".join(dtypes) if tuple(dtypes) != ("int32", "fp32", "bf16") else "all"
+    name = name or (f"innet_switch_p{ports}_l{lanes}_s{slots}_c{chunk_flits}_"
+                    f"{top.switch.policy.value}_{tag}")
+    params = {"ports": ports, "lanes": lanes, "slots": slots, "chunk_flits": chunk_flits,
+              "jobs": jobs, "dtypes": list(dtypes), "policy": top.switch.policy.value,
+              "drop_causes": list(DROP_CAUSES), "error_causes": list(ERROR_CAUSES)}
+    return to_verilog(top, name), sidecar(top, name, "switch", params)

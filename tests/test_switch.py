@@ -1,0 +1,157 @@
+"""The switch in the Amaranth simulator: memory traffic and reductions share the links under
+random backpressure; every memory packet arrives once, intact, in order; every result is exact.
+"""
+
+import random
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from hw.packet import (DType, Header, Kind, Packet, flits_to_packets, packet_to_flits,
+                       unpack_flit)
+from hw.switch import DROP_CAUSES, Switch
+from sim.reduce_model import reduce_words
+
+from .reduce_harness import contribution, random_words
+
+
+def run_switch(sw, jobs, traffic, *, seed=0, idle=0.0, stall=0.0, max_cycles=30000,
+               class_cfg=None):
+    """traffic: {port: [Packet or (Packet, gate)]}; honours ingress ready."""
+    rng = random.Random(seed)
+    N, L = sw.ports, sw.lanes
+    flits, gates = {}, {}
+    for k in range(N):
+        flits[k], gates[k] = [], {}
+        for item in traffic.get(k, []):
+            packet, gate = item if isinstance(item, tuple) else (item, None)
+            if gate is not None:
+                gates[k][len(flits[k])] = gate
+            flits[k].extend(packet_to_flits(packet))
+    outputs = {k: [] for k in range(N)}
+    received = {k: set() for k in range(N)}
+    result = {}
+
+    async def bench(ctx):
+        for name, value in (class_cfg or {}).items():
+            ctx.set(getattr(sw, name), value)
+        for job, (members, dtype, sat) in jobs.items():
+            ctx.set(sw.cfg.valid, 1)
+            ctx.set(sw.cfg.job, job)
+            ctx.set(sw.cfg.enable, 1)
+            ctx.set(sw.cfg.members, sum(1 << k for k in members))
+            ctx.set(sw.cfg.dtype, dtype)
+            ctx.set(sw.cfg.saturate, int(sat))
+            await ctx.tick()
+        ctx.set(sw.cfg.valid, 0)
+        pos = {k: 0 for k in range(N)}
+        offered = {k: False for k in range(N)}
+        quiet = 0
+        for cycle in range(max_cycles):
+            for k in range(N):
+                if not offered[k]:
+                    gate = gates[k].get(pos[k])
+                    offered[k] = pos[k] < len(flits[k]) and (gate is None or gate in
+                                                             received[k]) and \
+                        (idle == 0 or rng.random() >= idle)
+                ctx.set(sw.i[k].valid, offered[k])
+                if offered[k]:
+                    ctx.set(sw.i[k].payload.as_value(), flits[k][pos[k]])
+                ready = stall == 0 or rng.random() >= stall
+                ctx.set(sw.o[k].ready, ready)
+            took = [offered[k] and ctx.get(sw.i[k].ready) for k in range(N)]
+            for k in range(N):
+                if ctx.get(sw.o[k].ready) and ctx.get(sw.o[k].valid):
+                    bits = ctx.get(sw.o[k].payload.as_value())
+                    outputs[k].append(bits)
+                    header, _, last = unpack_flit(L, bits)
+                    if last and header.kind == Kind.REDUCE_RESULT:
+                        received[k].add((header.job, header.seq))
+            await ctx.tick()
+            for k in range(N):
+                if took[k]:
+                    pos[k] += 1
+                    offered[k] = False
+            done = all(pos[k] == len(flits[k]) for k in range(N))
+            quiet = quiet + 1 if done else 0
+            if quiet > 300:
+                break
+        result["drops"] = {c: ctx.get(sw.drops[i]) for i, c in enumerate(DROP_CAUSES)}
+        result["reduce_errors"] = [ctx.get(sw.reduce_errors[i]) for i in range(9)]
+        result["sent_all"] = all(pos[k] == len(flits[k]) for k in range(N))
+
+    sim = Simulator(sw)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return {k: flits_to_packets(L, outputs[k]) for k in range(N)}, result
+
+
+def memory_packets(rng, N, L, count, src):
+    out = []
+    for seq in range(count):
+        header = Header(kind=rng.choice([Kind.MEM_WRITE, Kind.MEM_READ_REQ, Kind.MEM_READ_RESP]),
+                        src=src, dst=rng.randrange(N), job=7, slot=src, seq=seq)
+        out.append(Packet(header, [[rng.getrandbits(32) for _ in range(L)]
+                                   for _ in range(rng.randint(1, 4))]))
+    return out
+
+
+@pytest.mark.parametrize("policy, class_cfg", [
+    ("rr", {}),
+    ("prio", {"cfg_mem_priority": 1, "cfg_result_priority": 5}),
+    ("wrr", {"cfg_mem_weight": 2, "cfg_result_weight": 1}),
+    ("drr", {"cfg_quantum": 4}),
+])
+def test_memory_and_reductions_share_the_links(policy, class_cfg):
+    rng = random.Random(1)
+    nrng = np.random.default_rng(1)
+    N, L, S, P = 4, 2, 4, 2
+    sw = Switch(N, L, S, P, jobs=4, policy=policy, ingress_depth=4)
+    members = [0, 1, 2, 3]
+    chunks, traffic = {}, {k: [] for k in range(N)}
+    mem = {k: memory_packets(rng, N, L, 10, k) for k in range(N)}
+    for seq in range(6):
+        slot = seq % S
+        contribs = {k: random_words(nrng, DType.FP32, (P, L)) for k in members}
+        chunks[(1, seq)] = (slot, contribs)
+        gate = (1, seq - S) if seq >= S else None
+        for k in members:
+            traffic[k].append((contribution(k, 1, slot, seq, contribs[k], DType.FP32), gate))
+    for k in range(N):   # interleave memory packets between contributions
+        items = traffic[k] + [(p, None) for p in mem[k]]
+        contrib_items = [it for it in items if it[0].header.kind == Kind.REDUCE_CONTRIB]
+        mem_items = [it for it in items if it[0].header.kind != Kind.REDUCE_CONTRIB]
+        order = ["c"] * len(contrib_items) + ["m"] * len(mem_items)
+        rng.shuffle(order)
+        traffic[k] = [contrib_items.pop(0) if o == "c" else mem_items.pop(0) for o in order]
+    packets, res = run_switch(sw, {1: (members, DType.FP32, False)}, traffic, seed=2,
+                              idle=0.2, stall=0.35, class_cfg=class_cfg)
+    assert res["sent_all"], "ingress stalled: deadlock?"
+    assert all(v == 0 for v in res["drops"].values()) and not any(res["reduce_errors"])
+    for d in range(N):
+        got_mem = [p for p in packets[d] if p.header.kind != Kind.REDUCE_RESULT]
+        for src in range(N):
+            want = [p for p in mem[src] if p.header.dst == d]
+            assert [p for p in got_mem if p.header.src == src] == want, \
+                f"memory packets {src} -> {d} lost, duplicated, corrupted or reordered"
+        for (job, seq), (slot, contribs) in chunks.items():
+            want, _ = reduce_words(contribs, members, DType.FP32)
+            got = [p for p in packets[d] if p.header.kind == Kind.REDUCE_RESULT and
+                   p.header.seq == seq]
+            assert len(got) == 1
+            np.testing.assert_array_equal(np.array(got[0].flits, dtype=np.uint32), want)
+
+
+def test_bad_packets_are_dropped_at_ingress():
+    N, L = 3, 1
+    sw = Switch(N, L, 2, 1, jobs=2)
+    hdr = lambda kind, dst=0: Header(kind=kind, src=0, dst=dst)  # noqa: E731
+    traffic = {0: [Packet(hdr(Kind.MEM_WRITE, dst=5), [[1], [2]]),        # no such port
+                   Packet(hdr(Kind.CONFIG), [[3]]),                          # in-band config
+                   Packet(hdr(Kind.REDUCE_RESULT), [[4]]),                   # from a GPU
+                   Packet(Header(kind=Kind.MEM_WRITE, src=0, dst=1), [[9]])]}   # good
+    packets, res = run_switch(sw, {}, traffic)
+    assert res["drops"] == {"bad_kind": 1, "bad_dest": 1, "config_packet": 1}
+    assert [p.flits for p in packets[1]] == [((9,),)]
