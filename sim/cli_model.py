@@ -220,8 +220,11 @@ def _cmd_trace_gen(args):
     out = Path(args.output)
     if not out.parent.is_dir() and str(out.parent):
         raise UsageError(f"{out}: directory {out.parent} does not exist")
+    if args.p2p_mb < 0:
+        raise UsageError(f"--p2p-mb must not be negative, not {args.p2p_mb}")
     meta, records, result = generate_trace(workload, gpu, args.gpus, args.algo, args.bucket_mb,
-                                           int(args.chunk_kb * 1024))
+                                           int(args.chunk_kb * 1024),
+                                           p2p_bytes=int(args.p2p_mb * (1 << 20)))
     count = write_trace(out, meta, records, args.format)
     _print(args, {"file": str(out), "records": count, **meta},
            [f"wrote {out}: {count} records, {args.gpus} GPUs, {workload.name}, {args.algo}, "
@@ -293,6 +296,9 @@ def register(sub, parser_class, positive):
     _iteration_arguments(gen, positive, gpus_min=2)
     gen.add_argument("--chunk-kb", type=float, default=64.0,
                      help="largest gradient message piece, KiB (default 64)")
+    gen.add_argument("--p2p-mb", type=float, default=0.0,
+                     help="activation gradients (MiB) each GPU writes to the next at the "
+                          "pipeline-stage boundary, as memory-traffic records (default 0)")
     gen.add_argument("--format", choices=["binary", "text"],
                      help="default: text for .txt, else binary")
     gen.add_argument("-o", "--output", required=True)

@@ -2,7 +2,7 @@
 
 from .collectives import SWITCH, expand_collective
 from .iteration import IterationConfig, simulate_iteration
-from .trace import ALGOS, GRAD, KERNEL, NO_DEP, PHASES, SWITCH_PORT, Record
+from .trace import ALGOS, GRAD, KERNEL, MEM, MEM_OPS, NO_DEP, PHASES, SWITCH_PORT, Record
 
 __all__ = ["generate_trace"]
 
@@ -10,7 +10,7 @@ MiB = 1 << 20
 
 
 def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_bytes=64 * 1024,
-                   job=0, config=None):
+                   job=0, config=None, p2p_bytes=0):
     """Simulate one iteration and describe it as trace records.
 
     Per GPU: a kernel record for every compute kernel and every collective kernel (with the SMs
@@ -19,6 +19,10 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
     ``chunk_bytes``. Piece k of a message depends on piece k of the message it waited for, so a
     replay may pipeline pieces as the hardware does. Times are the model's (open-loop issue
     times); the dependencies carry the closed-loop constraints.
+
+    With ``p2p_bytes``, every GPU g also writes that many bytes to GPU (g+1) mod n when the
+    middle backward kernel ends (activation gradients crossing a pipeline-stage boundary), as
+    mem records of at most ``chunk_bytes`` each, sharing the links with the gradients.
 
     Returns ``(metadata, records, result)``.
     """
@@ -53,6 +57,20 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
             records.append(Record(KERNEL, op=phase, gpu=g, id=new_id(), time_ns=start_ns,
                                   a=min(dur_ns, 0xFFFFFFFF), aux=min(sms, 0xFFFF),
                                   b=min(int(hbm // 1024), 0xFFFFFFFF), job=job))
+    if p2p_bytes > 0:
+        bwd = [e for e in result.timeline if e[1] == "compute" and e[5] == "bwd"]
+        if bwd:
+            per_class = {}
+            for e in bwd:
+                per_class.setdefault(e[0], []).append(e)
+            for ci, entries in per_class.items():
+                boundary_ns = int(round(entries[len(entries) // 2][4] * 1e9))
+                for g in gpus_of_class[ci]:
+                    for k in range(-(-p2p_bytes // chunk_bytes)):
+                        size = min(chunk_bytes, p2p_bytes - k * chunk_bytes)
+                        records.append(Record(MEM, op=MEM_OPS.index("write"), gpu=g,
+                                              peer=(g + 1) % n_gpus, job=job, slot=k & 0xFFFF,
+                                              time_ns=boundary_ns, a=size, b=NO_DEP))
     records.sort(key=lambda r: (r.time_ns, r.gpu))
     records = [Record(**{**r.__dict__, "id": i}) for i, r in enumerate(records)]
     next_id = len(records)
@@ -89,5 +107,6 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
     meta = {"gpus": n_gpus, "model": workload.name, "batch": workload.batch, "gpu": gpu.name,
             "algo": config.algo, "bucket_cap_bytes": config.bucket_cap_bytes,
             "chunk_bytes": chunk_bytes, "iteration_s": result.iteration_s,
+            "p2p_bytes": p2p_bytes,
             "generator": "innet trace gen"}
     return meta, records, result

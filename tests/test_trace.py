@@ -134,3 +134,12 @@ def test_corrupted_binary_only_raises_trace_error(tmp_path_factory, noise, offse
         list(read_trace(path)[1])
     except TraceError as exc:
         assert str(exc).startswith(str(path) + ":")
+
+
+def test_p2p_memory_records(tmp_path):
+    meta, records, _ = generate_trace(resnet50(16), gpu_preset("a100"), 4, "inswitch",
+                                      chunk_bytes=1 << 20, p2p_bytes=3 << 20)
+    write_trace(tmp_path / "p.itr", meta, records)
+    mem = [r for r in read_trace(tmp_path / "p.itr")[1] if r.rtype == MEM]
+    assert len(mem) == 4 * 3 and all(r.peer == (r.gpu + 1) % 4 for r in mem)
+    assert sum(r.a for r in mem) == 4 * (3 << 20)
