@@ -120,6 +120,46 @@ def _cmd_export_switch(args):
     _write_export(args, verilog, meta)
 
 
+def _cmd_synth(args):
+    from hw.arbiter import Policy
+    from hw.export import export_arbiter, export_reduce, export_switch
+
+    from .synth import synthesize
+
+    if args.ports > 64:
+        raise UsageError(f"--ports must be at most 64, not {args.ports}")
+    if args.policy not in [p.value for p in Policy]:
+        raise UsageError(f"--policy must be one of rr, prio, wrr, drr, not {args.policy!r}")
+    if args.freq <= 0:
+        raise UsageError(f"--freq must be positive, not {args.freq}")
+    dtypes = tuple(dict.fromkeys(args.dtype)) if args.dtype else ("int32",)
+    if args.block == "arbiter":
+        verilog, meta = export_arbiter(args.ports, args.lanes, args.policy)
+    elif args.block == "reduce":
+        verilog, meta = export_reduce(args.ports, args.lanes, args.slots, args.chunk_flits,
+                                      args.jobs, dtypes)
+    else:
+        verilog, meta = export_switch(args.ports, args.lanes, args.slots, args.chunk_flits,
+                                      args.jobs, dtypes, args.policy)
+    progress = _progress(args)
+    if args.keep:
+        workdir = Path(args.keep)
+        result = synthesize(verilog, meta["module"], workdir, args.freq, progress=progress)
+    else:
+        with tempfile.TemporaryDirectory(prefix="innet-synth-") as tmp:
+            result = synthesize(verilog, meta["module"], tmp, args.freq, progress=progress)
+    result["parameters"] = meta["parameters"]
+    result["command"] = " ".join(["innet"] + sys.argv[1:])
+    _emit(args, result,
+          f"{meta['module']} on {result['device']}:\n"
+          f"  LUT4 {result.get('luts')}/{result.get('luts_available')}, FF {result.get('ffs')}, "
+          f"DP16KD {result.get('bram_dp16kd')}, MULT18X18D {result.get('dsp_mult18')}, "
+          f"LUT-RAM {result.get('lutram')}\n"
+          f"  Fmax {result['fmax_mhz']:.1f} MHz ({'meets' if result['met'] else 'misses'} "
+          f"{args.freq:g} MHz); synthesis {result['synth_s']} s, place and route "
+          f"{result['pnr_s']} s")
+
+
 def _cmd_export_layout(args):
     from hw.packet import field_table, flit_layout
 
@@ -341,6 +381,21 @@ def build_parser():
                       help="k-induction depth (default 10)")
     farb.add_argument("--json", action="store_true")
     farb.set_defaults(func=_cmd_formal_arbiter)
+
+    synth = sub.add_parser("synth", help="ECP5-85 synthesis: LUTs, FFs, BRAMs, DSPs, Fmax")
+    synth.add_argument("block", choices=["arbiter", "reduce", "switch"])
+    synth.add_argument("--ports", type=_positive("--ports", 2), default=8)
+    synth.add_argument("--lanes", type=_positive("--lanes"), default=8)
+    synth.add_argument("--slots", type=_positive("--slots"), default=64)
+    synth.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=8)
+    synth.add_argument("--jobs", type=_positive("--jobs"), default=16)
+    synth.add_argument("--dtype", action="append", choices=["int32", "fp32", "bf16"],
+                       help="element types to build (repeatable; default int32)")
+    synth.add_argument("--policy", default="rr")
+    synth.add_argument("--freq", type=float, default=200.0, help="requested MHz (default 200)")
+    synth.add_argument("--keep", metavar="DIR", help="keep the synthesis files in DIR")
+    synth.add_argument("--json", action="store_true")
+    synth.set_defaults(func=_cmd_synth)
 
     from . import cli_model
     cli_model.register(sub, _Parser, _positive)
