@@ -71,6 +71,18 @@ def _connect_out(m, top, prefix, stream):
     ]
 
 
+def _stream_members(ports, lanes, ingress="s{k}_axis", egress="m{k}_axis"):
+    """AXI4-Stream members: ``ports`` ingress streams and ``ports`` egress streams (or one
+    egress stream when ``egress`` has no ``{k}``)."""
+    members = {}
+    for k in range(ports):
+        members.update(_axis_members(ingress.format(k=k), lanes, flipped=False))
+    egress_names = [egress.format(k=k) for k in range(ports)] if "{k}" in egress else [egress]
+    for name in egress_names:
+        members.update(_axis_members(name, lanes, flipped=True))
+    return members
+
+
 class AxisArbiter(wiring.Component):
     """:class:`hw.arbiter.LinkArbiter` with AXI4-Stream port names.
 
@@ -80,10 +92,7 @@ class AxisArbiter(wiring.Component):
 
     def __init__(self, ports, lanes, policy):
         self.arbiter = LinkArbiter(ports, lanes, policy)
-        members = {}
-        for k in range(ports):
-            members.update(_axis_members(f"s{k}_axis", lanes, flipped=False))
-        members.update(_axis_members("m_axis", lanes, flipped=True))
+        members = _stream_members(ports, lanes, egress="m_axis")
         policy = self.arbiter.policy
         for k in range(ports):
             if policy == Policy.PRIO:
@@ -110,6 +119,33 @@ class AxisArbiter(wiring.Component):
 
 
 # `reg [W:0] name = V;`, where name is plain or an escaped identifier (`\...` up to a space).
+def _reduce_control_members(ports, jobs):
+    """The reduction unit's configuration pins and status outputs, as wrapper members."""
+    members = {
+        "cfg_valid": In(1), "cfg_job": In(JOB_BITS), "cfg_enable": In(1),
+        "cfg_members": In(ports), "cfg_dtype": In(2), "cfg_saturate": In(1),
+        "cfg_clear": In(1),
+    }
+    for cause in ERROR_CAUSES:
+        members[f"err_{cause}"] = Out(COUNTER_BITS)
+    members["overflow"] = Out(jobs)
+    members["reductions"] = Out(32)
+    return members
+
+
+def _connect_reduce_control(m, top, cfg, errors, overflow, reductions):
+    """Drive the inner ``cfg`` port from the ``cfg_*`` pins, and the status pins from the
+    inner counters."""
+    m.d.comb += [
+        cfg.valid.eq(top.cfg_valid), cfg.job.eq(top.cfg_job), cfg.enable.eq(top.cfg_enable),
+        cfg.members.eq(top.cfg_members), cfg.dtype.eq(top.cfg_dtype),
+        cfg.saturate.eq(top.cfg_saturate), cfg.clear.eq(top.cfg_clear),
+        top.overflow.eq(overflow), top.reductions.eq(reductions),
+    ]
+    for c, cause in enumerate(ERROR_CAUSES):
+        m.d.comb += getattr(top, f"err_{cause}").eq(errors[c])
+
+
 class AxisReduce(wiring.Component):
     """:class:`hw.reduce.ReductionUnit` with AXI4-Stream port names.
 
@@ -122,21 +158,7 @@ class AxisReduce(wiring.Component):
     def __init__(self, ports, lanes, slots, chunk_flits, jobs=16, dtypes=("int32", "fp32",
                                                                           "bf16")):
         self.unit = ReductionUnit(ports, lanes, slots, chunk_flits, jobs=jobs, dtypes=dtypes)
-        members = {}
-        for k in range(ports):
-            members.update(_axis_members(f"s{k}_axis", lanes, flipped=False))
-        for k in range(ports):
-            members.update(_axis_members(f"m{k}_axis", lanes, flipped=True))
-        members.update({
-            "cfg_valid": In(1), "cfg_job": In(JOB_BITS), "cfg_enable": In(1),
-            "cfg_members": In(ports), "cfg_dtype": In(2), "cfg_saturate": In(1),
-            "cfg_clear": In(1),
-        })
-        for cause in ERROR_CAUSES:
-            members[f"err_{cause}"] = Out(COUNTER_BITS)
-        members["overflow"] = Out(jobs)
-        members["reductions"] = Out(32)
-        super().__init__(members)
+        super().__init__({**_stream_members(ports, lanes), **_reduce_control_members(ports, jobs)})
 
     def elaborate(self, platform):
         m = Module()
@@ -144,15 +166,7 @@ class AxisReduce(wiring.Component):
         for k in range(unit.ports):
             _connect_in(m, self, f"s{k}_axis", unit.i[k])
             _connect_out(m, self, f"m{k}_axis", unit.o[k])
-        m.d.comb += [
-            unit.cfg.valid.eq(self.cfg_valid), unit.cfg.job.eq(self.cfg_job),
-            unit.cfg.enable.eq(self.cfg_enable), unit.cfg.members.eq(self.cfg_members),
-            unit.cfg.dtype.eq(self.cfg_dtype), unit.cfg.saturate.eq(self.cfg_saturate),
-            unit.cfg.clear.eq(self.cfg_clear),
-            self.overflow.eq(unit.overflow), self.reductions.eq(unit.reductions),
-        ]
-        for c, cause in enumerate(ERROR_CAUSES):
-            m.d.comb += getattr(self, f"err_{cause}").eq(unit.errors[c])
+        _connect_reduce_control(m, self, unit.cfg, unit.errors, unit.overflow, unit.reductions)
         return m
 
 
@@ -165,25 +179,12 @@ class AxisSwitch(wiring.Component):
     def __init__(self, ports, lanes, slots, chunk_flits, jobs=16,
                  dtypes=("int32", "fp32", "bf16"), policy="rr"):
         self.switch = Switch(ports, lanes, slots, chunk_flits, jobs, dtypes, policy)
-        members = {}
-        for k in range(ports):
-            members.update(_axis_members(f"s{k}_axis", lanes, flipped=False))
-        for k in range(ports):
-            members.update(_axis_members(f"m{k}_axis", lanes, flipped=True))
-        members.update({
-            "cfg_valid": In(1), "cfg_job": In(JOB_BITS), "cfg_enable": In(1),
-            "cfg_members": In(ports), "cfg_dtype": In(2), "cfg_saturate": In(1),
-            "cfg_clear": In(1),
-        })
+        members = {**_stream_members(ports, lanes), **_reduce_control_members(ports, jobs)}
         for name, member in self.switch.signature.members.items():
-            if name.startswith("cfg_"):
+            if name.startswith("cfg_"):   # per-class arbitration inputs of this policy
                 members[name] = In(member.shape)
         for cause in DROP_CAUSES:
             members[f"drop_{cause}"] = Out(16)
-        for cause in ERROR_CAUSES:
-            members[f"err_{cause}"] = Out(COUNTER_BITS)
-        members["overflow"] = Out(jobs)
-        members["reductions"] = Out(32)
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -192,20 +193,12 @@ class AxisSwitch(wiring.Component):
         for k in range(sw.ports):
             _connect_in(m, self, f"s{k}_axis", sw.i[k])
             _connect_out(m, self, f"m{k}_axis", sw.o[k])
-        m.d.comb += [
-            sw.cfg.valid.eq(self.cfg_valid), sw.cfg.job.eq(self.cfg_job),
-            sw.cfg.enable.eq(self.cfg_enable), sw.cfg.members.eq(self.cfg_members),
-            sw.cfg.dtype.eq(self.cfg_dtype), sw.cfg.saturate.eq(self.cfg_saturate),
-            sw.cfg.clear.eq(self.cfg_clear),
-            self.overflow.eq(sw.overflow), self.reductions.eq(sw.reductions),
-        ]
+        _connect_reduce_control(m, self, sw.cfg, sw.reduce_errors, sw.overflow, sw.reductions)
         for name in sw.signature.members:
             if name.startswith("cfg_"):
                 m.d.comb += getattr(sw, name).eq(getattr(self, name))
         for c, cause in enumerate(DROP_CAUSES):
             m.d.comb += getattr(self, f"drop_{cause}").eq(sw.drops[c])
-        for c, cause in enumerate(ERROR_CAUSES):
-            m.d.comb += getattr(self, f"err_{cause}").eq(sw.reduce_errors[c])
         return m
 
 

@@ -36,7 +36,7 @@ from .arbiter import select
 from .fpadd import BF16, FP32, float_add
 from .packet import JOB_BITS, LANE_BITS, SEQ_BITS, DType, Kind, flit_layout
 
-__all__ = ["ReductionUnit", "ERROR_CAUSES", "COUNTER_BITS", "config_signature"]
+__all__ = ["ReductionUnit", "ERROR_CAUSES", "COUNTER_BITS", "config_signature", "count_events"]
 
 #: Drop causes, in the order they are checked; each bad packet counts once, on the first.
 ERROR_CAUSES = (
@@ -52,6 +52,19 @@ ERROR_CAUSES = (
 )
 #: Width of each saturating error counter.
 COUNTER_BITS = 16
+
+
+def count_events(m, counter, events, clear, name):
+    """Add the number of ``events`` (1-bit values) that are high to ``counter`` every cycle,
+    saturating at its maximum; ``clear`` zeroes it."""
+    total = Signal(range(len(events) + 1), name=f"events_{name}")
+    m.d.comb += total.eq(sum(events))
+    top = (1 << len(counter)) - 1
+    with m.If(clear):
+        m.d.sync += counter.eq(0)
+    with m.Elif(total != 0):
+        bumped = counter + total
+        m.d.sync += counter.eq(Mux(bumped > top, Const(top, len(counter)), bumped))
 
 
 def config_signature(ports):
@@ -394,17 +407,9 @@ class ReductionUnit(wiring.Component):
                          q.r_en.eq(out.ready)]
 
         # -- counters and flags ------------------------------------------------------------
-        for c in range(len(ERROR_CAUSES)):
-            hits = Cat(cause_hit[k][c] for k in range(N))
-            total = Signal(range(N + 1), name=f"hits_{ERROR_CAUSES[c]}")
-            m.d.comb += total.eq(sum(hits[k] for k in range(N)))
-            counter = self.errors[c]
-            with m.If(self.cfg.clear):
-                m.d.sync += counter.eq(0)
-            with m.Elif(total != 0):
-                bumped = counter + total
-                m.d.sync += counter.eq(Mux(bumped > (1 << COUNTER_BITS) - 1,
-                                           (1 << COUNTER_BITS) - 1, bumped))
+        for c, cause in enumerate(ERROR_CAUSES):
+            count_events(m, self.errors[c], [cause_hit[k][c] for k in range(N)],
+                         self.cfg.clear, cause)
         any_sat = Signal()
         m.d.comb += any_sat.eq(out_meta.valid & Cat(*sat_flags).any())
         with m.If(self.cfg.clear):

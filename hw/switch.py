@@ -25,13 +25,13 @@ that sinks it — the wait-for graph has no cycle, so as long as every GPU event
 flits, every packet is delivered.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .arbiter import PRIO_BITS, QUANTUM_BITS, WEIGHT_BITS, LinkArbiter, Policy
 from .packet import Kind, flit_layout
-from .reduce import ReductionUnit, config_signature
+from .reduce import ReductionUnit, config_signature, count_events
 
 __all__ = ["Switch", "DROP_CAUSES"]
 
@@ -181,13 +181,5 @@ class Switch(wiring.Component):
             drop_hits[2].append(first_drop & (kind == Kind.CONFIG))
 
         for c, hits in enumerate(drop_hits):
-            total = Signal(range(N + 1), name=f"drops_{DROP_CAUSES[c]}")
-            m.d.comb += total.eq(sum(hits))
-            counter = self.drops[c]
-            with m.If(self.cfg.clear):
-                m.d.sync += counter.eq(0)
-            with m.Elif(total != 0):
-                bumped = counter + total
-                m.d.sync += counter.eq(Mux(bumped > (1 << _DROP_BITS) - 1,
-                                           Const((1 << _DROP_BITS) - 1, _DROP_BITS), bumped))
+            count_events(m, self.drops[c], hits, self.cfg.clear, DROP_CAUSES[c])
         return m
