@@ -26,7 +26,8 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _positive(name, minimum=1):
+def _positive(name, minimum=1, maximum=None):
+    """An argparse type: an integer in [minimum, maximum], with an exact message otherwise."""
     def parse(text):
         try:
             value = int(text, 0)
@@ -34,8 +35,24 @@ def _positive(name, minimum=1):
             raise argparse.ArgumentTypeError(f"{name} must be an integer, not {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"{name} must be at least {minimum}, not {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{name} must be at most {maximum}, not {value}")
         return value
     return parse
+
+
+def _policy(text):
+    """An argparse type: an arbitration policy name."""
+    if text not in ("rr", "prio", "wrr", "drr"):
+        raise argparse.ArgumentTypeError(
+            f"--policy must be one of rr, prio, wrr, drr, not {text!r}")
+    return text
+
+
+# Option types shared by every command that builds hardware (limits of hw/packet.py).
+_PORTS = _positive("--ports", 2, 64)
+_SLOTS = _positive("--slots", 1, 1 << 16)
+_JOBS = _positive("--jobs", 1, 256)
 
 
 def _progress(args):
@@ -53,28 +70,6 @@ def _emit(args, payload, text):
 
 # -- export -----------------------------------------------------------------------------------
 
-def _cmd_export_arbiter(args):
-    from hw.arbiter import Policy
-    from hw.export import export_arbiter
-
-    if args.ports > 64:
-        raise UsageError(f"--ports must be at most 64, not {args.ports}")
-    if args.policy not in [p.value for p in Policy]:
-        raise UsageError(f"--policy must be one of rr, prio, wrr, drr, not {args.policy!r}")
-    out = Path(args.output)
-    if out.suffix == ".json":
-        raise UsageError(f"{out}: the Verilog output must not end in .json (the sidecar does)")
-    sidecar_path = Path(args.sidecar) if args.sidecar else out.with_suffix(".json")
-    verilog, meta = export_arbiter(args.ports, args.lanes, args.policy, name=args.name)
-    with atomic_writes([out, sidecar_path]) as (tmp_v, tmp_json):
-        tmp_v.write_text(verilog)
-        tmp_json.write_text(json.dumps(meta, indent=2) + "\n")
-    summary = {"verilog": str(out), "sidecar": str(sidecar_path), "module": meta["module"],
-               "parameters": meta["parameters"], "ports": len(meta["ports"])}
-    _emit(args, summary, f"wrote {out} (module {meta['module']}, {len(meta['ports'])} ports) "
-                         f"and {sidecar_path}")
-
-
 def _write_export(args, verilog, meta):
     out = Path(args.output)
     if out.suffix == ".json":
@@ -89,15 +84,16 @@ def _write_export(args, verilog, meta):
                          f"and {sidecar_path}")
 
 
+def _cmd_export_arbiter(args):
+    from hw.export import export_arbiter
+
+    verilog, meta = export_arbiter(args.ports, args.lanes, args.policy, name=args.name)
+    _write_export(args, verilog, meta)
+
+
 def _cmd_export_reduce(args):
     from hw.export import export_reduce
 
-    if args.ports > 64:
-        raise UsageError(f"--ports must be at most 64, not {args.ports}")
-    if args.jobs > 256:
-        raise UsageError(f"--jobs must be at most 256, not {args.jobs}")
-    if args.slots > 65536:
-        raise UsageError(f"--slots must be at most 65536, not {args.slots}")
     dtypes = tuple(dict.fromkeys(args.dtype)) if args.dtype else ("int32", "fp32", "bf16")
     verilog, meta = export_reduce(args.ports, args.lanes, args.slots, args.chunk_flits,
                                   args.jobs, dtypes, name=args.name)
@@ -105,15 +101,8 @@ def _cmd_export_reduce(args):
 
 
 def _cmd_export_switch(args):
-    from hw.arbiter import Policy
     from hw.export import export_switch
 
-    if args.ports > 64:
-        raise UsageError(f"--ports must be at most 64, not {args.ports}")
-    if args.policy not in [p.value for p in Policy]:
-        raise UsageError(f"--policy must be one of rr, prio, wrr, drr, not {args.policy!r}")
-    if args.jobs > 256 or args.slots > 65536:
-        raise UsageError("--jobs must be at most 256 and --slots at most 65536")
     dtypes = tuple(dict.fromkeys(args.dtype)) if args.dtype else ("int32", "fp32", "bf16")
     verilog, meta = export_switch(args.ports, args.lanes, args.slots, args.chunk_flits,
                                   args.jobs, dtypes, args.policy, name=args.name)
@@ -121,15 +110,10 @@ def _cmd_export_switch(args):
 
 
 def _cmd_synth(args):
-    from hw.arbiter import Policy
     from hw.export import export_arbiter, export_reduce, export_switch
 
     from .synth import synthesize
 
-    if args.ports > 64:
-        raise UsageError(f"--ports must be at most 64, not {args.ports}")
-    if args.policy not in [p.value for p in Policy]:
-        raise UsageError(f"--policy must be one of rr, prio, wrr, drr, not {args.policy!r}")
     if args.freq <= 0:
         raise UsageError(f"--freq must be positive, not {args.freq}")
     dtypes = tuple(dict.fromkeys(args.dtype)) if args.dtype else ("int32",)
@@ -207,8 +191,6 @@ def _cmd_lint(args):
 def _cmd_bench_arbiter(args):
     from .bench_arbiter import bench_arbiter
 
-    if args.ports > 64:
-        raise UsageError(f"--ports must be at most 64, not {args.ports}")
     result = bench_arbiter(ports=args.ports, lanes=args.lanes, cycles=args.cycles,
                            max_flits=args.max_flits, seed=args.seed, progress=_progress(args))
     result["command"] = " ".join(["innet"] + sys.argv[1:])
@@ -269,8 +251,6 @@ def _cmd_formal_arbiter(args):
 
     from .formal import prove_arbiter
 
-    if args.ports > 64:
-        raise UsageError(f"--ports must be at most 64, not {args.ports}")
     policies = [args.policy] if args.policy else [p.value for p in Policy]
     results = []
     for policy in policies:
@@ -299,22 +279,23 @@ def build_parser():
     export = sub.add_parser("export", help="write Verilog (AXI4-Stream names) and a JSON sidecar")
     export_sub = export.add_subparsers(dest="block", required=True, parser_class=_Parser)
     arb = export_sub.add_parser("arbiter", help="packet-atomic link arbiter")
-    arb.add_argument("--ports", type=_positive("--ports", 2), required=True,
+    arb.add_argument("--ports", type=_PORTS, required=True,
                      help="requesters, 2..64")
     arb.add_argument("--lanes", type=_positive("--lanes"), default=1,
                      help="32-bit payload lanes per flit (default 1)")
-    arb.add_argument("--policy", default="rr", help="rr, prio, wrr or drr (default rr)")
+    arb.add_argument("--policy", type=_policy, default="rr",
+                     help="rr, prio, wrr or drr (default rr)")
     arb.add_argument("-o", "--output", required=True, help="Verilog file to write")
     arb.add_argument("--sidecar", help="JSON sidecar path (default: the output with .json)")
     arb.add_argument("--name", help="module name (default derived from the parameters)")
     arb.add_argument("--json", action="store_true", help="print a JSON summary")
     arb.set_defaults(func=_cmd_export_arbiter)
     red = export_sub.add_parser("reduce", help="in-switch reduction unit")
-    red.add_argument("--ports", type=_positive("--ports", 2), required=True)
+    red.add_argument("--ports", type=_PORTS, required=True)
     red.add_argument("--lanes", type=_positive("--lanes"), default=1)
-    red.add_argument("--slots", type=_positive("--slots"), default=64)
+    red.add_argument("--slots", type=_SLOTS, default=64)
     red.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=8)
-    red.add_argument("--jobs", type=_positive("--jobs"), default=16)
+    red.add_argument("--jobs", type=_JOBS, default=16)
     red.add_argument("--dtype", action="append", choices=["int32", "fp32", "bf16"],
                      help="element types to build (repeatable; default all three)")
     red.add_argument("-o", "--output", required=True)
@@ -323,13 +304,14 @@ def build_parser():
     red.add_argument("--json", action="store_true")
     red.set_defaults(func=_cmd_export_reduce)
     swp = export_sub.add_parser("switch", help="the N-port switch with the reduction unit")
-    swp.add_argument("--ports", type=_positive("--ports", 2), required=True)
+    swp.add_argument("--ports", type=_PORTS, required=True)
     swp.add_argument("--lanes", type=_positive("--lanes"), default=1)
-    swp.add_argument("--slots", type=_positive("--slots"), default=64)
+    swp.add_argument("--slots", type=_SLOTS, default=64)
     swp.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=8)
-    swp.add_argument("--jobs", type=_positive("--jobs"), default=16)
+    swp.add_argument("--jobs", type=_JOBS, default=16)
     swp.add_argument("--dtype", action="append", choices=["int32", "fp32", "bf16"])
-    swp.add_argument("--policy", default="rr", help="egress arbitration: rr, prio, wrr, drr")
+    swp.add_argument("--policy", type=_policy, default="rr",
+                     help="egress arbitration: rr, prio, wrr, drr")
     swp.add_argument("-o", "--output", required=True)
     swp.add_argument("--sidecar")
     swp.add_argument("--name")
@@ -348,7 +330,7 @@ def build_parser():
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="block", required=True, parser_class=_Parser)
     barb = bench_sub.add_parser("arbiter", help="arbiter throughput and fairness at saturation")
-    barb.add_argument("--ports", type=_positive("--ports", 2), default=8)
+    barb.add_argument("--ports", type=_PORTS, default=8)
     barb.add_argument("--lanes", type=_positive("--lanes"), default=1)
     barb.add_argument("--cycles", type=_positive("--cycles", 10), default=4000)
     barb.add_argument("--max-flits", type=_positive("--max-flits"), default=8,
@@ -374,7 +356,7 @@ def build_parser():
     formal = sub.add_parser("formal", help="SymbiYosys proofs (yowasp-sby, z3)")
     formal_sub = formal.add_subparsers(dest="block", required=True, parser_class=_Parser)
     farb = formal_sub.add_parser("arbiter", help="prove the arbiter properties (k-induction)")
-    farb.add_argument("--ports", type=_positive("--ports", 2), default=4)
+    farb.add_argument("--ports", type=_PORTS, default=4)
     farb.add_argument("--policy", choices=["rr", "prio", "wrr", "drr"],
                       help="one policy (default: all four)")
     farb.add_argument("--depth", type=_positive("--depth"), default=10,
@@ -384,14 +366,14 @@ def build_parser():
 
     synth = sub.add_parser("synth", help="ECP5-85 synthesis: LUTs, FFs, BRAMs, DSPs, Fmax")
     synth.add_argument("block", choices=["arbiter", "reduce", "switch"])
-    synth.add_argument("--ports", type=_positive("--ports", 2), default=8)
+    synth.add_argument("--ports", type=_PORTS, default=8)
     synth.add_argument("--lanes", type=_positive("--lanes"), default=8)
-    synth.add_argument("--slots", type=_positive("--slots"), default=64)
+    synth.add_argument("--slots", type=_SLOTS, default=64)
     synth.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=8)
-    synth.add_argument("--jobs", type=_positive("--jobs"), default=16)
+    synth.add_argument("--jobs", type=_JOBS, default=16)
     synth.add_argument("--dtype", action="append", choices=["int32", "fp32", "bf16"],
                        help="element types to build (repeatable; default int32)")
-    synth.add_argument("--policy", default="rr")
+    synth.add_argument("--policy", type=_policy, default="rr")
     synth.add_argument("--freq", type=float, default=200.0, help="requested MHz (default 200)")
     synth.add_argument("--keep", metavar="DIR", help="keep the synthesis files in DIR")
     synth.add_argument("--json", action="store_true")
@@ -404,7 +386,10 @@ def build_parser():
 
 def main(argv=None):
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:   # bad arguments (already reported in one line), or --help
+        return exc.code
     try:
         status = args.func(args)
     except UsageError as exc:
