@@ -27,6 +27,12 @@ def axis_beats(packet):
     return beats
 
 
+def _bind(obj, dut, prefix):
+    """Set ``obj.tdata`` … ``obj.tready`` to the handles of ``{prefix}_t*`` on ``dut``."""
+    for signal in ("tdata", "tuser", "tdest", "tid", "tlast", "tvalid", "tready"):
+        setattr(obj, signal, getattr(dut, f"{prefix}_{signal}"))
+
+
 class AxisSource:
     """Presents packets on ``{prefix}_t*`` flit by flit.
 
@@ -41,13 +47,7 @@ class AxisSource:
     """
 
     def __init__(self, dut, prefix, rng, idle=0.0):
-        self.tdata = getattr(dut, f"{prefix}_tdata")
-        self.tuser = getattr(dut, f"{prefix}_tuser")
-        self.tdest = getattr(dut, f"{prefix}_tdest")
-        self.tid = getattr(dut, f"{prefix}_tid")
-        self.tlast = getattr(dut, f"{prefix}_tlast")
-        self.tvalid = getattr(dut, f"{prefix}_tvalid")
-        self.tready = getattr(dut, f"{prefix}_tready")
+        _bind(self, dut, prefix)
         self.rng, self.idle = rng, idle
         self.beats = []
         self.pos = 0
@@ -98,13 +98,7 @@ class AxisSink:
     """
 
     def __init__(self, dut, prefix, rng, stall=0.0):
-        self.tdata = getattr(dut, f"{prefix}_tdata")
-        self.tuser = getattr(dut, f"{prefix}_tuser")
-        self.tdest = getattr(dut, f"{prefix}_tdest")
-        self.tid = getattr(dut, f"{prefix}_tid")
-        self.tlast = getattr(dut, f"{prefix}_tlast")
-        self.tvalid = getattr(dut, f"{prefix}_tvalid")
-        self.tready = getattr(dut, f"{prefix}_tready")
+        _bind(self, dut, prefix)
         self.rng, self.stall = rng, stall
         self.ready = True
         self.beats = []

@@ -19,6 +19,34 @@ def contribution(port, job, slot, seq, words, dtype, kind=Kind.REDUCE_CONTRIB, s
     return Packet(header, words)
 
 
+def flatten_traffic(traffic, ports):
+    """``{port: [Packet or (Packet, gate)]}`` → ``(flits, gates)``: per port the flit ints in
+    order, and ``{flit index: gate}`` for packets that wait for a result ``(job, seq)``."""
+    flits, gates = {}, {}
+    for k in range(ports):
+        flits[k], gates[k] = [], {}
+        for item in traffic.get(k, []):
+            packet, gate = item if isinstance(item, tuple) else (item, None)
+            if gate is not None:
+                gates[k][len(flits[k])] = gate
+            flits[k].extend(packet_to_flits(packet))
+    return flits, gates
+
+
+async def configure_jobs(ctx, cfg, table):
+    """Write ``{job: (members, dtype, saturate)}`` through a reduction configuration port,
+    one job per cycle."""
+    for job, (members, dtype, sat) in table.items():
+        ctx.set(cfg.valid, 1)
+        ctx.set(cfg.job, job)
+        ctx.set(cfg.enable, 1)
+        ctx.set(cfg.members, sum(1 << k for k in members))
+        ctx.set(cfg.dtype, dtype)
+        ctx.set(cfg.saturate, int(sat))
+        await ctx.tick()
+    ctx.set(cfg.valid, 0)
+
+
 def run_unit(unit, jobs, traffic, *, seed=0, idle=0.0, stall=0.0, max_cycles=20000,
              reconfigure=None):
     """Simulate ``unit``.
@@ -32,14 +60,7 @@ def run_unit(unit, jobs, traffic, *, seed=0, idle=0.0, stall=0.0, max_cycles=200
     """
     rng = random.Random(seed)
     N, L = unit.ports, unit.lanes
-    flits, gates = {}, {}
-    for k in range(N):
-        flits[k], gates[k] = [], {}
-        for item in traffic.get(k, []):
-            packet, gate = item if isinstance(item, tuple) else (item, None)
-            if gate is not None:
-                gates[k][len(flits[k])] = gate
-            flits[k].extend(packet_to_flits(packet))
+    flits, gates = flatten_traffic(traffic, N)
     received = {k: set() for k in range(N)}
     outputs = {k: [] for k in range(N)}
     result = {}
@@ -47,15 +68,7 @@ def run_unit(unit, jobs, traffic, *, seed=0, idle=0.0, stall=0.0, max_cycles=200
     async def configure(ctx, table):
         for k in range(N):   # no traffic while the configuration port is written
             ctx.set(unit.i[k].valid, 0)
-        for job, (members, dtype, sat) in table.items():
-            ctx.set(unit.cfg.valid, 1)
-            ctx.set(unit.cfg.job, job)
-            ctx.set(unit.cfg.enable, 1)
-            ctx.set(unit.cfg.members, sum(1 << k for k in members))
-            ctx.set(unit.cfg.dtype, dtype)
-            ctx.set(unit.cfg.saturate, int(sat))
-            await ctx.tick()
-        ctx.set(unit.cfg.valid, 0)
+        await configure_jobs(ctx, unit.cfg, table)
 
     async def bench(ctx):
         await configure(ctx, jobs)

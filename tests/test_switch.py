@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from hw.packet import (DType, Header, Kind, Packet, flits_to_packets, packet_to_flits,
-                       unpack_flit)
+from hw.packet import DType, Header, Kind, Packet, flits_to_packets, unpack_flit
 from hw.switch import DROP_CAUSES, Switch
 from sim.reduce_model import reduce_words
 
-from .reduce_harness import contribution, random_words
+from .reduce_harness import configure_jobs, contribution, flatten_traffic, random_words
 
 
 def run_switch(sw, jobs, traffic, *, seed=0, idle=0.0, stall=0.0, max_cycles=30000,
@@ -21,14 +20,7 @@ def run_switch(sw, jobs, traffic, *, seed=0, idle=0.0, stall=0.0, max_cycles=300
     """traffic: {port: [Packet or (Packet, gate)]}; honours ingress ready."""
     rng = random.Random(seed)
     N, L = sw.ports, sw.lanes
-    flits, gates = {}, {}
-    for k in range(N):
-        flits[k], gates[k] = [], {}
-        for item in traffic.get(k, []):
-            packet, gate = item if isinstance(item, tuple) else (item, None)
-            if gate is not None:
-                gates[k][len(flits[k])] = gate
-            flits[k].extend(packet_to_flits(packet))
+    flits, gates = flatten_traffic(traffic, N)
     outputs = {k: [] for k in range(N)}
     received = {k: set() for k in range(N)}
     result = {}
@@ -36,15 +28,7 @@ def run_switch(sw, jobs, traffic, *, seed=0, idle=0.0, stall=0.0, max_cycles=300
     async def bench(ctx):
         for name, value in (class_cfg or {}).items():
             ctx.set(getattr(sw, name), value)
-        for job, (members, dtype, sat) in jobs.items():
-            ctx.set(sw.cfg.valid, 1)
-            ctx.set(sw.cfg.job, job)
-            ctx.set(sw.cfg.enable, 1)
-            ctx.set(sw.cfg.members, sum(1 << k for k in members))
-            ctx.set(sw.cfg.dtype, dtype)
-            ctx.set(sw.cfg.saturate, int(sat))
-            await ctx.tick()
-        ctx.set(sw.cfg.valid, 0)
+        await configure_jobs(ctx, sw.cfg, jobs)
         pos = {k: 0 for k in range(N)}
         offered = {k: False for k in range(N)}
         quiet = 0
