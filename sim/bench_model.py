@@ -15,7 +15,7 @@ import time
 from .contention import KernelSpec
 from .gpu import gpu_preset
 from .iteration import IterationConfig, simulate_iteration, simulate_streams
-from .trace import KERNEL, Record
+from .trace import KERNEL, TraceRecord
 from .workloads import resnet50
 
 __all__ = ["bench_model"]
@@ -33,7 +33,7 @@ def _synthetic(gpu, n, speeds=None):
     for entry in result.timeline:   # every GPU's records, as a trace writer would emit them
         ci, _stream, _name, start, end, _tag, hbm = entry
         for g in gpus_of[ci]:
-            Record(KERNEL, gpu=g, id=records, time_ns=int(start * 1e9),
+            TraceRecord(KERNEL, gpu=g, id=records, time_ns=int(start * 1e9),
                    a=max(1, int((end - start) * 1e9)))
             records += 1
     return {"gpus": n, "model_s": simulated, "total_s": time.perf_counter() - began,

@@ -72,7 +72,8 @@ def calibration_rows():
     rows = []
     a100, h100, v100 = gpu_preset("a100"), gpu_preset("h100"), gpu_preset("v100")
     big = 1 << 30
-    rows.append(_row("8×A100 ring all-reduce busbw, 1 GiB", allreduce_cost(a100, 8, big).busbw_gbps,
+    rows.append(_row("8×A100 ring all-reduce busbw, 1 GiB",
+                     allreduce_cost(a100, 8, big).busbw_gbps,
                      "200–235", 217.5 * 0.95, 217.5 * 1.05, "nccl-tests issues #149, #228",
                      "innet model collective --gpu a100 --gpus 8 --algo ring --size 1GiB",
                      "GB/s"))

@@ -239,7 +239,8 @@ def _cmd_trace_info(args):
         f"{args.file}: innet trace v{meta.get('format_version', 1)}, {meta['gpus']} GPUs",
         f"  metadata: " + ", ".join(f"{k}={v}" for k, v in sorted(meta.items())
                                      if k not in ("gpus",)),
-        f"  records: {summary['records']} ({', '.join(f'{k} {v}' for k, v in summary['by_type'].items())})",
+        f"  records: {summary['records']} ("
+        + ", ".join(f"{k} {v}" for k, v in summary["by_type"].items()) + ")",
         f"  gradient bytes {summary['grad_bytes']}, memory bytes {summary['mem_bytes']}, "
         f"span {summary['span_ns'] / 1e6:.3f} ms"])
 

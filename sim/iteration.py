@@ -150,13 +150,12 @@ class _Class:
     def __init__(self, speed, gpus):
         self.speed = speed
         self.gpus = gpus
-        self.compute = []        # queue of (name, KernelSpec, phase, layer index)
+        self.compute = []        # queue of (name, KernelSpec, phase)
         self.pos = 0
         self.progress = 0.0      # fraction of the current compute kernel done
         self.gap = 0.0           # remaining launch gap before the current kernel
         self.kernel_start = None
         self.comm_pos = 0        # next collective to launch on this class
-        self.launched = set()
         self.extra = {"sm": 0.0, "hbm": 0.0}
         self.done_at = None
 
@@ -228,7 +227,6 @@ def simulate_streams(gpu, n, queue, launches, *, algo="ring", speed=None, channe
     queue_end = {c: 0.0 for c in range(len(classes))}
     prev_phase = {c: None for c in range(len(classes))}
     bwd_alone_acc = {c: 0.0 for c in range(len(classes))}
-    link_busy = 0.0
     queue_len = len(queue)
 
     ready_tick = {}   # (class, collective) -> time of the fusion cycle that launches it
@@ -271,8 +269,6 @@ def simulate_streams(gpu, n, queue, launches, *, algo="ring", speed=None, channe
             kernel = None
             if c.pos < len(c.compute) and c.gap <= 0:
                 kernel = c.compute[c.pos][1]
-            elif c.pos == len(c.compute) and c.done_at is None and c.gap <= 0:
-                kernel = None
             holds = active is not None and ci in coll[active]["launched"]
             alone = kernel_time(gpu, kernel) / c.speed if kernel is not None else None
             if kernel is not None and holds and streaming:
@@ -373,7 +369,6 @@ def simulate_streams(gpu, n, queue, launches, *, algo="ring", speed=None, channe
                     coll[active]["stream_start"] = t + dt
             elif coll_rate > 0:
                 coll[active]["progress"] += coll_rate * dt if coll_rate != float("inf") else 1.0
-                link_busy += dt
         t += dt
 
         # Completions.

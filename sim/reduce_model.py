@@ -49,7 +49,7 @@ def reduce_words(contributions, members, dtype, saturate=False):
     ----------
     contributions : dict port → uint32 array (any shape, the same for all)
     members : iterable of int
-        Member ports; the tree spans ports 0..max(ports)-1 of ``n_ports``.
+        Member ports; the tree's leaves are ports 0 .. highest port, in order.
     dtype : DType
     saturate : bool
         int32 only: clamp instead of wrapping.
@@ -68,11 +68,6 @@ def reduce_words(contributions, members, dtype, saturate=False):
             out = np.clip(total, INT32_MIN, INT32_MAX)
             return out.astype(np.int64).astype(np.uint32), bool(over.any())
         return (total & 0xFFFFFFFF).astype(np.uint32), False
-    width = 1
-    while width < n_ports:
-        width *= 2
-    nodes = [contributions[k] if k in members else None for k in range(n_ports)]
-    nodes += [None] * (width - len(nodes))
     # The RTL pairs neighbours level by level; an odd node at the end passes through.
     nodes = [contributions[k] if k in members else None for k in range(n_ports)]
     while len(nodes) > 1:

@@ -30,7 +30,7 @@ from pathlib import Path
 from .output import current_umask
 
 __all__ = ["VERSION", "MAGIC", "RECORD", "KERNEL", "MEM", "GRAD", "NO_DEP", "SWITCH_PORT",
-           "PHASES", "MEM_OPS", "ALGOS", "Record", "TraceError", "read_trace",
+           "PHASES", "MEM_OPS", "ALGOS", "TraceRecord", "TraceError", "read_trace",
            "write_trace", "trace_summary"]
 
 VERSION = 1
@@ -65,7 +65,7 @@ _LIMITS = {"op": 0xFF, "gpu": 0xFFFF, "peer": 0xFFFF, "job": 0xFFFF, "slot": 0xF
 
 
 @dataclass(frozen=True)
-class Record:
+class TraceRecord:
     """One trace record (see the module doc for what each field means per type).
 
     kernel: ``gpu``, ``id``, ``time_ns`` = start, ``a`` = duration ns, ``aux`` = SMs,
@@ -166,7 +166,7 @@ def _read_binary(path, handle):
             whole = len(chunk) - len(chunk) % RECORD.size
             for fields in RECORD.iter_unpack(chunk[:whole]):
                 index += 1
-                rec = Record(*fields)
+                rec = TraceRecord(*fields)
                 validator.check(index, rec)
                 yield rec
             if whole != len(chunk):
@@ -230,7 +230,7 @@ def _parse_text_record(path, lineno, line):
     if missing:
         raise _where(path, lineno, missing[0], "missing")
     values.setdefault("b", NO_DEP if rtype in (MEM, GRAD) else 0)
-    return Record(rtype, **values)
+    return TraceRecord(rtype, **values)
 
 
 def _read_text(path, handle):

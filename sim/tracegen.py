@@ -1,8 +1,10 @@
 """Generating GPU traces from the iteration model (``innet trace gen``)."""
 
+from dataclasses import replace
+
 from .collectives import SWITCH, expand_collective
 from .iteration import IterationConfig, simulate_iteration
-from .trace import ALGOS, GRAD, KERNEL, MEM, MEM_OPS, NO_DEP, PHASES, SWITCH_PORT, Record
+from .trace import ALGOS, GRAD, KERNEL, MEM, MEM_OPS, NO_DEP, PHASES, SWITCH_PORT, TraceRecord
 
 __all__ = ["generate_trace"]
 
@@ -54,7 +56,7 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
             sms = result.comm_sms[tag]
             comm_windows[tag] = (start, end)
         for g in gpus_of_class[ci]:
-            records.append(Record(KERNEL, op=phase, gpu=g, id=new_id(), time_ns=start_ns,
+            records.append(TraceRecord(KERNEL, op=phase, gpu=g, id=new_id(), time_ns=start_ns,
                                   a=min(dur_ns, 0xFFFFFFFF), aux=min(sms, 0xFFFF),
                                   b=min(int(hbm // 1024), 0xFFFFFFFF), job=job))
     if p2p_bytes > 0:
@@ -68,11 +70,11 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
                 for g in gpus_of_class[ci]:
                     for k in range(-(-p2p_bytes // chunk_bytes)):
                         size = min(chunk_bytes, p2p_bytes - k * chunk_bytes)
-                        records.append(Record(MEM, op=MEM_OPS.index("write"), gpu=g,
+                        records.append(TraceRecord(MEM, op=MEM_OPS.index("write"), gpu=g,
                                               peer=(g + 1) % n_gpus, job=job, slot=k & 0xFFFF,
                                               time_ns=boundary_ns, a=size, b=NO_DEP))
     records.sort(key=lambda r: (r.time_ns, r.gpu))
-    records = [Record(**{**r.__dict__, "id": i}) for i, r in enumerate(records)]
+    records = [replace(r, id=i) for i, r in enumerate(records)]   # ids in time order
     next_id = len(records)
 
     algo_code = ALGOS.index(config.algo)
@@ -100,7 +102,7 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
                 rid = new_id()
                 ids.append(rid)
                 peer = SWITCH_PORT if m.dst == SWITCH else m.dst
-                records.append(Record(GRAD, op=algo_code, gpu=m.src, peer=peer, job=job,
+                records.append(TraceRecord(GRAD, op=algo_code, gpu=m.src, peer=peer, job=job,
                                       slot=bucket & 0xFFFF, aux=(m.chunk * 4096 + k) & 0xFFFF,
                                       id=rid, time_ns=issue_ns, a=size, b=dep))
             piece_ids.append(ids)

@@ -118,8 +118,9 @@ def test_results_do_not_depend_on_arrival_order():
     N, P, L = 4, 2, 2
     members = [0, 1, 2, 3]
     # values spanning magnitudes, so that addition order matters in floating point
-    scale = lambda r: (r.standard_normal((P, L)) * 10.0 ** r.integers(-6, 7, (P, L))).astype(  # noqa: E731
-        np.float32).view(np.uint32)
+    def scale(r):
+        spread = 10.0 ** r.integers(-6, 7, (P, L))
+        return (r.standard_normal((P, L)) * spread).astype(np.float32).view(np.uint32)
     chunks, traffic = make_job_traffic(rng, 1, members, DType.FP32, 4, 0, 4, P, L, scale=scale)
     runs = []
     for seed in range(4):

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.gpu import gpu_preset
-from sim.trace import (GRAD, KERNEL, MAGIC, MEM, NO_DEP, RECORD, SWITCH_PORT, Record,
+from sim.trace import (GRAD, KERNEL, MAGIC, MEM, NO_DEP, RECORD, SWITCH_PORT, TraceRecord,
                        TraceError, read_trace, trace_summary, write_trace)
 from sim.tracegen import generate_trace
 from sim.workloads import resnet50
@@ -18,10 +18,10 @@ META = {"gpus": 4, "model": "test"}
 
 def sample_records():
     return [
-        Record(KERNEL, op=1, gpu=0, id=0, time_ns=10, a=500, aux=108, b=1024),
-        Record(GRAD, op=0, gpu=0, peer=1, id=1, time_ns=20, a=65536, slot=3, aux=7, b=NO_DEP),
-        Record(GRAD, op=3, gpu=1, peer=SWITCH_PORT, id=2, time_ns=30, a=4096, job=2, b=1),
-        Record(MEM, op=1, gpu=2, peer=3, id=3, time_ns=40, a=256, slot=9, b=NO_DEP),
+        TraceRecord(KERNEL, op=1, gpu=0, id=0, time_ns=10, a=500, aux=108, b=1024),
+        TraceRecord(GRAD, op=0, gpu=0, peer=1, id=1, time_ns=20, a=65536, slot=3, aux=7, b=NO_DEP),
+        TraceRecord(GRAD, op=3, gpu=1, peer=SWITCH_PORT, id=2, time_ns=30, a=4096, job=2, b=1),
+        TraceRecord(MEM, op=1, gpu=2, peer=3, id=3, time_ns=40, a=256, slot=9, b=NO_DEP),
     ]
 
 
@@ -77,15 +77,20 @@ def write_text(tmp_path, lines, meta=META):
 @pytest.mark.parametrize("line, message", [
     ("kernel gpu=9 id=0 start_ns=0 dur_ns=1 phase=bwd", r"bad.txt:2: gpu: 9 is out of range"),
     ("kernel gpu=0 id=0 start_ns=0 dur_ns=1 phase=sideways", r"bad.txt:2: phase: 'sideways'"),
-    ("grad gpu=0 peer=1 id=0 time_ns=0 bytes=8 dep=5 algo=ring", r"bad.txt:2: dep: 5 does not name"),
+    ("grad gpu=0 peer=1 id=0 time_ns=0 bytes=8 dep=5 algo=ring",
+     r"bad.txt:2: dep: 5 does not name"),
     ("grad gpu=0 peer=0 id=0 time_ns=0 bytes=8 algo=ring", r"bad.txt:2: peer: a GPU does not send"),
     ("grad gpu=0 peer=1 id=0 time_ns=0 bytes=0 algo=ring", r"bad.txt:2: bytes: must be positive"),
-    ("grad gpu=0 peer=1 id=0 time_ns=-4 bytes=8 algo=ring", r"bad.txt:2: time_ns: -4 is out of range"),
-    ("grad gpu=0 peer=1 id=0 time_ns=x bytes=8 algo=ring", r"bad.txt:2: time_ns: 'x' is not an integer"),
-    ("mem gpu=0 peer=switch id=0 time_ns=0 bytes=8 op=write", r"bad.txt:2: peer: 65535 is out of range"),
+    ("grad gpu=0 peer=1 id=0 time_ns=-4 bytes=8 algo=ring",
+     r"bad.txt:2: time_ns: -4 is out of range"),
+    ("grad gpu=0 peer=1 id=0 time_ns=x bytes=8 algo=ring",
+     r"bad.txt:2: time_ns: 'x' is not an integer"),
+    ("mem gpu=0 peer=switch id=0 time_ns=0 bytes=8 op=write",
+     r"bad.txt:2: peer: 65535 is out of range"),
     ("flit gpu=0", r"bad.txt:2: type: unknown record type 'flit'"),
     ("kernel gpu=0 start_ns=0 dur_ns=1 phase=fwd", r"bad.txt:2: id: missing"),
-    ("kernel gpu=0 id=0 start_ns=0 dur_ns=1 phase=fwd colour=red", r"bad.txt:2: colour: not a field"),
+    ("kernel gpu=0 id=0 start_ns=0 dur_ns=1 phase=fwd colour=red",
+     r"bad.txt:2: colour: not a field"),
 ])
 def test_text_errors(tmp_path, line, message):
     path = write_text(tmp_path, [line])
@@ -118,7 +123,7 @@ def test_binary_header_errors(tmp_path, header, message):
 def test_bad_record_while_writing_leaves_no_file(tmp_path):
     path = tmp_path / "w.itr"
     with pytest.raises(TraceError, match="w.itr:2: gpu"):
-        write_trace(path, META, [sample_records()[0], Record(KERNEL, gpu=99, id=1)])
+        write_trace(path, META, [sample_records()[0], TraceRecord(KERNEL, gpu=99, id=1)])
     assert list(tmp_path.iterdir()) == []
 
 
