@@ -353,6 +353,9 @@ def build_parser():
     bmod.add_argument("--json", action="store_true")
     bmod.set_defaults(func=_cmd_bench_model)
 
+    from . import cli_run
+    cli_run.register_bench(bench_sub, _Parser)
+
     formal = sub.add_parser("formal", help="SymbiYosys proofs (yowasp-sby, z3)")
     formal_sub = formal.add_subparsers(dest="block", required=True, parser_class=_Parser)
     farb = formal_sub.add_parser("arbiter", help="prove the arbiter properties (k-induction)")
@@ -381,6 +384,7 @@ def build_parser():
 
     from . import cli_model
     cli_model.register(sub, _Parser, _positive)
+    cli_run.register(sub, _Parser, _positive)
     return parser
 
 

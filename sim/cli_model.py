@@ -3,12 +3,11 @@
 Registered into the main parser by :func:`register`.
 """
 
-import json
 import re
 import sys
 from pathlib import Path
 
-from .output import UsageError
+from .output import UsageError, emit as _print
 
 __all__ = ["register", "parse_size"]
 
@@ -64,13 +63,6 @@ def _check_algo(algo):
     from .collectives import ALGORITHMS
     if algo not in ALGORITHMS:
         raise UsageError(f"--algo must be one of {', '.join(ALGORITHMS)}, not {algo!r}")
-
-
-def _print(args, payload, lines):
-    if args.json:
-        print(json.dumps(payload, indent=2, default=float))
-    else:
-        print("\n".join(lines))
 
 
 # -- model collective ----------------------------------------------------------------------

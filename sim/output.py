@@ -1,12 +1,13 @@
 """Writing output files all-or-nothing, and reporting bad input in one line."""
 
+import json
 import os
 import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["UsageError", "atomic_writes", "fail", "current_umask"]
+__all__ = ["UsageError", "atomic_writes", "fail", "current_umask", "emit"]
 
 
 def current_umask():
@@ -58,3 +59,11 @@ def atomic_writes(paths):
     finally:
         for temp in temps:
             temp.unlink(missing_ok=True)
+
+
+def emit(args, payload, lines):
+    """Print ``payload`` as JSON when ``args.json`` is set, else the text ``lines``."""
+    if args.json:
+        print(json.dumps(payload, indent=2, default=float))
+    else:
+        print("\n".join(lines))

@@ -45,7 +45,7 @@ def _results(xml_path):
 
 
 def run_cocotb(verilog_text, toplevel, test_module, *, sim, build_dir, env=None, waves=False,
-               testcase=None, test_paths=()):
+               testcase=None, test_paths=(), log_file=None):
     """Build ``verilog_text`` (module ``toplevel``) with ``sim`` and run the cocotb tests in
     ``test_module``.
 
@@ -71,6 +71,8 @@ def run_cocotb(verilog_text, toplevel, test_module, *, sim, build_dir, env=None,
     test_paths : sequence of path
         Directories to put on the test process's ``PYTHONPATH`` (the one holding
         ``test_module``).
+    log_file : path, optional
+        Send the build's and the simulation's output there instead of to stdout.
 
     Returns
     -------
@@ -100,7 +102,8 @@ def run_cocotb(verilog_text, toplevel, test_module, *, sim, build_dir, env=None,
         # The exported files carry their own lint waivers; anything else is fatal, as users see.
         build_args = ["-Wall"]
     runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir,
-                 timescale=("1ns", "1ps"), waves=waves, build_args=build_args, always=False)
+                 timescale=("1ns", "1ps"), waves=waves, build_args=build_args, always=False,
+                 log_file=log_file)
     # cocotb's runner sets the test process's PYTHONPATH from this process's sys.path.
     for path in [str(_ROOT)] + [str(Path(p).resolve()) for p in test_paths]:
         if path not in sys.path:
@@ -111,7 +114,7 @@ def run_cocotb(verilog_text, toplevel, test_module, *, sim, build_dir, env=None,
     try:
         runner.test(test_module=test_module, hdl_toplevel=toplevel, build_dir=build_dir,
                     test_dir=build_dir, extra_env=test_env, waves=waves, testcase=testcase,
-                    results_xml=str(results_xml))
+                    results_xml=str(results_xml), log_file=log_file)
     except SystemExit as exc:   # cocotb's runner exits when tests fail under pytest
         if not results_xml.exists():
             raise CocotbFailure(f"{sim}: simulation of {toplevel} failed (exit {exc.code}); "

@@ -1,0 +1,329 @@
+"""The main job (``innet run``) and sweeps (``innet sweep``): configurations, running one
+point, and the metrics of docs/metrics.md.
+
+One **point** is (workload, bucket size, algorithm, arbiter policy). For each point:
+
+1. the GPU model simulates one data-parallel iteration (SM and HBM contention between backprop
+   and the all-reduce kernels) and writes its trace, with the pipeline-stage point-to-point
+   traffic (``p2p_mb`` per GPU) that backprop waits on;
+2. the fast switch model replays the whole trace closed-loop; a second replay carries only
+   the point-to-point traffic, so the difference is the link contention backprop sees;
+3. with ``rtl = true``, the first bucket window (its gradient messages and the memory traffic
+   issued meanwhile) is replayed through the RTL switch under cocotb and through the model,
+   and their per-packet delivery cycles are compared.
+"""
+
+import itertools
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+
+from .output import UsageError
+
+__all__ = ["ExperimentConfig", "load_config", "DEFAULT_CONFIG", "run_point", "points"]
+
+MiB = 1 << 20
+
+#: The embedded default experiment (``innet run`` with no argument).
+DEFAULT_CONFIG = """\
+# innet run: the default experiment. Every key is optional; these are the defaults.
+[experiment]
+name = "default"
+workloads = ["resnet50", "bert_large"]
+gpu = "a100"
+gpus = 8
+algorithms = ["ring", "tree", "inswitch"]
+bucket_mb = [25.0]
+policies = ["rr", "prio"]
+p2p_mb = 16.0          # activation gradients per GPU crossing a pipeline-stage boundary
+rtl = true             # RTL switch in the loop for the first bucket window of each point
+sim = "verilator"
+
+[switch]
+lanes = 8
+slots = 64
+chunk_flits = 8
+mtu_flits = 64
+target_flits = 4000    # simulated flits per GPU per iteration (sets the flit scale)
+"""
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    name: str = "default"
+    workloads: tuple = ("resnet50", "bert_large")
+    gpu: str = "a100"
+    gpus: int = 8
+    algorithms: tuple = ("ring", "tree", "inswitch")
+    bucket_mb: tuple = (25.0,)
+    policies: tuple = ("rr", "prio")
+    p2p_mb: float = 16.0
+    rtl: bool = True
+    sim: str = "verilator"
+    lanes: int = 8
+    slots: int = 64
+    chunk_flits: int = 8
+    mtu_flits: int = 64
+    target_flits: int = 4000
+    source: str = "<default>"
+
+    def as_dict(self):
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+_SECTIONS = {
+    "experiment": {"name": str, "workloads": list, "gpu": str, "gpus": int,
+                   "algorithms": list, "bucket_mb": list, "policies": list, "p2p_mb": float,
+                   "rtl": bool, "sim": str},
+    "switch": {"lanes": int, "slots": int, "chunk_flits": int, "mtu_flits": int,
+               "target_flits": int},
+}
+
+
+def load_config(text=None, path="<default>"):
+    """Parse and validate a configuration (TOML). Raises :class:`UsageError` with
+    ``path: [section] key: problem``."""
+    text = DEFAULT_CONFIG if text is None else text
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    values = {}
+    for section, body in data.items():
+        if section not in _SECTIONS:
+            raise UsageError(f"{path}: [{section}]: unknown section (expected "
+                             f"{', '.join('[' + s + ']' for s in _SECTIONS)})")
+        if not isinstance(body, dict):
+            raise UsageError(f"{path}: {section}: expected a [section] table")
+        for key, value in body.items():
+            where = f"{path}: [{section}] {key}"
+            kind = _SECTIONS[section].get(key)
+            if kind is None:
+                raise UsageError(f"{where}: unknown key")
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+                raise UsageError(f"{where}: expected {kind.__name__}, got {value!r}")
+            if kind is list:
+                if not value:
+                    raise UsageError(f"{where}: must not be empty")
+                value = tuple(value)
+            values[key] = value
+    config = replace(ExperimentConfig(), source=path, **values)
+    _validate(config, path)
+    return config
+
+
+def _validate(c, path):
+    from .collectives import ALGORITHMS
+    from .gpu import PRESETS
+    from .workloads import MODELS
+
+    def bad(section, key, problem):
+        raise UsageError(f"{path}: [{section}] {key}: {problem}")
+
+    for w in c.workloads:
+        if w not in MODELS:
+            bad("experiment", "workloads", f"unknown model {w!r} (choose from "
+                f"{', '.join(sorted(MODELS))})")
+    if c.gpu not in PRESETS:
+        bad("experiment", "gpu", f"unknown GPU {c.gpu!r} (choose from {', '.join(PRESETS)})")
+    if not 2 <= c.gpus <= 64:
+        bad("experiment", "gpus", f"must be 2..64, not {c.gpus}")
+    for a in c.algorithms:
+        if a not in ALGORITHMS or a == "direct":
+            bad("experiment", "algorithms", f"{a!r} is not one of ring, tree, inswitch")
+    for b in c.bucket_mb:
+        if not isinstance(b, (int, float)) or isinstance(b, bool) or not 0 < b <= 4096:
+            bad("experiment", "bucket_mb", f"{b!r} is not a size in MiB in (0, 4096]")
+    for p in c.policies:
+        if p not in ("rr", "prio", "wrr", "drr"):
+            bad("experiment", "policies", f"{p!r} is not one of rr, prio, wrr, drr")
+    if not 0 <= c.p2p_mb <= 4096:
+        bad("experiment", "p2p_mb", f"must be 0..4096, not {c.p2p_mb}")
+    if c.sim not in ("verilator", "icarus"):
+        bad("experiment", "sim", f"must be verilator or icarus, not {c.sim!r}")
+    for key, lo, hi in (("lanes", 1, 64), ("slots", 1, 4096), ("chunk_flits", 1, 256),
+                        ("mtu_flits", 1, 4096), ("target_flits", 100, 10_000_000)):
+        value = getattr(c, key)
+        if not lo <= value <= hi:
+            bad("switch", key, f"must be {lo}..{hi}, not {value}")
+
+
+def points(config):
+    """The cross product, in report order: (workload, bucket_mb, algorithm, policy)."""
+    return list(itertools.product(config.workloads, config.bucket_mb, config.algorithms,
+                                  config.policies))
+
+
+@dataclass
+class PointResult:
+    workload: str
+    bucket_mb: float
+    algo: str
+    policy: str
+    metrics: dict
+    timeline: dict = field(default_factory=dict)
+    validation: dict = field(default_factory=dict)
+
+
+def _replay_config(config, policy, gpu, flit_scale):
+    from .replay import ReplayConfig
+    return ReplayConfig(ports=config.gpus, lanes=config.lanes, slots=config.slots,
+                        chunk_flits=config.chunk_flits, policy=policy,
+                        mtu_flits=config.mtu_flits, link_gbps=gpu.link_gbps,
+                        flit_scale=flit_scale, dtype="fp32")
+
+
+def run_point(config, workload_name, bucket_mb, algo, policy, rtl_dir=None):
+    """Run one point; returns a :class:`PointResult` (plain data, picklable for a pool)."""
+    from .gpu import gpu_preset
+    from .iteration import IterationConfig, simulate_iteration
+    from .replay import GRAD, MEM, build_plan, compare, scale_for
+    from .switch_model import replay_model
+    from .tracegen import generate_trace
+    from .workloads import build_workload
+
+    gpu = gpu_preset(config.gpu)
+    workload = build_workload(workload_name)
+    n = config.gpus
+    p2p_bytes = int(config.p2p_mb * MiB)
+    it_config = IterationConfig(n_gpus=n, algo=algo, bucket_cap_bytes=int(bucket_mb * MiB))
+    alone = simulate_iteration(workload, gpu, it_config)
+    # Bytes one GPU puts on its link in the iteration set the flit scale.
+    grad_bytes = sum(alone.bucket_bytes)
+    link_bytes = 2 * grad_bytes + p2p_bytes
+    flit_scale = scale_for(link_bytes, config.lanes, config.target_flits)
+    rcfg = _replay_config(config, policy, gpu, flit_scale)
+    # Trace pieces of one MTU, so no piece rounds up to a mostly empty packet.
+    meta, records, result = generate_trace(workload, gpu, n, algo=algo, bucket_mb=bucket_mb,
+                                           chunk_bytes=rcfg.flit_bytes * config.mtu_flits,
+                                           config=it_config, p2p_bytes=p2p_bytes)
+    plan = build_plan(meta, records, rcfg, path=f"{workload_name}/{algo}")
+    replay = replay_model(plan)
+    p2p_records = [r for r in records if r.rtype == MEM]
+    cycle_ns = rcfg.cycle_ns
+
+    def p2p_done(rep):
+        """Per GPU: cycle the last p2p packet it sent was delivered."""
+        done = {}
+        p = rep.plan
+        for pid in range(p.packets):
+            m = p.messages[int(p.msg[pid])]
+            if m.kind.name == "MEM_WRITE" and rep.deliver[pid] >= 0 and \
+                    records_by_id[m.record].rtype == MEM:
+                done[m.src] = max(done.get(m.src, 0), int(rep.deliver[pid]))
+        return done
+
+    records_by_id = {r.id: r for r in records}
+    link_delay_ns = 0.0
+    if p2p_records:
+        alone_plan = build_plan(meta, p2p_records, rcfg)
+        alone_replay = replay_model(alone_plan)
+        records_by_id.update({r.id: r for r in p2p_records})
+        with_traffic, without = p2p_done(replay), p2p_done(alone_replay)
+        link_delay_ns = max((with_traffic[g] - without.get(g, with_traffic[g])) * cycle_ns
+                            for g in with_traffic)
+        link_delay_ns = max(0.0, link_delay_ns)
+
+    # Gradient traffic as the switch delivered it.
+    grad_msgs = [m for m in replay.plan.messages if records_by_id[m.record].rtype == GRAD]
+    first_grad = min((int(replay.inject[m.packets[0]]) for m in grad_msgs if m.packets),
+                     default=0)
+    last_grad = max((replay.message_done.get(m.mid, 0) for m in grad_msgs), default=0)
+    # All-reduce time: the union of the buckets' windows (first piece in, last piece out).
+    windows = {}
+    for m in grad_msgs:
+        if m.packets and m.mid in replay.message_done:
+            bucket = records_by_id[m.record].slot
+            lo, hi = windows.get(bucket, (1 << 62, -1))
+            windows[bucket] = (min(lo, int(replay.inject[m.packets[0]])),
+                               max(hi, replay.message_done[m.mid]))
+    allreduce_ns, reach = 0.0, -1
+    for lo, hi in sorted(windows.values()):
+        lo = max(lo, reach + 1)
+        if hi >= lo:
+            allreduce_ns += (hi - lo + 1) * cycle_ns
+        reach = max(reach, hi)
+    bwd_end_ns = (result.forward_s + result.backward_s) * 1e9
+    backward_ns = result.backward_s * 1e9 + link_delay_ns
+    exposed_ns = max(0.0, last_grad * cycle_ns - (bwd_end_ns + link_delay_ns))
+    iteration_ns = max(bwd_end_ns + link_delay_ns, last_grad * cycle_ns) + \
+        result.optimizer_s * 1e9
+    base = result.backward_alone_s * 1e9
+    window = max(last_grad - first_grad + 1, 1)
+    util = [f / window for f in replay.egress_flits]
+    summary = replay.summary()
+    metrics = {
+        "backprop_alone_ms": base / 1e6,
+        "backprop_ms": backward_ns / 1e6,
+        "backprop_slowdown": backward_ns / base - 1,
+        "slowdown_sm": result.slowdown_attribution.get("sm", 0.0),
+        "slowdown_hbm": result.slowdown_attribution.get("hbm", 0.0),
+        "slowdown_link": link_delay_ns / base,
+        "allreduce_ms": allreduce_ns / 1e6,
+        "exposed_comm_ms": exposed_ns / 1e6,
+        "iteration_ms": iteration_ns / 1e6,
+        "link_utilization": sum(util) / len(util),
+        "link_utilization_max": max(util),
+        "stall_cycles": sum(summary["stall_cycles"]),
+        "slot_peak": summary["slot_occupancy"]["peak"],
+        "slot_mean": summary["slot_occupancy"]["mean"],
+        "packets": summary["packets"],
+        "flit_scale": flit_scale,
+        "cycle_ns": cycle_ns,
+        "model_wall_s": replay.wall_s,
+        "gpu_model_slowdown": result.backprop_slowdown,
+    }
+    timeline = _timeline(records, replay, grad_msgs, records_by_id, cycle_ns, n)
+    validation = {}
+    if config.rtl:
+        validation = _validate_window(config, meta, records, rcfg, result, rtl_dir)
+        metrics["rtl_errors"] = sum(validation.get("errors", {}).values())
+    return PointResult(workload_name, bucket_mb, algo, policy, metrics, timeline, validation)
+
+
+def _timeline(records, replay, grad_msgs, records_by_id, cycle_ns, n):
+    """Per GPU: compute kernels and the spans its gradient messages were in the switch (ms)."""
+    from .trace import KERNEL, PHASES
+    out = {g: {"compute": [], "comm": []} for g in range(n)}
+    for r in records:
+        if r.rtype == KERNEL and PHASES[r.op] != "comm":
+            out[r.gpu]["compute"].append((r.time_ns / 1e6, r.a / 1e6))
+    for m in grad_msgs:
+        if not m.packets:
+            continue
+        start = int(replay.inject[m.packets[0]])
+        end = replay.message_done.get(m.mid)
+        if start >= 0 and end is not None:
+            out[m.src]["comm"].append((start * cycle_ns / 1e6, (end - start + 1) * cycle_ns / 1e6))
+    return out
+
+
+def _validate_window(config, meta, records, rcfg, result, rtl_dir):
+    """Replay the first bucket window through the RTL and the model; compare."""
+    from .cosim import replay_rtl
+    from .replay import GRAD, MEM, build_plan, compare
+    from .switch_model import replay_model
+
+    grads = [r for r in records if r.rtype == GRAD and r.slot == 0]
+    if not grads:
+        return {}
+    begin = min(r.time_ns for r in grads)
+    end = max(r.time_ns for r in grads)
+    keep = {r.id for r in grads}
+    mem = [r for r in records if r.rtype == MEM and begin <= r.time_ns <= end]
+    window = sorted(grads + mem, key=lambda r: r.id)
+    keep |= {r.id for r in mem}
+    # Dependencies outside the window are already satisfied.
+    from .trace import NO_DEP
+    window = [r if r.b == NO_DEP or r.b in keep else replace(r, b=NO_DEP) for r in window]
+    shift = begin
+    window = [replace(r, time_ns=r.time_ns - shift) for r in window]
+    plan = build_plan(meta, window, rcfg)
+    rtl = replay_rtl(plan, config.sim, build_dir=rtl_dir)
+    model = replay_model(plan)
+    agreement = compare(rtl, model)
+    return {"window": "bucket 0", "packets": plan.packets, "rtl_cycles": rtl.cycles,
+            "model_cycles": model.cycles, "rtl_wall_s": rtl.wall_s,
+            "model_wall_s": model.wall_s, "errors": rtl.errors,
+            "mismatches": rtl.mismatches, **agreement}

@@ -1,0 +1,105 @@
+"""innet run / sweep / replay from the command line: outputs, bad input, Dask."""
+
+import json
+
+import pytest
+
+from sim.cli import main
+from sim.experiment import load_config
+from sim.output import UsageError
+
+TINY = """
+[experiment]
+name = "tiny"
+workloads = ["bert_large"]
+gpus = 4
+algorithms = ["ring", "inswitch"]
+bucket_mb = [25, 100]
+policies = ["rr"]
+rtl = false
+[switch]
+target_flits = 4000
+"""
+
+
+def test_run_writes_the_report(tmp_path, capsys):
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY)
+    assert main(["run", str(config), "-o", str(tmp_path / "out"), "--name", "r", "--quiet",
+                 "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    out = tmp_path / "out" / "r"
+    for name in ("results.json", "results.csv", "report.md", "slowdown.png", "timeline.png",
+                 "allreduce_vs_bucket.png"):
+        assert (out / name).stat().st_size > 0, name
+    points = payload["points"]
+    assert len(points) == 4
+    by = {(p["algo"], p["bucket_mb"]): p for p in points}
+    # In-switch reduction sends each gradient once instead of twice: less all-reduce time and
+    # less SM/HBM slowdown than the ring.
+    for bucket in (25, 100):
+        ring, ins = by[("ring", bucket)], by[("inswitch", bucket)]
+        assert ins["allreduce_ms"] < ring["allreduce_ms"]
+        assert ins["slowdown_sm"] < ring["slowdown_sm"]
+        total = ring["slowdown_sm"] + ring["slowdown_hbm"] + ring["slowdown_link"]
+        assert ring["backprop_slowdown"] == pytest.approx(total, abs=1e-9)
+    assert "| bert_large | 25 | ring | rr |" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[experiment]\ngpus = 1\n", "[experiment] gpus: must be 2..64"),
+    ("[experiment]\nfoo = 1\n", "[experiment] foo: unknown key"),
+    ("[nope]\n", "[nope]: unknown section"),
+    ("[experiment]\nalgorithms = ['ring', 'magic']\n", "'magic' is not one of"),
+    ("[experiment]\ngpus = 'eight'\n", "[experiment] gpus: expected int"),
+    ("[switch]\nlanes = 0\n", "[switch] lanes: must be 1..64"),
+    ("[experiment\n", "bad.toml:"),
+])
+def test_bad_config_is_one_line(tmp_path, capsys, text, message):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text)
+    assert main(["run", str(bad), "-o", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and message in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_default_config_is_valid():
+    config = load_config()
+    assert config.workloads == ("resnet50", "bert_large") and config.gpus == 8
+    with pytest.raises(UsageError):
+        load_config("[experiment]\ngpu = 'tpu'\n", "x.toml")
+
+
+def test_replay_model_cli(capsys):
+    assert main(["replay", "traces/resnet50_a100x4_inswitch.itr", "--flit-scale", "256",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["backend"] == "model" and out["results_delivered"] > 0
+    assert out["mismatches"] == 0
+
+
+def test_replay_bad_input(tmp_path, capsys):
+    assert main(["replay", str(tmp_path / "missing.itr")]) == 2
+    assert "no such trace file" in capsys.readouterr().err
+    assert main(["replay", "traces/resnet50_a100x4_ring.itr", "--ports", "2"]) == 2
+    assert "4 GPUs but the switch has 2 ports" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_sweep_on_dask(tmp_path, capsys):
+    distributed = pytest.importorskip("distributed")
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        assert main(["sweep", str(config), "--dask", cluster.scheduler_address, "-o",
+                     str(tmp_path / "d"), "--name", "s", "--quiet", "--json"]) == 0
+    on_dask = json.loads(capsys.readouterr().out)["points"]
+    assert main(["sweep", str(config), "--jobs", "2", "-o", str(tmp_path / "d"), "--name",
+                 "p", "--quiet", "--json"]) == 0
+    on_pool = json.loads(capsys.readouterr().out)["points"]
+    key = lambda p: (p["workload"], p["bucket_mb"], p["algo"], p["policy"])  # noqa: E731
+    assert [key(p) for p in on_dask] == [key(p) for p in on_pool]
+    for a, b in zip(on_dask, on_pool):
+        assert a["iteration_ms"] == b["iteration_ms"]
