@@ -39,9 +39,9 @@ rtl = true             # RTL switch in the loop for the first bucket window of e
 sim = "verilator"
 
 [switch]
-lanes = 8
-slots = 64
-chunk_flits = 8
+lanes = 2              # with the flit scale, lanes only set bytes per flit; 2 builds fast
+slots = 16
+chunk_flits = 4
 mtu_flits = 64
 target_flits = 4000    # simulated flits per GPU per iteration (sets the flit scale)
 """
@@ -59,9 +59,9 @@ class ExperimentConfig:
     p2p_mb: float = 16.0
     rtl: bool = True
     sim: str = "verilator"
-    lanes: int = 8
-    slots: int = 64
-    chunk_flits: int = 8
+    lanes: int = 2
+    slots: int = 16
+    chunk_flits: int = 4
     mtu_flits: int = 64
     target_flits: int = 4000
     source: str = "<default>"
@@ -320,7 +320,7 @@ def _validate_window(config, meta, records, rcfg, result, rtl_dir):
     shift = begin
     window = [replace(r, time_ns=r.time_ns - shift) for r in window]
     plan = build_plan(meta, window, rcfg)
-    rtl = replay_rtl(plan, config.sim, build_dir=rtl_dir)
+    rtl = replay_rtl(plan, config.sim, build_dir=rtl_dir, quiet=True)
     model = replay_model(plan)
     agreement = compare(rtl, model)
     return {"window": "bucket 0", "packets": plan.packets, "rtl_cycles": rtl.cycles,
