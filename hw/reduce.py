@@ -36,7 +36,8 @@ from .arbiter import select
 from .fpadd import BF16, FP32, float_add
 from .packet import JOB_BITS, LANE_BITS, SEQ_BITS, DType, Kind, flit_layout
 
-__all__ = ["ReductionUnit", "ERROR_CAUSES", "COUNTER_BITS", "config_signature", "count_events"]
+__all__ = ["ReductionUnit", "ERROR_CAUSES", "COUNTER_BITS", "config_signature", "count_events",
+           "pipeline_depth", "default_fifo_depth"]
 
 #: Drop causes, in the order they are checked; each bad packet counts once, on the first.
 ERROR_CAUSES = (
@@ -52,6 +53,17 @@ ERROR_CAUSES = (
 )
 #: Width of each saturating error counter.
 COUNTER_BITS = 16
+
+
+def pipeline_depth(ports):
+    """Engine stages from the bank read to the result select: bank read, one per adder-tree
+    level, result select."""
+    return 1 + max(1, (ports - 1).bit_length()) + 1
+
+
+def default_fifo_depth(ports):
+    """Result FIFO depth per egress when none is given."""
+    return pipeline_depth(ports) + 4
 
 
 def count_events(m, counter, events, clear, name):
@@ -137,8 +149,8 @@ class ReductionUnit(wiring.Component):
         self._ports, self._lanes, self._slots = ports, lanes, slots
         self._chunk, self._jobs, self._dtypes = chunk_flits, jobs, dtypes
         self._levels = max(1, (ports - 1).bit_length())
-        self._pipeline = 1 + self._levels + 1   # bank read, tree levels, result select
-        self._fifo_depth = fifo_depth or self._pipeline + 4
+        self._pipeline = pipeline_depth(ports)
+        self._fifo_depth = fifo_depth or default_fifo_depth(ports)
         if self._fifo_depth < self._pipeline + 1:
             raise ValueError(f"Result FIFO depth must be at least {self._pipeline + 1}")
         super().__init__({

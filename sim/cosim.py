@@ -19,11 +19,22 @@ through the same :class:`sim.replay.ClosedLoop` the fast model uses, so the two 
 cycles compare packet by packet.
 """
 
+import fcntl
+import hashlib
+import os
+import pickle
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
 import numpy as np
 
+from hw.export import export_switch
 from hw.packet import LANE_BITS, USER_LAYOUT, DType, Kind, decode, encode
 from .reduce_model import reduce_words
-from .replay import REPLAY_JOB, ClosedLoop, ReplayResult, slot_occupancy
+from .replay import REPLAY_JOB, ClosedLoop, ReplayResult
+from .rtl import run_cocotb
 
 __all__ = ["ReplayDriver", "replay_dut", "replay_rtl", "memory_words", "contribution_words"]
 
@@ -246,21 +257,12 @@ class ReplayDriver:
 
     def result(self, backend, errors, wall_s):
         plan = self.plan
-        inject = np.full(plan.packets, -1, dtype=np.int64)
-        deliver = np.full(plan.packets, -1, dtype=np.int64)
-        if self.inject:
-            inject[list(self.inject)] = list(self.inject.values())
-        if self.deliver:
-            deliver[list(self.deliver)] = list(self.deliver.values())
-        cycles = max([int(deliver.max(initial=-1))] + list(self.results.values())) + 1
-        peak, mean = slot_occupancy(plan, inject, self.results)
         lost = sum(1 for p in range(plan.packets) if plan.kind[p] != Kind.REDUCE_CONTRIB.value
-                   and deliver[p] < 0)
-        return ReplayResult(
-            backend=backend, plan=plan, cycles=cycles, inject=inject, deliver=deliver,
-            results=dict(self.results), egress_flits=self.egress_flits,
-            ingress_flits=self.ingress_flits, stall_cycles=self.stall_cycles, slot_peak=peak,
-            slot_mean=mean, message_done=dict(self.loop.done_at), errors=errors,
+                   and p not in self.deliver)
+        return ReplayResult.collect(
+            backend, self.loop, self.inject, self.deliver, self.results,
+            egress_flits=self.egress_flits, ingress_flits=self.ingress_flits,
+            stall_cycles=self.stall_cycles, errors=errors,
             mismatches=len(self.mismatches) + lost, wall_s=wall_s)
 
 
@@ -362,6 +364,26 @@ async def replay_dut(dut, driver, max_cycles=10_000_000, watchdog=100_000, progr
 
 
 
+@contextmanager
+def _switch_build(cfg, sim, build_dir):
+    """Export the switch ``cfg`` describes and hold its build directory (default: the user
+    cache, keyed by the Verilog) for one cocotb run: runs in parallel processes take turns.
+    Yields ``(verilog, module, build_dir, scratch_dir)``."""
+    verilog, meta = export_switch(cfg.ports, cfg.lanes, cfg.slots, cfg.chunk_flits, jobs=2,
+                                  dtypes=(cfg.dtype,), policy=cfg.policy)
+    module = meta["module"]
+    if build_dir is None:
+        key = hashlib.sha256(verilog.encode()).hexdigest()[:16]
+        cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        build_dir = cache / "innet" / "rtl" / f"{sim}-{module}-{key}"
+    build_dir = Path(build_dir)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with open(build_dir / ".lock", "w") as lock, \
+            tempfile.TemporaryDirectory(prefix="innet-cosim-") as scratch:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield verilog, module, build_dir, Path(scratch)
+
+
 def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall=0.0,
                quiet=False):
     """Replay ``plan`` through the exported RTL switch under cocotb; returns a
@@ -369,28 +391,11 @@ def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall
     (default: the user cache), keyed by the switch parameters. ``stall`` puts random
     backpressure on every egress (the replay then no longer compares with the model).
     ``quiet`` sends the simulator's output to ``replay.log`` in the build directory."""
-    import pickle
-    import tempfile
-    import time
-    from pathlib import Path
-
-    from hw.export import export_switch
-    from .rtl import run_cocotb
-
-    cfg = plan.config
-    verilog, meta = export_switch(cfg.ports, cfg.lanes, cfg.slots, cfg.chunk_flits, jobs=2,
-                                  dtypes=(cfg.dtype,), policy=cfg.policy)
-    build_dir = Path(build_dir or _cache_dir(sim, meta["module"], verilog))
-    build_dir.mkdir(parents=True, exist_ok=True)
-    import fcntl
-    # One build directory per switch: replays in parallel processes take turns on it.
-    with open(build_dir / ".lock", "w") as lock, \
-            tempfile.TemporaryDirectory(prefix="innet-replay-") as tmp:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        plan_file, result_file = Path(tmp) / "plan.pkl", Path(tmp) / "result.pkl"
+    began = time.perf_counter()
+    with _switch_build(plan.config, sim, build_dir) as (verilog, module, build_dir, scratch):
+        plan_file, result_file = scratch / "plan.pkl", scratch / "result.pkl"
         plan_file.write_bytes(pickle.dumps(plan))
-        began = time.perf_counter()
-        run_cocotb(verilog, meta["module"], "sim.tb_replay", sim=sim, build_dir=build_dir,
+        run_cocotb(verilog, module, "sim.tb_replay", sim=sim, build_dir=build_dir,
                    waves=waves, env={"INNET_PLAN": plan_file, "INNET_RESULT": result_file,
                                      "INNET_SEED": seed, "INNET_STALL": stall},
                    log_file=build_dir / "replay.log" if quiet else None)
@@ -400,34 +405,14 @@ def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall
     return result
 
 
-def bare_clock_rate(plan_config, sim="verilator", cycles=200_000, build_dir=None):
+def bare_clock_rate(config, sim="verilator", cycles=200_000, build_dir=None):
     """Cycles per second of the same switch under cocotb with only the clock running and one
     Python wake-up per cycle (the bare cocotb clock-toggle rate ``innet bench cosim``
     compares against)."""
-    import tempfile
-    from pathlib import Path
-
-    from hw.export import export_switch
-    from .rtl import run_cocotb
-
-    cfg = plan_config
-    verilog, meta = export_switch(cfg.ports, cfg.lanes, cfg.slots, cfg.chunk_flits, jobs=2,
-                                  dtypes=(cfg.dtype,), policy=cfg.policy)
-    build_dir = Path(build_dir or _cache_dir(sim, meta["module"], verilog))
-    build_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="innet-bare-") as tmp:
-        out = Path(tmp) / "bare.txt"
-        run_cocotb(verilog, meta["module"], "sim.tb_replay", sim=sim, build_dir=build_dir,
+    with _switch_build(config, sim, build_dir) as (verilog, module, build_dir, scratch):
+        out = scratch / "bare.txt"
+        run_cocotb(verilog, module, "sim.tb_replay", sim=sim, build_dir=build_dir,
                    env={"INNET_BARE_CYCLES": cycles, "INNET_BARE_RESULT": out},
                    testcase="bare_clock", log_file=build_dir / "bare.log")
         n, wall = out.read_text().split()
     return int(n) / float(wall)
-
-
-def _cache_dir(sim, module, verilog):
-    import hashlib
-    import os
-    from pathlib import Path
-    key = hashlib.sha256(verilog.encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return cache / "innet" / "rtl" / f"{sim}-{module}-{key}"

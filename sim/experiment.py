@@ -178,8 +178,9 @@ def run_point(config, workload_name, bucket_mb, algo, policy, rtl_dir=None):
     """Run one point; returns a :class:`PointResult` (plain data, picklable for a pool)."""
     from .gpu import gpu_preset
     from .iteration import IterationConfig, simulate_iteration
-    from .replay import GRAD, MEM, build_plan, compare, scale_for
+    from .replay import build_plan, scale_for
     from .switch_model import replay_model
+    from .trace import GRAD, MEM
     from .tracegen import generate_trace
     from .workloads import build_workload
 
@@ -219,7 +220,6 @@ def run_point(config, workload_name, bucket_mb, algo, policy, rtl_dir=None):
     if p2p_records:
         alone_plan = build_plan(meta, p2p_records, rcfg)
         alone_replay = replay_model(alone_plan)
-        records_by_id.update({r.id: r for r in p2p_records})
         with_traffic, without = p2p_done(replay), p2p_done(alone_replay)
         link_delay_ns = max((with_traffic[g] - without.get(g, with_traffic[g])) * cycle_ns
                             for g in with_traffic)
@@ -302,8 +302,9 @@ def _timeline(records, replay, grad_msgs, records_by_id, cycle_ns, n):
 def _validate_window(config, meta, records, rcfg, result, rtl_dir):
     """Replay the first bucket window through the RTL and the model; compare."""
     from .cosim import replay_rtl
-    from .replay import GRAD, MEM, build_plan, compare
+    from .replay import build_plan, compare
     from .switch_model import replay_model
+    from .trace import GRAD, MEM, NO_DEP
 
     grads = [r for r in records if r.rtype == GRAD and r.slot == 0]
     if not grads:
@@ -315,7 +316,6 @@ def _validate_window(config, meta, records, rcfg, result, rtl_dir):
     window = sorted(grads + mem, key=lambda r: r.id)
     keep |= {r.id for r in mem}
     # Dependencies outside the window are already satisfied.
-    from .trace import NO_DEP
     window = [r if r.b == NO_DEP or r.b in keep else replace(r, b=NO_DEP) for r in window]
     shift = begin
     window = [replace(r, time_ns=r.time_ns - shift) for r in window]

@@ -417,6 +417,25 @@ class ReplayResult:
     mismatches: int = 0
     wall_s: float = 0.0
 
+    @classmethod
+    def collect(cls, backend, loop, inject, deliver, results, **counters):
+        """Build a result from a backend's per-packet dicts (``inject``, ``deliver``: pid →
+        cycle; ``results``: (port, seq) → cycle) and its ``loop``; ``counters`` are the
+        remaining fields (flit counts, stalls, errors, mismatches, wall_s)."""
+        plan = loop.plan
+        arrays = []
+        for cycles in (inject, deliver):
+            a = np.full(plan.packets, -1, dtype=np.int64)
+            if cycles:
+                a[list(cycles)] = list(cycles.values())
+            arrays.append(a)
+        inject, deliver = arrays
+        last = max([int(deliver.max(initial=-1))] + list(results.values()))
+        peak, mean = slot_occupancy(plan, inject, results)
+        return cls(backend=backend, plan=plan, cycles=last + 1, inject=inject, deliver=deliver,
+                   results=dict(results), slot_peak=peak, slot_mean=mean,
+                   message_done=dict(loop.done_at), **counters)
+
     def delivery_cycles(self):
         """Every delivery as ``{key: cycle}``: ``("p", pid)`` for memory packets and
         ``("r", port, seq)`` for reduction results; the keys both backends share."""

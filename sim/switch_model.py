@@ -24,25 +24,18 @@ import heapq
 import time
 from collections import deque
 
-import numpy as np
 
-from hw.packet import Kind
+from hw.reduce import default_fifo_depth, pipeline_depth
 from .arbiter_model import ArbiterModel
-from .replay import ClosedLoop, ReplayResult, slot_occupancy
+from .replay import ClosedLoop, ReplayResult
 
 __all__ = ["FastSwitch", "INGRESS_LATENCY", "replay_model"]
 
 #: Cycles from a flit entering an ingress FIFO to it being at the FIFO's head.
 INGRESS_LATENCY = 2
-_CONTRIB = Kind.REDUCE_CONTRIB.value
 
 # Event kinds, in the order they are handled within one cycle.
 _SOURCE, _EGRESS = 0, 1
-
-
-def reduction_pipeline(ports):
-    """Stages from the engine's bank read to the result select (as hw.reduce)."""
-    return 1 + max(1, (ports - 1).bit_length()) + 1
 
 
 class _Packet:
@@ -62,8 +55,8 @@ class FastSwitch:
         N = config.ports
         self.N = N
         self.depth = config.ingress_depth
-        self.result_lag = 2 + reduction_pipeline(N)
-        self.result_depth = reduction_pipeline(N) + 4   # hw.reduce's result FIFO default
+        self.result_lag = 2 + pipeline_depth(N)
+        self.result_depth = default_fifo_depth(N)
         prio = [config.mem_priority] * N + [config.result_priority]
         self.arbiters = [ArbiterModel(N + 1, config.policy, priority=prio, quantum=config.quantum)
                          for _ in range(N)]
@@ -413,19 +406,9 @@ class FastSwitch:
             handled += 1
             if progress and handled % 200000 == 0:
                 progress(t, loop.started, loop.total)
-        inject_a = np.full(plan.packets, -1, dtype=np.int64)
-        deliver_a = np.full(plan.packets, -1, dtype=np.int64)
-        inject_a[list(inject)] = list(inject.values())
-        if deliver:
-            deliver_a[list(deliver)] = list(deliver.values())
-        inject, deliver = inject_a, deliver_a
-        cycles = max([int(deliver.max(initial=-1))] + list(results.values())) + 1
-        peak, mean = slot_occupancy(plan, inject, results)
-        return ReplayResult(
-            backend="model", plan=plan, cycles=cycles, inject=inject, deliver=deliver,
-            results=results, egress_flits=out_flits, ingress_flits=in_flits,
-            stall_cycles=stall, slot_peak=peak, slot_mean=mean,
-            message_done=dict(loop.done_at), wall_s=time.perf_counter() - began)
+        return ReplayResult.collect(
+            "model", loop, inject, deliver, results, egress_flits=out_flits,
+            ingress_flits=in_flits, stall_cycles=stall, wall_s=time.perf_counter() - began)
 
 
 def replay_model(plan, progress=None):

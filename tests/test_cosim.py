@@ -7,7 +7,8 @@ from hw.packet import USER_LAYOUT, DType, Kind, encode
 from sim.cosim import ReplayDriver, replay_rtl
 from sim.reduce_model import reduce_words
 from sim.replay import REPLAY_JOB, PlanError, ReplayConfig, build_plan, compare
-from sim.switch_model import INGRESS_LATENCY, reduction_pipeline, replay_model
+from hw.reduce import pipeline_depth
+from sim.switch_model import INGRESS_LATENCY, replay_model
 from sim.trace import ALGOS, GRAD, MEM, NO_DEP, SWITCH_PORT, TraceRecord
 from sim.traffic import stress_trace
 
@@ -91,7 +92,7 @@ def test_model_reduction_latency():
     records = [contrib(g, g, 4 * 8) for g in range(4)]
     result = replay_model(build_plan({"gpus": 4}, records, cfg))
     last_at_unit = INGRESS_LATENCY + 4 - 1
-    assert set(result.results.values()) == {last_at_unit + 3 + reduction_pipeline(4) + 4 - 1}
+    assert set(result.results.values()) == {last_at_unit + 3 + pipeline_depth(4) + 4 - 1}
 
 
 def test_closed_loop_dependency():
