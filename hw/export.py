@@ -17,7 +17,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .arbiter import PRIO_BITS, QUANTUM_BITS, WEIGHT_BITS, LinkArbiter, Policy
-from .packet import JOB_BITS, LANE_BITS, PORT_BITS, USER_LAYOUT, field_table, flit_layout
+from .packet import (JOB_BITS, LANE_BITS, PORT_BITS, SLOT_BITS, USER_LAYOUT, field_table,
+                     flit_layout)
 from .reduce import COUNTER_BITS, ERROR_CAUSES, ReductionUnit
 from .switch import DROP_CAUSES, Switch
 
@@ -124,7 +125,7 @@ def _reduce_control_members(ports, jobs):
     members = {
         "cfg_valid": In(1), "cfg_job": In(JOB_BITS), "cfg_enable": In(1),
         "cfg_members": In(ports), "cfg_dtype": In(2), "cfg_saturate": In(1),
-        "cfg_clear": In(1),
+        "cfg_slot_base": In(SLOT_BITS), "cfg_slot_count": In(SLOT_BITS), "cfg_clear": In(1),
     }
     for cause in ERROR_CAUSES:
         members[f"err_{cause}"] = Out(COUNTER_BITS)
@@ -139,7 +140,8 @@ def _connect_reduce_control(m, top, cfg, errors, overflow, reductions):
     m.d.comb += [
         cfg.valid.eq(top.cfg_valid), cfg.job.eq(top.cfg_job), cfg.enable.eq(top.cfg_enable),
         cfg.members.eq(top.cfg_members), cfg.dtype.eq(top.cfg_dtype),
-        cfg.saturate.eq(top.cfg_saturate), cfg.clear.eq(top.cfg_clear),
+        cfg.saturate.eq(top.cfg_saturate), cfg.slot_base.eq(top.cfg_slot_base),
+        cfg.slot_count.eq(top.cfg_slot_count), cfg.clear.eq(top.cfg_clear),
         top.overflow.eq(overflow), top.reductions.eq(reductions),
     ]
     for c, cause in enumerate(ERROR_CAUSES):

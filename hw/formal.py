@@ -10,8 +10,9 @@ from amaranth.asserts import AnySeq
 from amaranth.hdl import Assert, Assume, Cat, Elaboratable, Module, Mux, ResetSignal, Signal
 
 from .arbiter import LinkArbiter, Policy
+from .reduce import ReductionUnit
 
-__all__ = ["ArbiterProperties", "harness_rtlil"]
+__all__ = ["ArbiterProperties", "ReductionProperties", "harness_rtlil"]
 
 
 class ArbiterProperties(Elaboratable):
@@ -127,6 +128,139 @@ class ArbiterProperties(Elaboratable):
                     m.d.comb += Assert(valid[k])
                 with m.If(dut.busy & grant[k]):   # a requester mid-packet is not waiting
                     m.d.comb += Assert(waited == 0)
+        return m
+
+
+class ReductionProperties(Elaboratable):
+    """The reduction unit with every input free — any flit on any port in any cycle (wrong
+    kinds, jobs, slots, lengths, duplicates, truncations), job-table writes at any time
+    (groups changing with chunks in flight), any egress backpressure — and these properties:
+
+    1. **Release only when complete**: a slot is freed only while it is valid and every member
+       of its snapshot has arrived (a non-empty snapshot).
+    2. **Counted once**: a member's arrival marks a bit that was clear, in a valid slot whose
+       snapshot contains that member.
+    3. **Isolation**: every bank write goes to a slot that, on the next cycle, is held by the
+       writing packet's own job and chunk; an arrival lands in a slot of its own job and chunk.
+    4. **Stream rules**: contributions are always accepted (``ready`` high); on every result
+       port ``valid`` does not fall and the flit does not change until ``ready``; no result is
+       ever written into a full result FIFO (nothing lost).
+
+    Invariants that make the proof inductive, each a true statement of the design: a port
+    writing a packet holds its slot as a not-yet-arrived member of the slot's job and chunk; a
+    free slot has no arrivals; arrivals are a subset of the snapshot.
+
+    Parameters are the unit's; the defaults are the size proved in CI.
+
+    Non-vacuity: with ``claim_unreachable=True`` the harness also asserts that no slot is
+    ever freed; that must fail (a complete reduction is reachable), so properties 1–3 are not
+    true merely because nothing happens.
+    """
+
+    def __init__(self, ports=3, lanes=1, slots=2, chunk_flits=2, jobs=2, dtypes=("int32",),
+                 *, claim_unreachable=False):
+        self.dut = ReductionUnit(ports, lanes, slots, chunk_flits, jobs, dtypes)
+        self.claim_unreachable = claim_unreachable
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dut = dut = self.dut
+        st = dut.state
+        N, S = dut.ports, dut.slots
+        m.d.comb += Assume(~ResetSignal())
+        for port in dut.i:
+            m.d.comb += [port.valid.eq(AnySeq(1)),
+                         port.payload.as_value().eq(AnySeq(len(port.payload.as_value())))]
+        for port in dut.o:
+            m.d.comb += port.ready.eq(AnySeq(1))
+        for name in ("valid", "job", "enable", "members", "dtype", "saturate", "slot_base",
+                     "slot_count", "clear"):
+            sig = getattr(dut.cfg, name)
+            value = sig.as_value() if hasattr(sig, "as_value") else sig
+            m.d.comb += value.eq(AnySeq(len(value)))
+        if self.claim_unreachable:
+            m.d.comb += Assert(st.slot_free == 0)
+
+        started = Signal()
+        m.d.sync += started.eq(1)
+
+        def at(sigs, index, width):
+            """``sigs[index]`` for a run-time index."""
+            out = Signal(width)
+            for i, sig in enumerate(sigs):
+                with m.If(index == i):
+                    m.d.comb += out.eq(sig)
+            return out
+
+        for s in range(S):
+            # 1. release only when complete
+            with m.If(st.slot_free[s]):
+                m.d.comb += [Assert(st.slot_valid[s]),
+                             Assert(st.slot_arrived[s] == st.slot_members[s]),
+                             Assert(st.slot_members[s].any())]
+            # invariants
+            with m.If(~st.slot_valid[s]):
+                m.d.comb += Assert(st.slot_arrived[s] == 0)
+            m.d.comb += Assert((st.slot_arrived[s] & ~st.slot_members[s]) == 0)
+
+        for k in range(N):
+            hdr = dut.i[k].payload
+            # 2. counted once
+            with m.If(st.arrive[k]):
+                slot = st.arrive_slot[k]
+                arrived = at(st.slot_arrived, slot, N)
+                members = at(st.slot_members, slot, N)
+                m.d.comb += Assert(~arrived[k])
+                if dut.chunk_flits > 1:   # a one-flit chunk arrives as it claims
+                    m.d.comb += [Assert(st.slot_valid.bit_select(slot, 1)),
+                                 Assert(members[k]),
+                                 Assert(at(st.slot_job, slot, len(st.cur_job[k])) ==
+                                        st.cur_job[k]),
+                                 Assert(at(st.slot_seq, slot, len(st.cur_seq[k])) ==
+                                        st.cur_seq[k])]
+            # 3. isolation: the slot written is the packet's own on the next cycle
+            wjob = Signal.like(st.cur_job[k], name=f"wjob{k}")
+            wseq = Signal.like(st.cur_seq[k], name=f"wseq{k}")
+            m.d.comb += [wjob.eq(Mux(st.in_packet[k], st.cur_job[k], hdr.user.job)),
+                         wseq.eq(Mux(st.in_packet[k], st.cur_seq[k], hdr.user.seq))]
+            past_write = Signal(name=f"past_write{k}")
+            past_slot = Signal.like(st.write_slot[k], name=f"past_wslot{k}")
+            past_job = Signal.like(wjob, name=f"past_wjob{k}")
+            past_seq = Signal.like(wseq, name=f"past_wseq{k}")
+            m.d.sync += [past_write.eq(st.write[k]), past_slot.eq(st.write_slot[k]),
+                         past_job.eq(wjob), past_seq.eq(wseq)]
+            with m.If(started & past_write):
+                m.d.comb += [
+                    Assert(at(st.slot_job, past_slot, len(past_job)) == past_job),
+                    Assert(at(st.slot_seq, past_slot, len(past_seq)) == past_seq),
+                ]
+                if dut.chunk_flits > 1:
+                    m.d.comb += Assert(st.slot_valid.bit_select(past_slot, 1) |
+                                       ~st.in_packet[k])
+            # invariant: a port mid-write holds its slot as a member yet to arrive
+            with m.If(st.good[k]):
+                cur = st.cur_slot[k]
+                m.d.comb += [
+                    Assert(st.in_packet[k]),
+                    Assert(cur < S),
+                    Assert(st.slot_valid.bit_select(cur, 1)),
+                    Assert(at(st.slot_members, cur, N)[k]),
+                    Assert(~at(st.slot_arrived, cur, N)[k]),
+                    Assert(at(st.slot_job, cur, len(st.cur_job[k])) == st.cur_job[k]),
+                    Assert(at(st.slot_seq, cur, len(st.cur_seq[k])) == st.cur_seq[k]),
+                    Assert(st.cur_idx[k] <= dut.chunk_flits),
+                    Assert(st.cur_idx[k] != 0),
+                ]
+            # 4. stream rules
+            m.d.comb += Assert(dut.i[k].ready)
+            out = dut.o[k]
+            past_stuck = Signal(name=f"past_stuck{k}")
+            past_flit = Signal.like(out.payload.as_value(), name=f"past_flit{k}")
+            m.d.sync += [past_stuck.eq(out.valid & ~out.ready),
+                         past_flit.eq(out.payload.as_value())]
+            with m.If(started & past_stuck):
+                m.d.comb += [Assert(out.valid), Assert(out.payload.as_value() == past_flit)]
+        m.d.comb += Assert(st.result_lost == 0)
         return m
 
 

@@ -145,7 +145,8 @@ def encode(layout, value):
             bits |= encode(layout.elem_shape, elem) << (index * width)
         return bits
     if isinstance(layout, type) and issubclass(layout, enum.Enum):
-        value = layout(value).value
+        # A bare number may name no member: malformed packets are built on purpose.
+        value = value.value if isinstance(value, layout) else value
     value = int(value)
     width = _width(layout)
     if not 0 <= value < (1 << width):

@@ -27,6 +27,8 @@ entry another contribution owns; each is counted once, by its first failing caus
 :data:`ERROR_CAUSES`).
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
@@ -34,7 +36,7 @@ from amaranth.lib.wiring import In, Out
 
 from .arbiter import select
 from .fpadd import BF16, FP32, float_add
-from .packet import JOB_BITS, LANE_BITS, SEQ_BITS, DType, Kind, flit_layout
+from .packet import JOB_BITS, LANE_BITS, SEQ_BITS, SLOT_BITS, DType, Kind, flit_layout
 
 __all__ = ["ReductionUnit", "ERROR_CAUSES", "COUNTER_BITS", "config_signature", "count_events",
            "pipeline_depth", "default_fifo_depth"]
@@ -45,6 +47,7 @@ ERROR_CAUSES = (
     "bad_source",      # header src is not the port it arrived on
     "unknown_job",     # job id beyond the table, or not enabled
     "slot_range",      # slot id >= slots
+    "foreign_slot",    # slot outside the job's own slot range (another tenant's slots)
     "not_member",      # the source port is not in the job's (or the slot's) member set
     "wrong_dtype",     # element type differs from the job's
     "slot_conflict",   # slot held by another job or another chunk
@@ -81,15 +84,20 @@ def count_events(m, counter, events, clear, name):
 
 def config_signature(ports):
     """The configuration port: one job-table write per cycle when ``valid``; ``clear`` resets
-    every error counter and overflow flag."""
+    every error counter and overflow flag. A job owns slots ``slot_base`` ..
+    ``slot_base + slot_count - 1`` (``slot_count = 0``: the whole pool, for a single tenant);
+    a contribution to any other slot is dropped as ``foreign_slot``, so one tenant cannot
+    claim, or block, another's slots."""
     return wiring.Signature({
-        "valid":    Out(1),
-        "job":      Out(JOB_BITS),
-        "enable":   Out(1),
-        "members":  Out(ports),
-        "dtype":    Out(DType),
-        "saturate": Out(1),
-        "clear":    Out(1),
+        "valid":      Out(1),
+        "job":        Out(JOB_BITS),
+        "enable":     Out(1),
+        "members":    Out(ports),
+        "dtype":      Out(DType),
+        "saturate":   Out(1),
+        "slot_base":  Out(SLOT_BITS),
+        "slot_count": Out(SLOT_BITS),
+        "clear":      Out(1),
     })
 
 
@@ -161,6 +169,34 @@ class ReductionUnit(wiring.Component):
             "overflow": Out(jobs),
             "reductions": Out(32),
         })
+        self.state = self._state_signals()
+
+    def _state_signals(self):
+        """The slot table and each ingress port's packet state. Not ports: the formal harness
+        (:mod:`hw.formal`) states its properties over them, and tests may peek at them."""
+        N, S, P = self._ports, self._slots, self._chunk
+        slot_range = range(max(S, 2))
+        return SimpleNamespace(
+            slot_valid=Signal(S, name="slot_valid"),
+            slot_job=[Signal(JOB_BITS, name=f"slot{s}_job") for s in range(S)],
+            slot_seq=[Signal(SEQ_BITS, name=f"slot{s}_seq") for s in range(S)],
+            slot_members=[Signal(N, name=f"slot{s}_members") for s in range(S)],
+            slot_arrived=[Signal(N, name=f"slot{s}_arrived") for s in range(S)],
+            slot_free=Signal(S, name="slot_free_now"),       # freed by the engine this cycle
+            # per port: the packet in progress and what it does this cycle
+            in_packet=Signal(N, name="in_pkt"),
+            good=Signal(N, name="good"),                       # being written to the banks
+            cur_slot=[Signal(slot_range, name=f"p{k}_slot") for k in range(N)],
+            cur_job=[Signal(JOB_BITS, name=f"p{k}_job") for k in range(N)],
+            cur_seq=[Signal(SEQ_BITS, name=f"p{k}_seq") for k in range(N)],
+            cur_idx=[Signal(range(P + 1), name=f"p{k}_idx") for k in range(N)],
+            claim=[Signal(name=f"p{k}_claim") for k in range(N)],
+            arrive=[Signal(name=f"p{k}_arrive") for k in range(N)],
+            arrive_slot=[Signal(slot_range, name=f"p{k}_arrive_slot") for k in range(N)],
+            write=[Signal(name=f"p{k}_write") for k in range(N)],
+            write_slot=[Signal(slot_range, name=f"p{k}_write_slot") for k in range(N)],
+            result_lost=Signal(N, name="result_lost"),         # a result met a full FIFO
+        )
 
     ports = property(lambda self: self._ports)
     lanes = property(lambda self: self._lanes)
@@ -180,6 +216,8 @@ class ReductionUnit(wiring.Component):
         job_members = [Signal(N, name=f"job{j}_members") for j in range(J)]
         job_dtype = [Signal(2, name=f"job{j}_dtype") for j in range(J)]   # DType values
         job_sat = Signal(J)
+        job_base = [Signal(SLOT_BITS, name=f"job{j}_slot_base") for j in range(J)]
+        job_count = [Signal(SLOT_BITS, name=f"job{j}_slot_count") for j in range(J)]
         for j in range(J):   # one comparison per entry: no run-time-indexed assignment
             with m.If(self.cfg.valid & (self.cfg.job == j)):
                 m.d.sync += [
@@ -187,14 +225,14 @@ class ReductionUnit(wiring.Component):
                     job_members[j].eq(self.cfg.members),
                     job_dtype[j].eq(self.cfg.dtype.as_value()),
                     job_sat[j].eq(self.cfg.saturate),
+                    job_base[j].eq(self.cfg.slot_base),
+                    job_count[j].eq(self.cfg.slot_count),
                 ]
 
         # -- slot table --------------------------------------------------------------------
-        slot_valid = Signal(S)
-        slot_job = [Signal(JOB_BITS, name=f"slot{s}_job") for s in range(S)]
-        slot_seq = [Signal(SEQ_BITS, name=f"slot{s}_seq") for s in range(S)]
-        slot_members = [Signal(N, name=f"slot{s}_members") for s in range(S)]
-        slot_arrived = [Signal(N, name=f"slot{s}_arrived") for s in range(S)]
+        st = self.state
+        slot_valid, slot_job, slot_seq = st.slot_valid, st.slot_job, st.slot_seq
+        slot_members, slot_arrived = st.slot_members, st.slot_arrived
         slot_dtype = [Signal(2, name=f"slot{s}_dtype") for s in range(S)]
         slot_sat = Signal(S)
 
@@ -212,16 +250,10 @@ class ReductionUnit(wiring.Component):
             bank_data.append(rp.data)
 
         # -- ingress: per-port packet state and first-flit checks ---------------------------
-        in_pkt = Signal(N)          # mid-packet
-        good = Signal(N)            # the packet in progress is being written
-        cur_slot = [Signal(range(max(S, 2)), name=f"p{k}_slot") for k in range(N)]
-        cur_idx = [Signal(range(P + 1), name=f"p{k}_idx") for k in range(N)]
-        claim = [Signal(name=f"p{k}_claim") for k in range(N)]
-        arrive = [Signal(name=f"p{k}_arrive") for k in range(N)]
-        arrive_slot = [Signal(range(max(S, 2)), name=f"p{k}_arrive_slot") for k in range(N)]
+        in_pkt, good, cur_slot, cur_idx = st.in_packet, st.good, st.cur_slot, st.cur_idx
+        claim, arrive, arrive_slot = st.claim, st.arrive, st.arrive_slot
         cause_hit = [Signal(len(ERROR_CAUSES), name=f"p{k}_cause") for k in range(N)]
-
-        slot_free_now = Signal(S)   # freed by the engine this cycle (see below)
+        slot_free_now = st.slot_free
         for k, port in enumerate(self.i):
             m.d.comb += port.ready.eq(1)
             hdr = port.payload
@@ -253,6 +285,9 @@ class ReductionUnit(wiring.Component):
                                  v_members.eq(select(m, other.user.job, job_members, N,
                                                      f"p{k}_from{j}_members"))]
             job_m = select(m, job_id, job_members, N, f"p{k}_jmembers")
+            base = select(m, job_id, job_base, SLOT_BITS, f"p{k}_jbase")
+            count = select(m, job_id, job_count, SLOT_BITS, f"p{k}_jcount")
+            foreign = (count != 0) & ((slot_id < base) | (slot_id - base >= count))
             job_d = select(m, job_id, job_dtype, 2, f"p{k}_jdtype")
             members = Mux(v_valid, v_members, job_m)
             checks = [
@@ -260,6 +295,7 @@ class ReductionUnit(wiring.Component):
                 hdr.src != k,
                 ~job_ok,
                 ~in_range,
+                foreign,
                 ~members[k],
                 hdr.user.dtype.as_value() != job_d,
                 v_valid & ((v_job != job_id) | (v_seq != hdr.user.seq)),
@@ -275,11 +311,14 @@ class ReductionUnit(wiring.Component):
 
             wp = write_ports[k]
             idx = cur_idx[k]
+            m.d.comb += st.write[k].eq(wp.en)
             with m.If(port.valid):
                 with m.If(first):
                     m.d.sync += [in_pkt[k].eq(~hdr.last), good[k].eq(~bad & ~hdr.last),
-                                 cur_slot[k].eq(slot), idx.eq(1)]
-                    m.d.comb += [wp.en.eq(~bad), wp.addr.eq(slot * P), wp.data.eq(hdr.data)]
+                                 cur_slot[k].eq(slot), idx.eq(1),
+                                 st.cur_job[k].eq(job_id), st.cur_seq[k].eq(hdr.user.seq)]
+                    m.d.comb += [wp.en.eq(~bad), wp.addr.eq(slot * P), wp.data.eq(hdr.data),
+                                 st.write_slot[k].eq(slot)]
                     with m.If(~bad & hdr.last):
                         if P == 1:
                             m.d.comb += [arrive[k].eq(1), arrive_slot[k].eq(slot)]
@@ -292,7 +331,7 @@ class ReductionUnit(wiring.Component):
                     with m.If(good[k]):
                         too_long = idx >= P
                         m.d.comb += [wp.en.eq(~too_long), wp.addr.eq(cur_slot[k] * P + idx),
-                                     wp.data.eq(hdr.data)]
+                                     wp.data.eq(hdr.data), st.write_slot[k].eq(cur_slot[k])]
                         with m.If(too_long):
                             m.d.sync += good[k].eq(0)
                             m.d.comb += cause_hit[k][ERROR_CAUSES.index("bad_length")].eq(1)
@@ -413,7 +452,8 @@ class ReductionUnit(wiring.Component):
             q = fifos[k]
             copy = Signal(flit_layout(L), name=f"result{k}")
             m.d.comb += [copy.eq(result), copy.dst.eq(k)]
-            m.d.comb += [q.w_data.eq(copy), q.w_en.eq(out_meta.valid & out_meta.members[k])]
+            m.d.comb += [q.w_data.eq(copy), q.w_en.eq(out_meta.valid & out_meta.members[k]),
+                         st.result_lost[k].eq(q.w_en & ~q.w_rdy)]
             out = self.o[k]
             m.d.comb += [out.payload.eq(q.r_data), out.valid.eq(q.r_rdy),
                          q.r_en.eq(out.ready)]

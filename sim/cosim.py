@@ -20,6 +20,7 @@ cycles compare packet by packet.
 """
 
 import fcntl
+import functools
 import hashlib
 import os
 import pickle
@@ -36,7 +37,8 @@ from .reduce_model import reduce_words
 from .replay import REPLAY_JOB, ClosedLoop, ReplayResult
 from .rtl import run_cocotb
 
-__all__ = ["ReplayDriver", "replay_dut", "replay_rtl", "memory_words", "contribution_words"]
+__all__ = ["ReplayDriver", "SwitchPins", "arbiter_defaults", "replay_dut", "replay_rtl", "memory_words",
+           "contribution_words", "tdata"]
 
 _MASK = (1 << LANE_BITS) - 1
 _DTYPES = {"int32": DType.INT32, "fp32": DType.FP32, "bf16": DType.BF16}
@@ -60,10 +62,11 @@ def contribution_words(seed, seq, port, flits, lanes, dtype):
     return (halves[..., 0] | (halves[..., 1] << 16)).astype(np.uint32)
 
 
-def _tdata(words):
+def tdata(words):
+    """AXI4-Stream ``tdata`` of one flit: lane k in bits 32k..32k+31."""
     value = 0
     for lane, word in enumerate(words):
-        value |= int(word) << (lane * LANE_BITS)
+        value |= (int(word) & _MASK) << (lane * LANE_BITS)
     return value
 
 
@@ -135,12 +138,12 @@ class ReplayDriver:
             self.outstanding[k][seq & 0xFFFF] = seq
             user = encode(USER_LAYOUT, {"kind": kind, "dtype": self.dtype, "job": REPLAY_JOB,
                                         "slot": seq % self.cfg.slots, "seq": seq & 0xFFFF})
-            rows = [_tdata(words[f]) for f in range(flits)]
+            rows = [tdata(words[f]) for f in range(flits)]
             dst = 0
         else:
             user = encode(USER_LAYOUT, {"kind": kind, "dtype": DType.INT32, "job": 0,
                                         "slot": (pid >> 16) & 0xFFFF, "seq": pid & 0xFFFF})
-            rows = [_tdata(memory_words(pid, f, L)) for f in range(flits)]
+            rows = [tdata(memory_words(pid, f, L)) for f in range(flits)]
             dst = int(plan.dst[pid])
         return [(rows[f], user, dst, k, int(f == flits - 1)) for f in range(flits)]
 
@@ -223,7 +226,7 @@ class ReplayDriver:
             if seq not in self.golden:
                 contribs = self.contrib.pop(seq)
                 want, _ = reduce_words(contribs, self.members, self.dtype)
-                self.golden[seq] = [[_tdata(row) for row in want], len(self.members)]
+                self.golden[seq] = [[tdata(row) for row in want], len(self.members)]
             entry = self.golden[seq]
             got = [b[0] for b in beats]
             if got != entry[0] or beats[0][2] != d:
@@ -246,7 +249,7 @@ class ReplayDriver:
             self._fail(f"egress {d}: packet {pid} from {want_src} to {want_dst} arrived "
                        f"as {beats[0][3]}->{beats[0][2]}")
         if len(beats) != int(plan.flits[pid]) or any(
-                b[0] != _tdata(memory_words(pid, f, L)) for f, b in enumerate(beats)):
+                b[0] != tdata(memory_words(pid, f, L)) for f, b in enumerate(beats)):
             self._fail(f"egress {d}: packet {pid} payload corrupted")
         self.deliver[pid] = cycle
         self.inflight -= 1
@@ -266,6 +269,70 @@ class ReplayDriver:
             mismatches=len(self.mismatches) + lost, wall_s=wall_s)
 
 
+class SwitchPins:
+    """The exported switch's AXI4-Stream pins as cocotb handles, bound once. A beat is
+    ``(tdata, tuser, tdest, tid, tlast)``."""
+
+    FIELDS = ("data", "user", "dest", "id", "last")
+
+    def __init__(self, dut, ports):
+        self.N = ports
+        self.s_valid = [getattr(dut, f"s{k}_axis_tvalid") for k in range(ports)]
+        self.s_ready = [getattr(dut, f"s{k}_axis_tready") for k in range(ports)]
+        self.s_fields = [[getattr(dut, f"s{k}_axis_t{f}") for f in self.FIELDS]
+                         for k in range(ports)]
+        self.m_valid = [getattr(dut, f"m{k}_axis_tvalid") for k in range(ports)]
+        self.m_ready = [getattr(dut, f"m{k}_axis_tready") for k in range(ports)]
+        self.m_fields = [[getattr(dut, f"m{k}_axis_t{f}") for f in self.FIELDS]
+                         for k in range(ports)]
+        self.presenting = [False] * ports
+
+    def idle(self):
+        """Nothing presented on any ingress."""
+        for k in range(self.N):
+            self.s_valid[k].value = 0
+            self.presenting[k] = False
+
+    def apply(self, changes):
+        """``(port, beat)`` presents a beat; ``(port, None)`` or ``(port, "end")`` drops
+        ``tvalid``."""
+        for k, beat in changes:
+            if beat is None or beat == "end":
+                self.s_valid[k].value = 0
+                self.presenting[k] = False
+                continue
+            for handle, value in zip(self.s_fields[k], beat):
+                handle.value = value
+            self.s_valid[k].value = 1
+            self.presenting[k] = True
+
+    def set_ready(self, ready):
+        for d in range(self.N):
+            self.m_ready[d].value = int(ready[d])
+
+    def accepted(self):
+        """Per ingress: a presented beat was taken this cycle (read-only phase)."""
+        return [self.presenting[k] and bool(self.s_ready[k].value) for k in range(self.N)]
+
+    def egress(self):
+        """Per egress: the beat shown, or None (read-only phase)."""
+        return [tuple(int(h.value) for h in self.m_fields[d]) if self.m_valid[d].value
+                else None for d in range(self.N)]
+
+
+def arbiter_defaults(dut, quantum=16):
+    """Drive whichever run-time arbitration pins the exported switch has (its policy decides)
+    to plain defaults: memory above results under ``prio``, equal weights, ``quantum``; no
+    configuration write, no counter clear."""
+    for name, value in (("cfg_mem_priority", 1), ("cfg_result_priority", 0),
+                        ("cfg_mem_weight", 1), ("cfg_result_weight", 1),
+                        ("cfg_quantum", quantum)):
+        if hasattr(dut, name):
+            getattr(dut, name).value = value
+    dut.cfg_valid.value = 0
+    dut.cfg_clear.value = 0
+
+
 async def replay_dut(dut, driver, max_cycles=10_000_000, watchdog=100_000, progress=None):
     """Run ``driver`` against an exported switch ``dut`` (``innet export switch``) until every
     message is delivered. Raises AssertionError if nothing leaves the switch for ``watchdog``
@@ -277,18 +344,10 @@ async def replay_dut(dut, driver, max_cycles=10_000_000, watchdog=100_000, progr
     N = driver.N
     cfg = driver.cfg
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    s_valid = [getattr(dut, f"s{k}_axis_tvalid") for k in range(N)]
-    s_ready = [getattr(dut, f"s{k}_axis_tready") for k in range(N)]
-    s_fields = [[getattr(dut, f"s{k}_axis_t{f}") for f in ("data", "user", "dest", "id",
-                                                           "last")] for k in range(N)]
-    m_valid = [getattr(dut, f"m{k}_axis_tvalid") for k in range(N)]
-    m_ready = [getattr(dut, f"m{k}_axis_tready") for k in range(N)]
-    m_fields = [[getattr(dut, f"m{k}_axis_t{f}") for f in ("data", "user", "dest", "id",
-                                                           "last")] for k in range(N)]
+    pins = SwitchPins(dut, N)
     dut.rst.value = 1
-    for k in range(N):
-        s_valid[k].value = 0
-        m_ready[k].value = 1
+    pins.idle()
+    pins.set_ready([1] * N)
     dut.cfg_valid.value = 0
     dut.cfg_clear.value = 0
     if cfg.policy == "prio":
@@ -309,21 +368,11 @@ async def replay_dut(dut, driver, max_cycles=10_000_000, watchdog=100_000, progr
         dut.cfg_members.value = driver.plan.members
         dut.cfg_dtype.value = driver.dtype.value
         dut.cfg_saturate.value = 0
+        dut.cfg_slot_base.value = 0
+        dut.cfg_slot_count.value = 0      # one tenant: the whole slot pool
         await RisingEdge(dut.clk)
         dut.cfg_valid.value = 0
 
-    def apply(changes):
-        for k, beat in changes:
-            if beat is None or beat == "end":
-                s_valid[k].value = 0
-                presenting[k] = False
-                continue
-            for handle, value in zip(s_fields[k], beat):
-                handle.value = value
-            s_valid[k].value = 1
-            presenting[k] = True
-
-    presenting = [False] * N
     quiet = 0
     rising, read_only = RisingEdge(dut.clk), ReadOnly()
     pending_changes = []
@@ -335,17 +384,13 @@ async def replay_dut(dut, driver, max_cycles=10_000_000, watchdog=100_000, progr
             driver.cycle = skip
         else:
             await rising
-        apply(pending_changes)
-        apply(driver.drive())
+        pins.apply(pending_changes)
+        pins.apply(driver.drive())
         if driver.stall:
-            for d in range(N):
-                m_ready[d].value = int(driver.ready_out[d])
+            pins.set_ready(driver.ready_out)
         await read_only
-        ready = [presenting[k] and bool(s_ready[k].value) for k in range(N)]
-        egress = [None] * N
-        for d in range(N):
-            if m_valid[d].value:
-                egress[d] = tuple(int(h.value) for h in m_fields[d])
+        ready = pins.accepted()
+        egress = pins.egress()
         pending_changes = driver.sample(ready, egress)
         moved = any(e is not None for e in egress) or any(ready)
         waiting = any(w is not None and w > driver.cycle
@@ -364,18 +409,33 @@ async def replay_dut(dut, driver, max_cycles=10_000_000, watchdog=100_000, progr
 
 
 
+@functools.lru_cache(maxsize=8)
+def _exported_switch(ports, lanes, slots, chunk_flits, dtypes, policy, jobs):
+    """The switch's Verilog and module name, exported once per process: exporting takes
+    seconds, and a run replays many windows through the same switch."""
+    verilog, meta = export_switch(ports, lanes, slots, chunk_flits, jobs=jobs, dtypes=dtypes,
+                                  policy=policy)
+    return verilog, meta["module"]
+
+
+def replay_switch(cfg):
+    """The exported-switch parameters a replay of :class:`sim.replay.ReplayConfig` ``cfg``
+    runs on (one job entry besides job 0, its one element type)."""
+    return (cfg.ports, cfg.lanes, cfg.slots, cfg.chunk_flits, (cfg.dtype,), cfg.policy, 2)
+
+
 @contextmanager
-def _switch_build(cfg, sim, build_dir):
-    """Export the switch ``cfg`` describes and hold its build directory (default: the user
-    cache, keyed by the Verilog) for one cocotb run: runs in parallel processes take turns.
-    Yields ``(verilog, module, build_dir, scratch_dir)``."""
-    verilog, meta = export_switch(cfg.ports, cfg.lanes, cfg.slots, cfg.chunk_flits, jobs=2,
-                                  dtypes=(cfg.dtype,), policy=cfg.policy)
-    module = meta["module"]
+def switch_build(switch, sim, build_dir=None, optimize=True):
+    """Export the switch ``switch`` describes (``(ports, lanes, slots, chunk_flits, dtypes,
+    policy, jobs)``) and hold its build directory (default: the user cache, keyed by the
+    Verilog and the build's optimisation) for one cocotb run: runs in parallel processes take
+    turns. Yields ``(verilog, module, build_dir, scratch_dir)``."""
+    verilog, module = _exported_switch(*switch)
     if build_dir is None:
         key = hashlib.sha256(verilog.encode()).hexdigest()[:16]
         cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-        build_dir = cache / "innet" / "rtl" / f"{sim}-{module}-{key}"
+        flavour = "" if optimize or sim != "verilator" else "-O0"
+        build_dir = cache / "innet" / "rtl" / f"{sim}-{module}-{key}{flavour}"
     build_dir = Path(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
     with open(build_dir / ".lock", "w") as lock, \
@@ -385,20 +445,22 @@ def _switch_build(cfg, sim, build_dir):
 
 
 def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall=0.0,
-               quiet=False):
+               quiet=False, optimize=True):
     """Replay ``plan`` through the exported RTL switch under cocotb; returns a
     :class:`ReplayResult` (backend ``rtl-<sim>``). The build is cached in ``build_dir``
     (default: the user cache), keyed by the switch parameters. ``stall`` puts random
     backpressure on every egress (the replay then no longer compares with the model).
-    ``quiet`` sends the simulator's output to ``replay.log`` in the build directory."""
+    ``quiet`` sends the simulator's output to ``replay.log`` in the build directory;
+    ``optimize=False`` builds quickly for short replays (see :func:`sim.rtl.run_cocotb`)."""
     began = time.perf_counter()
-    with _switch_build(plan.config, sim, build_dir) as (verilog, module, build_dir, scratch):
+    with switch_build(replay_switch(plan.config), sim, build_dir, optimize) as (
+            verilog, module, build_dir, scratch):
         plan_file, result_file = scratch / "plan.pkl", scratch / "result.pkl"
         plan_file.write_bytes(pickle.dumps(plan))
         run_cocotb(verilog, module, "sim.tb_replay", sim=sim, build_dir=build_dir,
                    waves=waves, env={"INNET_PLAN": plan_file, "INNET_RESULT": result_file,
                                      "INNET_SEED": seed, "INNET_STALL": stall},
-                   log_file=build_dir / "replay.log" if quiet else None)
+                   log_file=build_dir / "replay.log" if quiet else None, optimize=optimize)
         result = pickle.loads(result_file.read_bytes())
     result.backend = f"rtl-{sim}"
     result.extra = {"build_dir": str(build_dir), "total_wall_s": time.perf_counter() - began}
@@ -409,7 +471,8 @@ def bare_clock_rate(config, sim="verilator", cycles=200_000, build_dir=None):
     """Cycles per second of the same switch under cocotb with only the clock running and one
     Python wake-up per cycle (the bare cocotb clock-toggle rate ``innet bench cosim``
     compares against)."""
-    with _switch_build(config, sim, build_dir) as (verilog, module, build_dir, scratch):
+    with switch_build(replay_switch(config), sim, build_dir) as (verilog, module, build_dir,
+                                                                 scratch):
         out = scratch / "bare.txt"
         run_cocotb(verilog, module, "sim.tb_replay", sim=sim, build_dir=build_dir,
                    env={"INNET_BARE_CYCLES": cycles, "INNET_BARE_RESULT": out},

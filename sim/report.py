@@ -159,10 +159,10 @@ def _plots(results):
     import matplotlib.pyplot as plt
 
     plots = []
-    labels = [f"{r.workload}\n{r.algo}/{r.policy}" + (f"\n{r.bucket_mb:g} MiB"
+    labels = [f"{r.workload}\n{r.algo}\n{r.policy}" + (f"\n{r.bucket_mb:g} MiB"
                                                       if len({x.bucket_mb for x in results}) > 1
                                                       else "") for r in results]
-    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(results)), 4))
+    fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(results)), 4.5))
     bottom = [0.0] * len(results)
     for key, name, color in (("slowdown_sm", "SM", "#4c72b0"), ("slowdown_hbm", "HBM", "#dd8452"),
                              ("slowdown_link", "link", "#55a868")):
@@ -172,15 +172,18 @@ def _plots(results):
     ax.set_xticks(range(len(results)), labels, fontsize=7)
     ax.set_ylabel("backprop slowdown, %")
     ax.set_title("Backprop slowdown from overlapping the all-reduce, by cause")
-    ax.legend()
+    ax.set_ylim(0, max(max(bottom) * 1.15, 0.1))
+    ax.legend(loc="upper left")
+    fig.tight_layout()
     plots.append(("slowdown.png", fig))
 
-    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(results)), 4))
+    fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(results)), 4.5))
     ax.bar(range(len(results)), [r.metrics["exposed_comm_ms"] for r in results],
            color="#c44e52", label="exposed communication")
     ax.set_xticks(range(len(results)), labels, fontsize=7)
     ax.set_ylabel("ms")
     ax.set_title("Exposed communication per iteration")
+    fig.tight_layout()
     plots.append(("exposed.png", fig))
 
     buckets = sorted({r.bucket_mb for r in results})

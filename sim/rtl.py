@@ -45,7 +45,7 @@ def _results(xml_path):
 
 
 def run_cocotb(verilog_text, toplevel, test_module, *, sim, build_dir, env=None, waves=False,
-               testcase=None, test_paths=(), log_file=None):
+               testcase=None, test_paths=(), log_file=None, optimize=True):
     """Build ``verilog_text`` (module ``toplevel``) with ``sim`` and run the cocotb tests in
     ``test_module``.
 
@@ -73,6 +73,10 @@ def run_cocotb(verilog_text, toplevel, test_module, *, sim, build_dir, env=None,
         ``test_module``).
     log_file : path, optional
         Send the build's and the simulation's output there instead of to stdout.
+    optimize : bool
+        Verilator only: compile the model with the kit's optimisation (``-Os``). ``False``
+        compiles at ``-O0``: the build takes less than half as long and the model runs slower,
+        the right trade for short simulations.
 
     Returns
     -------
@@ -100,7 +104,7 @@ def run_cocotb(verilog_text, toplevel, test_module, *, sim, build_dir, env=None,
     build_args = []
     if sim == "verilator":
         # The exported files carry their own lint waivers; anything else is fatal, as users see.
-        build_args = ["-Wall"]
+        build_args = ["-Wall"] + ([] if optimize else ["-CFLAGS", "-O0"])
     runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir,
                  timescale=("1ns", "1ps"), waves=waves, build_args=build_args, always=False,
                  log_file=log_file)

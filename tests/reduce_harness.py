@@ -34,9 +34,12 @@ def flatten_traffic(traffic, ports):
 
 
 async def configure_jobs(ctx, cfg, table):
-    """Write ``{job: (members, dtype, saturate)}`` through a reduction configuration port,
-    one job per cycle."""
-    for job, (members, dtype, sat) in table.items():
+    """Write ``{job: (members, dtype, saturate[, slot_base, slot_count])}`` through a
+    reduction configuration port, one job per cycle (no slot range: the whole pool)."""
+    for job, (members, dtype, sat, *slots) in table.items():
+        base, count = slots or (0, 0)
+        ctx.set(cfg.slot_base, base)
+        ctx.set(cfg.slot_count, count)
         ctx.set(cfg.valid, 1)
         ctx.set(cfg.job, job)
         ctx.set(cfg.enable, 1)

@@ -59,18 +59,21 @@ async def test_reduce(dut, noise):
     everyone = list(range(PORTS))
     jobs = {1: (everyone, DType.INT32, True), 2: (everyone[::2], DType.FP32, False),
             3: (everyone[1:], DType.BF16, False)}
-    for job, (members, dtype, sat) in jobs.items():
+    # Slots split between jobs (each job owns its range); chunk c of a job reuses its slot
+    # after chunk c - share.
+    share = max(1, SLOTS // len(jobs))
+    for index, (job, (members, dtype, sat)) in enumerate(jobs.items()):
         dut.cfg_valid.value = 1
         dut.cfg_job.value = job
         dut.cfg_enable.value = 1
         dut.cfg_members.value = sum(1 << k for k in members)
         dut.cfg_dtype.value = dtype.value
         dut.cfg_saturate.value = int(sat)
+        dut.cfg_slot_base.value = (index * share) % SLOTS
+        dut.cfg_slot_count.value = share if SLOTS >= len(jobs) else 0
         await RisingEdge(dut.clk)
     dut.cfg_valid.value = 0
 
-    # Chunks: slots split between jobs; chunk c of a job reuses its slot after chunk c - share.
-    share = max(1, SLOTS // len(jobs))
     chunks, queues = {}, {k: [] for k in everyone}
     for index, (job, (members, dtype, sat)) in enumerate(jobs.items()):
         for seq in range(3 * share):

@@ -195,7 +195,27 @@ def test_bad_packets_are_dropped_and_counted_without_disturbing_others():
     check_results(packets, good_chunks, N)
     expected = {cause: 1 for cause in bad}
     expected["duplicate"] = 1
-    assert res["errors"] == expected
+    assert {c: n for c, n in res["errors"].items() if n} == expected
+
+
+def test_job_cannot_touch_another_jobs_slots():
+    """Tenant isolation: job 2 (slots 2-3) aims contributions at job 1's slots 0-1, before and
+    while job 1 gathers there. Each is dropped as foreign_slot without claiming or touching a
+    slot, and both jobs' results stay exact."""
+    rng = np.random.default_rng(11)
+    N, P, L, S = 4, 2, 1, 4
+    chunks1, traffic1 = make_job_traffic(rng, 1, [0, 1], DType.INT32, 4, 0, 2, P, L)
+    chunks2, traffic2 = make_job_traffic(rng, 2, [2, 3], DType.FP32, 4, 2, 2, P, L)
+    w = lambda: random_words(rng, DType.FP32, (P, L))  # noqa: E731
+    raid = [contribution(2, 2, 0, 0, w(), DType.FP32), contribution(3, 2, 1, 1, w(), DType.FP32),
+            contribution(2, 2, 1, 0, w(), DType.FP32)]
+    traffic = {0: traffic1[0], 1: traffic1[1],
+               2: [raid[0], raid[2]] + traffic2[2], 3: [raid[1]] + traffic2[3]}
+    packets, res = run_unit(ReductionUnit(N, L, S, P),
+                            {1: ([0, 1], DType.INT32, False, 0, 2),
+                             2: ([2, 3], DType.FP32, False, 2, 2)}, traffic)
+    check_results(packets, {**chunks1, **chunks2}, N)
+    assert {c: n for c, n in res["errors"].items() if n} == {"foreign_slot": 3}
 
 
 def test_membership_changes_between_chunks():
