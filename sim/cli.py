@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .output import UsageError, atomic_writes
+from .output import UsageError, atomic_writes, real_number
 from .trace import TraceError
 
 __all__ = ["main"]
@@ -30,6 +30,8 @@ def _positive(name, minimum=1, maximum=None):
     """An argparse type: an integer in [minimum, maximum], with an exact message otherwise."""
     def parse(text):
         try:
+            if not text.isascii():   # int() would take other scripts' digits
+                raise ValueError(text)
             value = int(text, 0)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be an integer, not {text!r}") from None
@@ -270,6 +272,29 @@ def _cmd_formal_arbiter(args):
     return 0 if ok else 1
 
 
+def _cmd_formal_reduce(args):
+    from .formal import prove_reduction
+
+    if not args.json:
+        print(f"... {args.mode} reduction unit, {args.ports} ports x {args.slots} slots x "
+              f"{args.chunk_flits}-flit chunks, {args.jobs} jobs, depth {args.depth}",
+              file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(prefix="innet-formal-") as workdir:
+        r = prove_reduction(Path(workdir) / "sby", ports=args.ports, slots=args.slots,
+                            chunk_flits=args.chunk_flits, jobs=args.jobs, depth=args.depth,
+                            mode=args.mode)
+    ok = r["status"] == "PASS"
+    kind = "k-induction" if args.mode == "prove" else "bounded model check"
+    text = (f"reduce ports={r['ports']} slots={r['slots']} chunk={r['chunk_flits']} "
+            f"jobs={r['jobs']} {kind} depth {r['depth']}: {r['status']} ({r['seconds']} s)")
+    if not ok and not args.json:
+        text += "\n" + r["log"]
+    if ok:
+        r.pop("log")
+    _emit(args, {"results": [r], "all_passed": ok}, text)
+    return 0 if ok else 1
+
+
 # -- parser -----------------------------------------------------------------------------------
 
 def build_parser():
@@ -355,6 +380,8 @@ def build_parser():
 
     from . import cli_run
     cli_run.register_bench(bench_sub, _Parser)
+    from . import cli_reliability
+    cli_reliability.register_bench(bench_sub, _Parser, _positive)
 
     formal = sub.add_parser("formal", help="SymbiYosys proofs (yowasp-sby, z3)")
     formal_sub = formal.add_subparsers(dest="block", required=True, parser_class=_Parser)
@@ -366,6 +393,19 @@ def build_parser():
                       help="k-induction depth (default 10)")
     farb.add_argument("--json", action="store_true")
     farb.set_defaults(func=_cmd_formal_arbiter)
+    fred = formal_sub.add_parser("reduce", help="prove the reduction unit's properties: "
+                                 "release, counted once, isolation, stream rules")
+    fred.add_argument("--ports", type=_PORTS, default=3)
+    fred.add_argument("--slots", type=_SLOTS, default=2)
+    fred.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=2)
+    fred.add_argument("--jobs", type=_positive("--jobs"), default=2)
+    fred.add_argument("--mode", choices=["bmc", "prove"], default="bmc",
+                      help="bmc: every trace of --depth cycles from reset (default); "
+                           "prove: k-induction")
+    fred.add_argument("--depth", type=_positive("--depth"), default=12,
+                      help="cycles (bmc) or induction depth (prove); default 12")
+    fred.add_argument("--json", action="store_true")
+    fred.set_defaults(func=_cmd_formal_reduce)
 
     synth = sub.add_parser("synth", help="ECP5-85 synthesis: LUTs, FFs, BRAMs, DSPs, Fmax")
     synth.add_argument("block", choices=["arbiter", "reduce", "switch"])
@@ -377,7 +417,8 @@ def build_parser():
     synth.add_argument("--dtype", action="append", choices=["int32", "fp32", "bf16"],
                        help="element types to build (repeatable; default int32)")
     synth.add_argument("--policy", type=_policy, default="rr")
-    synth.add_argument("--freq", type=float, default=200.0, help="requested MHz (default 200)")
+    synth.add_argument("--freq", type=real_number("--freq", 0, exclusive=True), default=200.0,
+                       help="requested MHz (default 200)")
     synth.add_argument("--keep", metavar="DIR", help="keep the synthesis files in DIR")
     synth.add_argument("--json", action="store_true")
     synth.set_defaults(func=_cmd_synth)

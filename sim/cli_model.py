@@ -4,10 +4,9 @@ Registered into the main parser by :func:`register`.
 """
 
 import re
-import sys
 from pathlib import Path
 
-from .output import UsageError, emit as _print
+from .output import UsageError, emit as _print, real_number
 
 __all__ = ["register", "parse_size"]
 
@@ -229,7 +228,7 @@ def _cmd_trace_info(args):
     meta = summary["metadata"]
     _print(args, summary, [
         f"{args.file}: innet trace v{meta.get('format_version', 1)}, {meta['gpus']} GPUs",
-        f"  metadata: " + ", ".join(f"{k}={v}" for k, v in sorted(meta.items())
+        "  metadata: " + ", ".join(f"{k}={v}" for k, v in sorted(meta.items())
                                      if k not in ("gpus",)),
         f"  records: {summary['records']} ("
         + ", ".join(f"{k} {v}" for k, v in summary["by_type"].items()) + ")",
@@ -287,9 +286,10 @@ def register(sub, parser_class, positive):
     tsub = trace.add_subparsers(dest="action", required=True, parser_class=parser_class)
     gen = tsub.add_parser("gen", help="simulate an iteration and write its trace")
     _iteration_arguments(gen, positive, gpus_min=2)
-    gen.add_argument("--chunk-kb", type=float, default=64.0,
+    gen.add_argument("--chunk-kb", type=real_number("--chunk-kb", 0, exclusive=True),
+                     default=64.0,
                      help="largest gradient message piece, KiB (default 64)")
-    gen.add_argument("--p2p-mb", type=float, default=0.0,
+    gen.add_argument("--p2p-mb", type=real_number("--p2p-mb", 0), default=0.0,
                      help="activation gradients (MiB) each GPU writes to the next at the "
                           "pipeline-stage boundary, as memory-traffic records (default 0)")
     gen.add_argument("--format", choices=["binary", "text"],
@@ -315,8 +315,11 @@ def _iteration_arguments(p, positive, gpus_min=1):
     p.add_argument("--gpus", type=positive("--gpus", gpus_min), default=8)
     p.add_argument("--algo", default="ring")
     p.add_argument("--bucketing", choices=["ddp", "horovod"], default="ddp")
-    p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket_cap_mb (MiB)")
-    p.add_argument("--first-bucket-mb", type=float, default=1.0, help="DDP first bucket (MiB)")
+    p.add_argument("--bucket-mb", type=real_number("--bucket-mb", 0, exclusive=True),
+                   default=25.0, help="DDP bucket_cap_mb (MiB)")
+    p.add_argument("--first-bucket-mb",
+                   type=real_number("--first-bucket-mb", 0, exclusive=True), default=1.0,
+                   help="DDP first bucket (MiB)")
     p.add_argument("--no-overlap", action="store_true",
                    help="all-reduce after backward instead of during it")
     p.add_argument("--grad-accum", type=positive("--grad-accum"), default=1)

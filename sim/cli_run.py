@@ -10,7 +10,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from .output import UsageError, emit as _emit
+from .output import UsageError, emit as _emit, real_number
 
 __all__ = ["register"]
 
@@ -174,7 +174,8 @@ def register(sub, parser_class, positive):
     rep.add_argument("--policy", choices=["rr", "prio", "wrr", "drr"], default="rr")
     rep.add_argument("--mtu-flits", type=positive("--mtu-flits"), default=64)
     rep.add_argument("--dtype", choices=["fp32", "int32", "bf16"], default="fp32")
-    rep.add_argument("--link-gbps", type=float, default=None,
+    rep.add_argument("--link-gbps", type=real_number("--link-gbps", 0, exclusive=True),
+                     default=None,
                      help="port bandwidth, GB/s (default: the trace GPU's NVLink)")
     rep.add_argument("--flit-scale", type=positive("--flit-scale"), default=1,
                      help="real flits per simulated flit (default 1)")
@@ -191,7 +192,8 @@ def register(sub, parser_class, positive):
                        help="configuration file (TOML)")
         p.add_argument("-o", "--output", default="results", help="results root directory")
         p.add_argument("--name", help="run name (default: <experiment>-<timestamp>)")
-        p.add_argument("--jobs", type=positive("--jobs"), default=1 if name == "run" else None,
+        p.add_argument("--jobs", type=positive("--jobs", 1, 256),
+                       default=1 if name == "run" else None,
                        help="worker processes")
         p.add_argument("--no-rtl", action="store_true", help="skip the RTL windows")
         p.add_argument("--quiet", action="store_true", help="no progress")

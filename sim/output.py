@@ -7,7 +7,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["UsageError", "atomic_writes", "fail", "current_umask", "emit"]
+__all__ = ["UsageError", "atomic_writes", "fail", "current_umask", "emit", "real_number"]
 
 
 def current_umask():
@@ -67,3 +67,25 @@ def emit(args, payload, lines):
         print(json.dumps(payload, indent=2, default=float))
     else:
         print("\n".join(lines))
+
+
+def real_number(name, minimum=None, exclusive=False):
+    """An argparse type: a finite number >= ``minimum`` (> with ``exclusive``), with an exact
+    message otherwise."""
+    import argparse
+    import math
+
+    def parse(text):
+        try:
+            if not text.isascii():   # float() would take other scripts' digits
+                raise ValueError(text)
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, not {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{name} must be finite, not {text!r}")
+        if minimum is not None and (value <= minimum if exclusive else value < minimum):
+            bound = f"greater than {minimum:g}" if exclusive else f"at least {minimum:g}"
+            raise argparse.ArgumentTypeError(f"{name} must be {bound}, not {text!r}")
+        return value
+    return parse

@@ -10,7 +10,7 @@ import numpy as np
 
 from hw.packet import DType
 
-__all__ = ["reduce_words", "bf16_round", "INT32_MIN", "INT32_MAX"]
+__all__ = ["reduce_words", "add_words", "bf16_round", "INT32_MIN", "INT32_MAX"]
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -23,7 +23,7 @@ def bf16_round(f32_bits):
     return np.where(nan, 0x7FC0, rounded).astype(np.uint32)
 
 
-def _add(a, b, dtype):
+def add_words(a, b, dtype):
     """One tree node on uint32 lane words."""
     if dtype == DType.FP32:
         with np.errstate(all="ignore"):
@@ -80,6 +80,6 @@ def reduce_words(contributions, members, dtype, saturate=False):
             elif b is None:
                 nxt.append(a)
             else:
-                nxt.append(_add(a, b, dtype))
+                nxt.append(add_words(a, b, dtype))
         nodes = nxt
     return nodes[0], False
