@@ -84,7 +84,6 @@ class ArbiterModel:
             The requester shown on the output (``None`` when the output is not valid) and whether
             its flit was accepted.
         """
-        n = self.ports
         if self.busy:
             sel, new_turn = self.held, False
         else:

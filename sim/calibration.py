@@ -5,7 +5,7 @@
 """
 
 from .collectives import allreduce_cost
-from .contention import KernelSpec, kernel_time, overlap
+from .contention import KernelSpec, overlap
 from .gpu import gpu_preset
 from .iteration import IterationConfig, simulate_iteration
 from .workloads import resnet50, transformer

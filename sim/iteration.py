@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from .collectives import collective_cost
-from .contention import (KERNEL_GAP_S, KernelSpec, hbm_rate, kernel_time, rates_during,
+from .contention import (KERNEL_GAP_S, KernelSpec, kernel_time, rates_during,
                          sm_share_during)
 
 __all__ = ["IterationConfig", "Bucket", "make_buckets", "simulate_iteration", "simulate_streams",

@@ -221,7 +221,6 @@ class FastSwitch:
         def run_engine(t):
             """Issue chunks' flits: the lowest complete slot first, one flit per cycle while
             every member's result FIFO has room."""
-            nonlocal engine_free
             engine_armed[0] = None
             engine_blocked[0] = False
             P = cfg.chunk_flits

@@ -10,7 +10,7 @@ from amaranth.sim import Simulator
 
 from hw.packet import (DType, Header, Kind, Packet, flits_to_packets, packet_to_flits,
                        unpack_flit)
-from hw.reduce import ERROR_CAUSES, ReductionUnit
+from hw.reduce import ERROR_CAUSES
 
 
 def contribution(port, job, slot, seq, words, dtype, kind=Kind.REDUCE_CONTRIB, src=None):

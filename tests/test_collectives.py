@@ -27,7 +27,6 @@ def execute(algo, n, size, rng):
     progress = True
     while pending and progress:
         progress = False
-        still = []
         # deliver every message of the lowest step whose dependency is met (lock-step rounds)
         ready = [(i, m) for i, m in pending if m.dep < 0 or m.dep in delivered]
         if not ready:

@@ -137,7 +137,6 @@ def test_scoreboard_catches_a_wrong_sum():
     plan = build_plan({"gpus": 2}, [contrib(0, 0, 4 * 8), contrib(1, 1, 4 * 8)], cfg)
     for wrong in (False, True):
         driver = ReplayDriver(plan)
-        sent = {0: [], 1: []}
         shown = {}
         for _ in range(4):
             for port, beat in driver.drive():

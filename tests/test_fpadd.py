@@ -69,7 +69,7 @@ def check(fmt, pairs):
 
 
 def special_values(fmt):
-    F, E = fmt.frac_bits, fmt.exp_bits
+    F = fmt.frac_bits
     top = fmt.exp_max
     values = [0, 1, 2, 3, (1 << F) - 1, 1 << F, (1 << F) + 1,       # zero, subnormals, min normal
               (top - 1) << F | ((1 << F) - 1),                      # max finite
