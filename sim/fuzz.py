@@ -242,14 +242,15 @@ def fuzz(cases=10_000, seed=1, targets=TARGETS, report=None):
     """Fuzz ``targets`` with ``cases`` cases in all (split evenly). Returns per-target counts
     (also kept in ``report`` as they grow, for a caller that catches the failure); raises
     :class:`Violation` on the first case that breaks the contract."""
-    per = max(1, cases // len(targets))
+    targets = list(targets)
+    share = {t: cases // len(targets) + (i < cases % len(targets)) for i, t in enumerate(targets)}
     runners = {"trace": _fuzz_trace, "config": _fuzz_config, "cli": _fuzz_cli}
     report = {} if report is None else report
     with tempfile.TemporaryDirectory(prefix="innet-fuzz-") as workdir:
         cwd_files = set(Path.cwd().iterdir())
         for target in targets:
             report[target] = {"cases": 0, "rejected": 0}
-            runners[target](per, seed, workdir, report[target])
+            runners[target](max(1, share[target]), seed, workdir, report[target])
         stray = set(Path.cwd().iterdir()) - cwd_files
         if stray:
             raise Violation(f"fuzzing left files in {Path.cwd()}: {sorted(map(str, stray))}")
