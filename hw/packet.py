@@ -28,7 +28,7 @@ This module imports Amaranth only; numpy arrays are accepted wherever a sequence
 (they are converted element by element).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from amaranth.hdl import Shape
@@ -65,6 +65,9 @@ class Kind(enum.Enum, shape=3):
     REDUCE_CONTRIB = 3
     REDUCE_RESULT = 4
     CONFIG = 5
+    #: Only the switch sends this: the tail flit with which it ends a packet its sender
+    #: truncated (no ``last`` before the next packet's header). Discard the whole packet.
+    NULLIFIED = 6
 
 
 class DType(enum.Enum, shape=2):
@@ -288,7 +291,9 @@ def packet_to_flits(packet):
 
 
 def flits_to_packets(lanes, flit_bits):
-    """Group a stream of flit ints into packets.
+    """Group a stream of flit ints into packets. A packet the switch ended with a
+    ``NULLIFIED`` tail (its sender truncated it) comes back with kind ``NULLIFIED`` and the
+    flits before the tail.
 
     Raises
     ------
@@ -298,6 +303,11 @@ def flits_to_packets(lanes, flit_bits):
     packets, current, header = [], [], None
     for bits in flit_bits:
         flit_header, words, last = unpack_flit(lanes, bits)
+        if header is not None and last and flit_header.kind == Kind.NULLIFIED and \
+                header.kind != Kind.NULLIFIED and replace(flit_header, kind=header.kind) == header:
+            packets.append(Packet(flit_header, tuple(current)))
+            current, header = [], None
+            continue
         if header is not None and flit_header != header:
             raise ValueError(f"Header changed inside a packet: {header} then {flit_header}")
         header = flit_header

@@ -328,7 +328,9 @@ class ReductionUnit(wiring.Component):
                     m.d.sync += idx.eq(Mux(idx < P, idx + 1, idx))
                     with m.If(hdr.last):
                         m.d.sync += [in_pkt[k].eq(0), good[k].eq(0)]
-                    with m.If(good[k]):
+                    # The switch ended a truncated contribution: abandon it (no write, no
+                    # arrival; the switch counted it).
+                    with m.If(good[k] & (hdr.user.kind != Kind.NULLIFIED)):
                         too_long = idx >= P
                         m.d.comb += [wp.en.eq(~too_long), wp.addr.eq(cur_slot[k] * P + idx),
                                      wp.data.eq(hdr.data), st.write_slot[k].eq(cur_slot[k])]

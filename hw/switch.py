@@ -9,7 +9,12 @@ Per ingress port k:
   (``MEM_WRITE``, ``MEM_READ_REQ``, ``MEM_READ_RESP``) go to the arbiter of egress ``dst``;
   ``REDUCE_CONTRIB`` goes to port k of the reduction unit; anything else — an invalid kind,
   a destination beyond the switch, a ``REDUCE_RESULT`` from a GPU, or an in-band ``CONFIG``
-  packet (configuration uses the ``cfg`` port) — is consumed and counted in ``drops``.
+  packet (configuration uses the ``cfg`` port) — is consumed and counted in ``drops``;
+* every flit carries its packet's header, so a flit whose header differs from its packet's
+  first flit means the sender dropped ``last``: the ingress ends the packet in progress with a
+  ``NULLIFIED`` tail flit to wherever it was going (the receiver discards the packet; the
+  reduction unit abandons the contribution), counts it as ``truncated``, and classifies the
+  flit afresh. A truncated packet cannot hold an egress arbiter or merge with the next packet.
 
 Per egress port d, a :class:`hw.arbiter.LinkArbiter` with N + 1 requesters: memory traffic from
 each ingress (requesters 0..N-1) and the reduction unit's results for d (requester N). The
@@ -36,7 +41,7 @@ from .reduce import ReductionUnit, config_signature, count_events
 __all__ = ["Switch", "DROP_CAUSES"]
 
 #: Switch-level drop causes (the reduction unit counts its own, see hw.reduce.ERROR_CAUSES).
-DROP_CAUSES = ("bad_kind", "bad_dest", "config_packet")
+DROP_CAUSES = ("bad_kind", "bad_dest", "config_packet", "truncated")
 _DROP_BITS = 16
 
 # Route codes latched per ingress packet.
@@ -159,26 +164,43 @@ class Switch(wiring.Component):
             cur_route = Mux(in_pkt, route, fresh_route)
             cur_dest = Mux(in_pkt, dest, Mux(dest_ok, head.dst, 0))
 
+            # A truncated packet: the head's header is not its packet's (kept from the first
+            # flit). Offer a NULLIFIED tail instead of the head; the head waits.
+            held = Signal(layout, name=f"ingress{k}_held")
+            cut = Signal(name=f"ingress{k}_cut")
+            tail = Signal(layout, name=f"ingress{k}_tail")
+            m.d.comb += [
+                cut.eq(in_pkt & q.r_rdy & ((head.user.as_value() != held.user.as_value()) |
+                                           (head.dst != held.dst) | (head.src != held.src))),
+                tail.eq(held), tail.data.eq(0), tail.last.eq(1),
+                tail.user.kind.eq(Kind.NULLIFIED),
+            ]
+            offer = Mux(cut, tail, head)
+
             # Offer the head flit to its target; it moves when the target accepts.
             moved = Signal(name=f"ingress{k}_moved")
             red_in = red.i[k]
-            m.d.comb += [red_in.payload.eq(head), red_in.valid.eq(q.r_rdy & (cur_route == _REDUCE))]
+            m.d.comb += [red_in.payload.eq(offer),
+                         red_in.valid.eq(q.r_rdy & (cur_route == _REDUCE))]
             targets = [red_in.ready & (cur_route == _REDUCE), cur_route == _DROP]
             for d in range(N):
                 port = arbiters[d].i[k]
                 sel = (cur_route == _MEM) & (cur_dest == d)
-                m.d.comb += [port.payload.eq(head), port.valid.eq(q.r_rdy & sel)]
+                m.d.comb += [port.payload.eq(offer), port.valid.eq(q.r_rdy & sel)]
                 targets.append(port.ready & sel)
-            m.d.comb += [moved.eq(q.r_rdy & Cat(*targets).any()), q.r_en.eq(moved)]
-            with m.If(moved):
+            m.d.comb += [moved.eq(q.r_rdy & Cat(*targets).any()), q.r_en.eq(moved & ~cut)]
+            with m.If(moved & cut):
+                m.d.sync += in_pkt.eq(0)      # the tail ended it; the head starts anew
+            with m.Elif(moved):
                 m.d.sync += in_pkt.eq(~head.last)
                 with m.If(~in_pkt):
-                    m.d.sync += [route.eq(fresh_route), dest.eq(cur_dest)]
+                    m.d.sync += [route.eq(fresh_route), dest.eq(cur_dest), held.eq(head)]
             first_drop = moved & ~in_pkt & (fresh_route == _DROP)
             drop_hits[0].append(first_drop & ~is_mem & (kind != Kind.CONFIG) &
                                 (kind != Kind.REDUCE_CONTRIB))
             drop_hits[1].append(first_drop & is_mem & ~dest_ok)
             drop_hits[2].append(first_drop & (kind == Kind.CONFIG))
+            drop_hits[3].append(moved & cut)
 
         for c, hits in enumerate(drop_hits):
             count_events(m, self.drops[c], hits, self.cfg.clear, DROP_CAUSES[c])

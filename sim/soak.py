@@ -55,6 +55,8 @@ FAULTS = {
     "long_chunk": "err_bad_length",         # one flit long (sent before the real one)
     "duplicate": "err_duplicate",           # a member's second contribution to a chunk
     "slot_conflict": "err_slot_conflict",   # a later chunk aimed at a slot still gathering
+    "truncated_write": "drop_truncated",    # a memory write whose sender dropped `last`
+    "truncated_contribution": "drop_truncated",   # a non-member's contribution without `last`
 }
 _COUNTERS = [f"drop_{c}" for c in DROP_CAUSES] + [f"err_{c}" for c in ERROR_CAUSES]
 
@@ -65,7 +67,8 @@ def counter_names():
 
 
 _STATELESS = ("bad_kind", "forged_result", "bad_dest", "config_packet", "bad_source",
-              "unknown_job", "slot_range", "foreign_slot", "not_member", "wrong_dtype")
+              "unknown_job", "slot_range", "foreign_slot", "not_member", "wrong_dtype",
+              "truncated_write", "truncated_contribution")
 
 
 @dataclass
@@ -221,17 +224,26 @@ class SoakDriver:
 
     # -- memory and stateless faults ----------------------------------------------------------
 
-    def _memory(self, src):
+    def _memory(self, src, truncate=False):
+        """Queue a memory write at ``src``; ``truncate``: send only some of its flits and no
+        ``last`` (the switch must end it with a NULLIFIED tail), then a good write."""
         rng = self.rng
         dst = rng.choice([d for d in range(self.N) if d != src])
-        flits = rng.randint(1, self.cfg.mtu_flits)
+        flits = rng.randint(2 if truncate else 1, self.cfg.mtu_flits)
         pid = self.next_pid
         self.next_pid += 1
         user = encode(USER_LAYOUT, {"kind": Kind.MEM_WRITE, "dtype": DType.INT32, "job": 0,
                                     "slot": (pid >> 16) & 0xFFFF, "seq": pid & 0xFFFF})
         beats = [(_tdata(memory_words(pid, f, self.L)), user, dst, src, int(f == flits - 1))
                  for f in range(flits)]
-        self.memory[pid] = (src, dst, flits)
+        if truncate:
+            sent = rng.randint(1, flits - 1)
+            beats = [b[:4] + (0,) for b in beats[:sent]]
+            self.memory[pid] = (src, dst, sent, True)
+            self.queues[src].append(("fault", "truncated_write", beats))
+            self._memory(src)   # something must follow: the next header ends it
+            return
+        self.memory[pid] = (src, dst, flits, False)
         self.queues[src].append(("mem", pid, beats))
 
     def _stateless_fault(self):
@@ -271,10 +283,23 @@ class SoakDriver:
         elif kind == "wrong_dtype":
             port = src = rng.choice(static.members)
             header["dtype"] = rng.choice([d for d in (DType.FP32, DType.BF16)])
+        elif kind == "truncated_write":
+            self._count_fault(kind)
+            self._memory(port, truncate=True)
+            return
+        elif kind == "truncated_contribution":
+            # dropped on its first flit (not a member), then ended by the next header
+            port = src = rng.choice([k for k in range(self.N) if k not in static.members])
+            self.expected[FAULTS["not_member"]] += 1
         self._count_fault(kind)
         user = encode(USER_LAYOUT, header)
         beats = [(_tdata(words[f]), user, dst, src, int(f == self.P - 1))
                  for f in range(self.P)]
+        if kind == "truncated_contribution":
+            beats = [b[:4] + (0,) for b in beats[:rng.randint(1, self.P - 1)]]
+            self.queues[port].append(("fault", kind, beats))
+            self._memory(port)   # the next header ends it
+            return
         self.queues[port].append(("fault", kind, beats))
 
     # -- the cycle ---------------------------------------------------------------------------
@@ -407,7 +432,16 @@ class SoakDriver:
             self._fail(f"egress {d}: kind {kind} packet {pid} not expected (stale, duplicated "
                        f"or a fault that got through)", "duplicated")
             return
-        src, dst, flits = entry
+        src, dst, flits, truncated = entry
+        tail = decode(USER_LAYOUT, beats[-1][1])["kind"]
+        if truncated:   # its flits, then the switch's NULLIFIED tail
+            if tail != Kind.NULLIFIED or len(beats) != flits + 1:
+                self._fail(f"egress {d}: truncated packet {pid} was not ended by a NULLIFIED "
+                           f"tail after its {flits} flits")
+            beats = beats[:-1]
+        elif tail == Kind.NULLIFIED:
+            self._fail(f"egress {d}: intact packet {pid} arrived nullified")
+            return
         if d != dst or beats[0][2] != dst or beats[0][3] != src or len(beats) != flits or any(
                 b[0] != _tdata(memory_words(pid, f, self.L)) for f, b in enumerate(beats)):
             self._fail(f"egress {d}: memory packet {pid} ({src}->{dst}, {flits} flits) "

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from hw.packet import DType, Header, Kind, Packet, flits_to_packets, unpack_flit
+from hw.packet import DType, Header, Kind, Packet, flits_to_packets, pack_flit, unpack_flit
+from hw.reduce import ERROR_CAUSES
 from hw.switch import DROP_CAUSES, Switch
 from sim.reduce_model import reduce_words
 
@@ -16,11 +17,14 @@ from .reduce_harness import configure_jobs, contribution, flatten_traffic, rando
 
 
 def run_switch(sw, jobs, traffic, *, seed=0, idle=0.0, stall=0.0, max_cycles=30000,
-               class_cfg=None):
-    """traffic: {port: [Packet or (Packet, gate)]}; honours ingress ready."""
+               class_cfg=None, raw_flits=None):
+    """traffic: {port: [Packet or (Packet, gate)]}; honours ingress ready. ``raw_flits``
+    ({port: [flit ints]}) replaces the traffic's flits (for malformed framing)."""
     rng = random.Random(seed)
     N, L = sw.ports, sw.lanes
     flits, gates = flatten_traffic(traffic, N)
+    if raw_flits is not None:
+        flits = {k: list(raw_flits.get(k, [])) for k in range(N)}
     outputs = {k: [] for k in range(N)}
     received = {k: set() for k in range(N)}
     result = {}
@@ -62,7 +66,8 @@ def run_switch(sw, jobs, traffic, *, seed=0, idle=0.0, stall=0.0, max_cycles=300
             if quiet > 300:
                 break
         result["drops"] = {c: ctx.get(sw.drops[i]) for i, c in enumerate(DROP_CAUSES)}
-        result["reduce_errors"] = [ctx.get(sw.reduce_errors[i]) for i in range(9)]
+        result["reduce_errors"] = [ctx.get(sw.reduce_errors[i])
+                                   for i in range(len(ERROR_CAUSES))]
         result["sent_all"] = all(pos[k] == len(flits[k]) for k in range(N))
 
     sim = Simulator(sw)
@@ -137,5 +142,40 @@ def test_bad_packets_are_dropped_at_ingress():
                    Packet(hdr(Kind.REDUCE_RESULT), [[4]]),                   # from a GPU
                    Packet(Header(kind=Kind.MEM_WRITE, src=0, dst=1), [[9]])]}   # good
     packets, res = run_switch(sw, {}, traffic)
-    assert res["drops"] == {"bad_kind": 1, "bad_dest": 1, "config_packet": 1}
+    assert {c: n for c, n in res["drops"].items() if n} == {"bad_kind": 1, "bad_dest": 1,
+                                                            "config_packet": 1}
     assert [p.flits for p in packets[1]] == [((9,),)]
+
+
+def test_truncated_packets_are_ended_and_counted():
+    """A sender drops `last`: the next header ends its packet. A memory write reaches its
+    receiver as its flits plus a NULLIFIED tail (it does not hold the egress or swallow the
+    next packet); a contribution is abandoned by the reduction unit. Both are counted, and
+    the traffic after them is exact."""
+    N, L, P = 3, 1, 2
+    sw = Switch(N, L, 2, P, jobs=2)
+    cut_write = Header(kind=Kind.MEM_WRITE, src=0, dst=1, seq=1)
+    good_write = Header(kind=Kind.MEM_WRITE, src=0, dst=1, seq=2)
+    stray = Header(kind=Kind.REDUCE_CONTRIB, src=1, dst=0, job=1, slot=1, seq=5,
+                   dtype=DType.INT32)
+    words = {1: [[10], [11]], 2: [[20], [22]]}
+    real = {k: Header(kind=Kind.REDUCE_CONTRIB, src=k, dst=0, job=1, slot=0, seq=0,
+                      dtype=DType.INT32) for k in (1, 2)}
+    flits = {0: [pack_flit(cut_write, [7], 0), pack_flit(cut_write, [8], 0)] +
+             [pack_flit(good_write, [9], 1)],
+             1: [pack_flit(stray, [99], 0)] +
+             [pack_flit(real[1], w, f == P - 1) for f, w in enumerate(words[1])],
+             2: [pack_flit(real[2], w, f == P - 1) for f, w in enumerate(words[2])]}
+    traffic = {k: [] for k in range(N)}
+    packets, res = run_switch(sw, {1: ([1, 2], DType.INT32, False)}, traffic,
+                              raw_flits=flits)
+    assert {c: n for c, n in res["drops"].items() if n} == {"truncated": 2}
+    assert not any(res["reduce_errors"])
+    cut, good = [p for p in packets[1] if p.header.kind != Kind.REDUCE_RESULT]
+    assert cut.header.kind == Kind.NULLIFIED and cut.header.seq == 1
+    assert cut.flits == ((7,), (8,))                # its two flits, then the tail
+    assert good.header == good_write and good.flits == ((9,),)
+    want = np.array([[30], [33]], dtype=np.uint32)
+    for k in (1, 2):
+        results = [p for p in packets[k] if p.header.kind == Kind.REDUCE_RESULT]
+        assert len(results) == 1 and np.array_equal(np.array(results[0].flits), want)
