@@ -85,7 +85,8 @@ def real_number(name, minimum=None, exclusive=False):
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{name} must be finite, not {text!r}")
         if minimum is not None and (value <= minimum if exclusive else value < minimum):
-            bound = f"greater than {minimum:g}" if exclusive else f"at least {minimum:g}"
+            bound = ("positive" if minimum == 0 else f"greater than {minimum:g}") if exclusive \
+                else f"at least {minimum:g}"
             raise argparse.ArgumentTypeError(f"{name} must be {bound}, not {text!r}")
         return value
     return parse
