@@ -134,6 +134,13 @@ def _reduce_control_members(ports, jobs):
     return members
 
 
+def _connect_ports(m, top, inner):
+    """``s{k}_axis_*`` into ``inner.i[k]`` and ``inner.o[k]`` out of ``m{k}_axis_*``."""
+    for k in range(inner.ports):
+        _connect_in(m, top, f"s{k}_axis", inner.i[k])
+        _connect_out(m, top, f"m{k}_axis", inner.o[k])
+
+
 def _connect_reduce_control(m, top, cfg, errors, overflow, reductions):
     """Drive the inner ``cfg`` port from the ``cfg_*`` pins, and the status pins from the
     inner counters."""
@@ -165,9 +172,7 @@ class AxisReduce(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.reduce = unit = self.unit
-        for k in range(unit.ports):
-            _connect_in(m, self, f"s{k}_axis", unit.i[k])
-            _connect_out(m, self, f"m{k}_axis", unit.o[k])
+        _connect_ports(m, self, unit)
         _connect_reduce_control(m, self, unit.cfg, unit.errors, unit.overflow, unit.reductions)
         return m
 
@@ -192,9 +197,7 @@ class AxisSwitch(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.switch = sw = self.switch
-        for k in range(sw.ports):
-            _connect_in(m, self, f"s{k}_axis", sw.i[k])
-            _connect_out(m, self, f"m{k}_axis", sw.o[k])
+        _connect_ports(m, self, sw)
         _connect_reduce_control(m, self, sw.cfg, sw.reduce_errors, sw.overflow, sw.reductions)
         for name in sw.signature.members:
             if name.startswith("cfg_"):

@@ -297,6 +297,26 @@ def _cmd_formal_reduce(args):
 
 # -- parser -----------------------------------------------------------------------------------
 
+def _block_options(parser, *, ports_default, lanes_default, dtype_default):
+    """The reduction unit's / switch's size options (``ports_default=None``: required)."""
+    parser.add_argument("--ports", type=_PORTS, required=ports_default is None,
+                        default=ports_default)
+    parser.add_argument("--lanes", type=_positive("--lanes"), default=lanes_default)
+    parser.add_argument("--slots", type=_SLOTS, default=64)
+    parser.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=8)
+    parser.add_argument("--jobs", type=_JOBS, default=16)
+    parser.add_argument("--dtype", action="append", choices=["int32", "fp32", "bf16"],
+                        help=f"element types to build (repeatable; default {dtype_default})")
+
+
+def _output_options(parser):
+    """Where an export writes: the Verilog, its JSON sidecar, the module name."""
+    parser.add_argument("-o", "--output", required=True, help="Verilog file to write")
+    parser.add_argument("--sidecar", help="JSON sidecar path (default: the output with .json)")
+    parser.add_argument("--name", help="module name (default derived from the parameters)")
+    parser.add_argument("--json", action="store_true", help="print a JSON summary")
+
+
 def build_parser():
     parser = _Parser(prog="innet", description="innet: in-switch reduction hardware model")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -310,37 +330,17 @@ def build_parser():
                      help="32-bit payload lanes per flit (default 1)")
     arb.add_argument("--policy", type=_policy, default="rr",
                      help="rr, prio, wrr or drr (default rr)")
-    arb.add_argument("-o", "--output", required=True, help="Verilog file to write")
-    arb.add_argument("--sidecar", help="JSON sidecar path (default: the output with .json)")
-    arb.add_argument("--name", help="module name (default derived from the parameters)")
-    arb.add_argument("--json", action="store_true", help="print a JSON summary")
+    _output_options(arb)
     arb.set_defaults(func=_cmd_export_arbiter)
     red = export_sub.add_parser("reduce", help="in-switch reduction unit")
-    red.add_argument("--ports", type=_PORTS, required=True)
-    red.add_argument("--lanes", type=_positive("--lanes"), default=1)
-    red.add_argument("--slots", type=_SLOTS, default=64)
-    red.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=8)
-    red.add_argument("--jobs", type=_JOBS, default=16)
-    red.add_argument("--dtype", action="append", choices=["int32", "fp32", "bf16"],
-                     help="element types to build (repeatable; default all three)")
-    red.add_argument("-o", "--output", required=True)
-    red.add_argument("--sidecar")
-    red.add_argument("--name")
-    red.add_argument("--json", action="store_true")
+    _block_options(red, ports_default=None, lanes_default=1, dtype_default="all three")
+    _output_options(red)
     red.set_defaults(func=_cmd_export_reduce)
     swp = export_sub.add_parser("switch", help="the N-port switch with the reduction unit")
-    swp.add_argument("--ports", type=_PORTS, required=True)
-    swp.add_argument("--lanes", type=_positive("--lanes"), default=1)
-    swp.add_argument("--slots", type=_SLOTS, default=64)
-    swp.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=8)
-    swp.add_argument("--jobs", type=_JOBS, default=16)
-    swp.add_argument("--dtype", action="append", choices=["int32", "fp32", "bf16"])
+    _block_options(swp, ports_default=None, lanes_default=1, dtype_default="all three")
     swp.add_argument("--policy", type=_policy, default="rr",
                      help="egress arbitration: rr, prio, wrr, drr")
-    swp.add_argument("-o", "--output", required=True)
-    swp.add_argument("--sidecar")
-    swp.add_argument("--name")
-    swp.add_argument("--json", action="store_true")
+    _output_options(swp)
     swp.set_defaults(func=_cmd_export_switch)
     lay = export_sub.add_parser("layout", help="print the flit bit layout")
     lay.add_argument("--lanes", type=_positive("--lanes"), default=1)
@@ -409,13 +409,7 @@ def build_parser():
 
     synth = sub.add_parser("synth", help="ECP5-85 synthesis: LUTs, FFs, BRAMs, DSPs, Fmax")
     synth.add_argument("block", choices=["arbiter", "reduce", "switch"])
-    synth.add_argument("--ports", type=_PORTS, default=8)
-    synth.add_argument("--lanes", type=_positive("--lanes"), default=8)
-    synth.add_argument("--slots", type=_SLOTS, default=64)
-    synth.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=8)
-    synth.add_argument("--jobs", type=_JOBS, default=16)
-    synth.add_argument("--dtype", action="append", choices=["int32", "fp32", "bf16"],
-                       help="element types to build (repeatable; default int32)")
+    _block_options(synth, ports_default=8, lanes_default=8, dtype_default="int32")
     synth.add_argument("--policy", type=_policy, default="rr")
     synth.add_argument("--freq", type=real_number("--freq", 0, exclusive=True), default=200.0,
                        help="requested MHz (default 200)")

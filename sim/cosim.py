@@ -31,14 +31,15 @@ from pathlib import Path
 
 import numpy as np
 
-from hw.export import export_switch
 from hw.packet import LANE_BITS, USER_LAYOUT, DType, Kind, decode, encode
+from hw.reduce import ERROR_CAUSES
+from hw.switch import DROP_CAUSES
 from .reduce_model import reduce_words
 from .replay import REPLAY_JOB, ClosedLoop, ReplayResult
 from .rtl import run_cocotb
 
-__all__ = ["ReplayDriver", "SwitchPins", "arbiter_defaults", "replay_dut", "replay_rtl", "memory_words",
-           "contribution_words", "tdata"]
+__all__ = ["ReplayDriver", "SwitchPins", "arbiter_defaults", "replay_dut", "replay_rtl",
+           "memory_words", "contribution_words", "tdata", "counter_pins", "read_counters"]
 
 _MASK = (1 << LANE_BITS) - 1
 _DTYPES = {"int32": DType.INT32, "fp32": DType.FP32, "bf16": DType.BF16}
@@ -60,6 +61,17 @@ def contribution_words(seed, seq, port, flits, lanes, dtype):
         return values.view(np.uint32)
     halves = rng.standard_normal((flits, lanes, 2)).astype(np.float32).view(np.uint32) >> 16
     return (halves[..., 0] | (halves[..., 1] << 16)).astype(np.uint32)
+
+
+def counter_pins():
+    """The exported switch's drop-counter pins: ``drop_<cause>`` (switch level) then
+    ``err_<cause>`` (reduction unit)."""
+    return [f"drop_{c}" for c in DROP_CAUSES] + [f"err_{c}" for c in ERROR_CAUSES]
+
+
+def read_counters(dut):
+    """``{pin: value}`` of every drop counter of an exported switch under cocotb."""
+    return {name: int(getattr(dut, name).value) for name in counter_pins()}
 
 
 def tdata(words):
@@ -412,7 +424,9 @@ async def replay_dut(dut, driver, max_cycles=10_000_000, watchdog=100_000, progr
 @functools.lru_cache(maxsize=8)
 def _exported_switch(ports, lanes, slots, chunk_flits, dtypes, policy, jobs):
     """The switch's Verilog and module name, exported once per process: exporting takes
-    seconds, and a run replays many windows through the same switch."""
+    seconds, and a run replays many windows through the same switch. (Imported here: the
+    simulator processes that import this module never export.)"""
+    from hw.export import export_switch
     verilog, meta = export_switch(ports, lanes, slots, chunk_flits, jobs=jobs, dtypes=dtypes,
                                   policy=policy)
     return verilog, meta["module"]

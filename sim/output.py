@@ -1,6 +1,8 @@
 """Writing output files all-or-nothing, and reporting bad input in one line."""
 
+import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -72,9 +74,6 @@ def emit(args, payload, lines):
 def real_number(name, minimum=None, exclusive=False):
     """An argparse type: a finite number >= ``minimum`` (> with ``exclusive``), with an exact
     message otherwise."""
-    import argparse
-    import math
-
     def parse(text):
         try:
             if not text.isascii():   # float() would take other scripts' digits

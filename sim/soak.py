@@ -28,13 +28,10 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from hw.packet import MAX_PORTS, USER_LAYOUT, DType, Kind, decode, encode
-from hw.reduce import ERROR_CAUSES
-from hw.switch import DROP_CAUSES
-
-from .cosim import contribution_words, memory_words, tdata as _tdata
+from .cosim import contribution_words, counter_pins, memory_words, tdata as _tdata
 from .reduce_model import reduce_words
 
-__all__ = ["SoakDriver", "SoakConfig", "FAULTS", "counter_names"]
+__all__ = ["SoakDriver", "SoakConfig", "FAULTS"]
 
 #: Malformed packet classes the soak injects: name -> the counter that must count it.
 #: (``duplicate`` and ``slot_conflict`` are sent by a member of the static job next to its
@@ -58,12 +55,7 @@ FAULTS = {
     "truncated_write": "drop_truncated",    # a memory write whose sender dropped `last`
     "truncated_contribution": "drop_truncated",   # a non-member's contribution without `last`
 }
-_COUNTERS = [f"drop_{c}" for c in DROP_CAUSES] + [f"err_{c}" for c in ERROR_CAUSES]
-
-
-def counter_names():
-    """The exported switch's drop-counter pins, switch level then reduction unit."""
-    return list(_COUNTERS)
+_COUNTERS = counter_pins()
 
 
 _STATELESS = ("bad_kind", "forged_result", "bad_dest", "config_packet", "bad_source",

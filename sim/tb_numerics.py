@@ -6,6 +6,7 @@ Environment: ``INNET_NUMERICS`` (input pickle: ports, lanes, chunk_flits, permut
 seed), ``INNET_RESULT`` (output pickle).
 """
 
+import math
 import os
 import pickle
 import random
@@ -17,7 +18,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from hw.packet import USER_LAYOUT, DType, Kind, encode
-from sim.cosim import SwitchPins, arbiter_defaults, tdata
+from sim.cosim import SwitchPins, arbiter_defaults, read_counters, tdata
 from sim.numerics import edge_contributions
 from sim.reduce_model import add_words, reduce_words
 
@@ -56,11 +57,12 @@ async def permutations(dut):
     mismatches, orders = 0, set()
     began = time.perf_counter()
     dtypes = list(_JOBS)
+    distinct_limit = math.factorial(N)
     for index in range(count):
         dtype = dtypes[index % len(dtypes)]
         order = members[:]
         rng.shuffle(order)
-        while tuple(order) in orders and len(orders) < _factorial(N):   # distinct orders
+        while tuple(order) in orders and len(orders) < distinct_limit:   # distinct orders
             rng.shuffle(order)
         orders.add(tuple(order))
         user = encode(USER_LAYOUT, {"kind": Kind.REDUCE_CONTRIB, "dtype": dtype,
@@ -103,16 +105,12 @@ async def permutations(dut):
             if words != golden[dtype] or words != first.setdefault(dtype, words):
                 mismatches += 1
     wall = time.perf_counter() - began
-    errors = {n: int(getattr(dut, n).value) for n in dir(dut) if n.startswith(("err_", "drop_"))}
+    errors = read_counters(dut)
     Path(os.environ["INNET_RESULT"]).write_bytes(pickle.dumps({
         "permutations": count, "distinct_orders": len(orders), "mismatches": mismatches,
         "results_checked": count * N, "wall_s": wall, "errors": errors,
         "naive_distinct": {d.name.lower(): _naive_distinct(data[d], d, rng, 200)
                            for d in (DType.FP32, DType.BF16)}}))
-
-
-def _factorial(n):
-    return 1 if n <= 1 else n * _factorial(n - 1)
 
 
 def _naive_distinct(contribs, dtype, rng, trials):

@@ -14,9 +14,7 @@ import random
 
 import cocotb
 
-from hw.reduce import ERROR_CAUSES
-from hw.switch import DROP_CAUSES
-from sim.cosim import ReplayDriver, replay_dut
+from sim.cosim import ReplayDriver, read_counters, replay_dut
 
 
 @cocotb.test()
@@ -30,8 +28,7 @@ async def replay(dut):
     began = time.perf_counter()
     await replay_dut(dut, driver)
     wall = time.perf_counter() - began
-    errors = {f"drop_{c}": int(getattr(dut, f"drop_{c}").value) for c in DROP_CAUSES}
-    errors.update({f"err_{c}": int(getattr(dut, f"err_{c}").value) for c in ERROR_CAUSES})
+    errors = read_counters(dut)
     result = driver.result("rtl", errors, wall)
     Path(os.environ["INNET_RESULT"]).write_bytes(pickle.dumps(result))
     assert not driver.mismatches, driver.mismatches[:5]

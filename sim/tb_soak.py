@@ -14,8 +14,8 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from sim.cosim import SwitchPins, arbiter_defaults
-from sim.soak import SoakDriver, counter_names
+from sim.cosim import SwitchPins, arbiter_defaults, counter_pins, read_counters
+from sim.soak import SoakDriver
 
 _PROGRESS_EVERY = 100_000
 
@@ -28,7 +28,7 @@ async def soak(dut):
     N = cfg.ports
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     pins = SwitchPins(dut, N)
-    counters = {name: getattr(dut, name) for name in counter_names()}
+    counters = {name: getattr(dut, name) for name in counter_pins()}
     rising, read_only = RisingEdge(dut.clk), ReadOnly()
     arbiter_defaults(dut)
 
@@ -98,7 +98,7 @@ async def soak(dut):
                           f"{driver.stats['memory_packets']:,} memory packets")
     wall = time.perf_counter() - began
     await rising
-    final = {n: int(h.value) for n, h in counters.items()}
+    final = read_counters(dut)
     stats = driver.finish(final)
     stats.update({"cycles": driver.cycle, "wall_s": wall, "cycles_per_s": driver.cycle / wall,
                   "counters": final, "faults_injected": dict(driver.injected),
