@@ -13,6 +13,12 @@ Usable in anyone's cocotb test bench:
   loop (drive just after the rising edge, sample in the read-only phase), one trigger pair per
   clock whatever the port count.
 
+:func:`replay_rtl` runs a replay in a simulator process. By default it uses the Verilog packet
+player (:mod:`sim.player`): the flits move in Verilog and Python runs only in cycles after a
+packet ended, about three times faster on Verilator; ``player=False`` uses
+:class:`ReplayDriver`, which every cycle drives and samples each port from Python — the
+reference the player is tested against, and the one to reuse in a bench of your own.
+
 Closed loop: the GPUs' next packets wait on what the switch delivered (ring step k+1 on the
 step-k message, a contribution on its slot's previous result, a read response on its request),
 through the same :class:`sim.replay.ClosedLoop` the fast model uses, so the two backends' delivery
@@ -345,21 +351,17 @@ def arbiter_defaults(dut, quantum=16):
     dut.cfg_clear.value = 0
 
 
-async def replay_dut(dut, driver, max_cycles=10_000_000, watchdog=100_000, progress=None):
-    """Run ``driver`` against an exported switch ``dut`` (``innet export switch``) until every
-    message is delivered. Raises AssertionError if nothing leaves the switch for ``watchdog``
-    cycles while packets are outstanding (a deadlock), or on a scoreboard mismatch."""
+async def configure_replay(dut, cfg, members, dtype):
+    """Start the clock, reset the switch (or a harness around it: the pins have the same
+    names) with the arbitration settings of :class:`sim.replay.ReplayConfig` ``cfg``, then
+    configure the replay's job (``members`` bitmap, element type ``dtype``) over the whole
+    slot pool. Returns after the configuration write's clock edge."""
     import cocotb
     from cocotb.clock import Clock
-    from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
+    from cocotb.triggers import RisingEdge
 
-    N = driver.N
-    cfg = driver.cfg
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    pins = SwitchPins(dut, N)
     dut.rst.value = 1
-    pins.idle()
-    pins.set_ready([1] * N)
     dut.cfg_valid.value = 0
     dut.cfg_clear.value = 0
     if cfg.policy == "prio":
@@ -373,17 +375,30 @@ async def replay_dut(dut, driver, max_cycles=10_000_000, watchdog=100_000, progr
     await RisingEdge(dut.clk)
     await RisingEdge(dut.clk)
     dut.rst.value = 0
-    if driver.plan.members:
+    if members:
         dut.cfg_valid.value = 1
         dut.cfg_job.value = REPLAY_JOB
         dut.cfg_enable.value = 1
-        dut.cfg_members.value = driver.plan.members
-        dut.cfg_dtype.value = driver.dtype.value
+        dut.cfg_members.value = members
+        dut.cfg_dtype.value = dtype.value
         dut.cfg_saturate.value = 0
         dut.cfg_slot_base.value = 0
         dut.cfg_slot_count.value = 0      # one tenant: the whole slot pool
         await RisingEdge(dut.clk)
         dut.cfg_valid.value = 0
+
+
+async def replay_dut(dut, driver, max_cycles=10_000_000, watchdog=100_000, progress=None):
+    """Run ``driver`` against an exported switch ``dut`` (``innet export switch``) until every
+    message is delivered. Raises AssertionError if nothing leaves the switch for ``watchdog``
+    cycles while packets are outstanding (a deadlock), or on a scoreboard mismatch."""
+    from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
+
+    N = driver.N
+    pins = SwitchPins(dut, N)
+    pins.idle()
+    pins.set_ready([1] * N)
+    await configure_replay(dut, driver.cfg, driver.plan.members, driver.dtype)
 
     quiet = 0
     rising, read_only = RisingEdge(dut.clk), ReadOnly()
@@ -423,13 +438,23 @@ async def replay_dut(dut, driver, max_cycles=10_000_000, watchdog=100_000, progr
 
 @functools.lru_cache(maxsize=8)
 def _exported_switch(ports, lanes, slots, chunk_flits, dtypes, policy, jobs):
-    """The switch's Verilog and module name, exported once per process: exporting takes
+    """The switch's Verilog and sidecar, exported once per process: exporting takes
     seconds, and a run replays many windows through the same switch. (Imported here: the
     simulator processes that import this module never export.)"""
     from hw.export import export_switch
     verilog, meta = export_switch(ports, lanes, slots, chunk_flits, jobs=jobs, dtypes=dtypes,
                                   policy=policy)
-    return verilog, meta["module"]
+    return verilog, meta
+
+
+@functools.lru_cache(maxsize=8)
+def _exported_player(*switch):
+    """The player harness (:mod:`sim.player_rtl`) around the exported switch, with the
+    switch's own Verilog after it: ``(verilog, module)``."""
+    from .player_rtl import render_player
+    verilog, meta = _exported_switch(*switch)
+    harness, module = render_player(meta)
+    return harness + "\n" + verilog, module
 
 
 def replay_switch(cfg):
@@ -439,12 +464,17 @@ def replay_switch(cfg):
 
 
 @contextmanager
-def switch_build(switch, sim, build_dir=None, optimize=True):
+def switch_build(switch, sim, build_dir=None, optimize=True, player=False):
     """Export the switch ``switch`` describes (``(ports, lanes, slots, chunk_flits, dtypes,
-    policy, jobs)``) and hold its build directory (default: the user cache, keyed by the
-    Verilog and the build's optimisation) for one cocotb run: runs in parallel processes take
-    turns. Yields ``(verilog, module, build_dir, scratch_dir)``."""
-    verilog, module = _exported_switch(*switch)
+    policy, jobs)``) — inside the Verilog packet player if ``player`` — and hold its build
+    directory (default: the user cache, keyed by the Verilog and the build's optimisation)
+    for one cocotb run: runs in parallel processes take turns. Yields ``(verilog, module,
+    build_dir, scratch_dir)``."""
+    if player:
+        verilog, module = _exported_player(*switch)
+    else:
+        verilog, meta = _exported_switch(*switch)
+        module = meta["module"]
     if build_dir is None:
         key = hashlib.sha256(verilog.encode()).hexdigest()[:16]
         cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
@@ -459,34 +489,42 @@ def switch_build(switch, sim, build_dir=None, optimize=True):
 
 
 def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall=0.0,
-               quiet=False, optimize=True):
+               quiet=False, optimize=True, player=True):
     """Replay ``plan`` through the exported RTL switch under cocotb; returns a
     :class:`ReplayResult` (backend ``rtl-<sim>``). The build is cached in ``build_dir``
     (default: the user cache), keyed by the switch parameters. ``stall`` puts random
     backpressure on every egress (the replay then no longer compares with the model).
     ``quiet`` sends the simulator's output to ``replay.log`` in the build directory;
-    ``optimize=False`` builds quickly for short replays (see :func:`sim.rtl.run_cocotb`)."""
+    ``optimize=False`` builds quickly for short replays (see :func:`sim.rtl.run_cocotb`).
+    ``player`` (default) moves the flits in the Verilog packet player (:mod:`sim.player`);
+    ``player=False`` drives and samples every port from Python each cycle
+    (:class:`ReplayDriver`, the reference the player is checked against)."""
     began = time.perf_counter()
-    with switch_build(replay_switch(plan.config), sim, build_dir, optimize) as (
+    with switch_build(replay_switch(plan.config), sim, build_dir, optimize, player) as (
             verilog, module, build_dir, scratch):
         plan_file, result_file = scratch / "plan.pkl", scratch / "result.pkl"
+        log = scratch / "player.log"
         plan_file.write_bytes(pickle.dumps(plan))
-        run_cocotb(verilog, module, "sim.tb_replay", sim=sim, build_dir=build_dir,
-                   waves=waves, env={"INNET_PLAN": plan_file, "INNET_RESULT": result_file,
-                                     "INNET_SEED": seed, "INNET_STALL": stall},
+        run_cocotb(verilog, module, "sim.tb_player" if player else "sim.tb_replay", sim=sim,
+                   build_dir=build_dir, waves=waves,
+                   env={"INNET_PLAN": plan_file, "INNET_RESULT": result_file,
+                        "INNET_SEED": seed, "INNET_STALL": stall, "INNET_LOG": log},
+                   plusargs=[f"+innet_log={log}"] if player else (),
                    log_file=build_dir / "replay.log" if quiet else None, optimize=optimize)
         result = pickle.loads(result_file.read_bytes())
     result.backend = f"rtl-{sim}"
-    result.extra = {"build_dir": str(build_dir), "total_wall_s": time.perf_counter() - began}
+    result.extra = {**getattr(result, "extra", {}), "build_dir": str(build_dir),
+                    "total_wall_s": time.perf_counter() - began,
+                    "driver": "player" if player else "python"}
     return result
 
 
-def bare_clock_rate(config, sim="verilator", cycles=200_000, build_dir=None):
-    """Cycles per second of the same switch under cocotb with only the clock running and one
-    Python wake-up per cycle (the bare cocotb clock-toggle rate ``innet bench cosim``
-    compares against)."""
-    with switch_build(replay_switch(config), sim, build_dir) as (verilog, module, build_dir,
-                                                                 scratch):
+def bare_clock_rate(config, sim="verilator", cycles=200_000, build_dir=None, player=False):
+    """Cycles per second of the same switch (inside the packet player if ``player``) under
+    cocotb with only the clock running and one Python wake-up per cycle (the bare cocotb
+    clock-toggle rate ``innet bench cosim`` compares against)."""
+    with switch_build(replay_switch(config), sim, build_dir, player=player) as (
+            verilog, module, build_dir, scratch):
         out = scratch / "bare.txt"
         run_cocotb(verilog, module, "sim.tb_replay", sim=sim, build_dir=build_dir,
                    env={"INNET_BARE_CYCLES": cycles, "INNET_BARE_RESULT": out},

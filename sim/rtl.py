@@ -45,7 +45,7 @@ def _results(xml_path):
 
 
 def run_cocotb(verilog_text, toplevel, test_module, *, sim, build_dir, env=None, waves=False,
-               testcase=None, test_paths=(), log_file=None, optimize=True):
+               testcase=None, test_paths=(), log_file=None, optimize=True, plusargs=()):
     """Build ``verilog_text`` (module ``toplevel``) with ``sim`` and run the cocotb tests in
     ``test_module``.
 
@@ -77,6 +77,8 @@ def run_cocotb(verilog_text, toplevel, test_module, *, sim, build_dir, env=None,
         Verilator only: compile the model with the kit's optimisation (``-Os``). ``False``
         compiles at ``-O0``: the build takes less than half as long and the model runs slower,
         the right trade for short simulations.
+    plusargs : sequence of str
+        Simulator plusargs (``+name=value``) for the test run.
 
     Returns
     -------
@@ -118,7 +120,8 @@ def run_cocotb(verilog_text, toplevel, test_module, *, sim, build_dir, env=None,
     try:
         runner.test(test_module=test_module, hdl_toplevel=toplevel, build_dir=build_dir,
                     test_dir=build_dir, extra_env=test_env, waves=waves, testcase=testcase,
-                    results_xml=str(results_xml), log_file=log_file)
+                    results_xml=str(results_xml), log_file=log_file,
+                    plusargs=list(plusargs))
     except SystemExit as exc:   # cocotb's runner exits when tests fail under pytest
         if not results_xml.exists():
             raise CocotbFailure(f"{sim}: simulation of {toplevel} failed (exit {exc.code}); "

@@ -1,0 +1,253 @@
+"""The Verilog packet player: a simulation-only harness around the exported switch that moves
+every flit in Verilog, so the co-simulation's Python runs per packet event, not per cycle.
+
+Per ingress, a **player** presents the packet of a descriptor Python wrote (one write per
+packet): it generates the payload itself — memory packets from :func:`sim.cosim.memory_words`'s
+formula, reduction contributions from :func:`sim.player.contribution_words`'s hash — and walks
+its flits honouring ``tready``. Per egress, a **monitor** checks a memory packet's payload
+against the same formula, checks that the header stays the same on every flit, folds the
+payload into a 64-bit digest (for reduction results; Python compares it with the digest of the
+numpy golden sum), drives ``tready`` (optionally with pseudo-random stalls), and writes one
+line per packet to a log. Python is woken (``attn``) only in cycles after a packet ended on
+some port or at a cycle it asked for (``wake_at``).
+
+The formulas here mirror the Python ones in :mod:`sim.player` and :mod:`sim.cosim`; every
+replay checks them against each other (a payload flag or a digest that disagrees is a
+mismatch), so a drift cannot pass silently. The switch is instantiated from its exported
+Verilog unchanged: the RTL under test is the one users export.
+"""
+
+import re
+
+__all__ = ["DESC_FIELDS", "desc_width", "render_player"]
+
+#: The descriptor a player takes, low bit first: ``(name, width)``; ``user`` is the switch's
+#: tuser width. ``tag`` toggles with every new descriptor (a new packet to play); ``contrib``
+#: selects the contribution generator (key = chunk sequence) over the memory formula (key =
+#: packet id); ``last`` is the flit count minus one.
+DESC_FIELDS = (("tag", 1), ("contrib", 1), ("last", 16), ("dst", 6), ("key", 32))
+
+_FNV_INIT = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+
+
+def desc_width(user_bits):
+    return sum(w for _, w in DESC_FIELDS) + user_bits
+
+
+def _field(meta, name):
+    for f in meta["tuser_layout"]:
+        if f["name"] == name:
+            return f["offset"], f["width"]
+    raise KeyError(name)
+
+
+_FUNCTIONS = """\
+  // murmur3's 32-bit finaliser (sim.player.fmix32)
+  function automatic [31:0] fmix32(input [31:0] x);
+    reg [31:0] h;
+    begin
+      h = x ^ (x >> 16);
+      h = h * 32'h85EBCA6B;
+      h = h ^ (h >> 13);
+      h = h * 32'hC2B2AE35;
+      fmix32 = h ^ (h >> 16);
+    end
+  endfunction
+
+  // a float with a random sign and mantissa, magnitude in [2^-6, 2^2) (sim.player._fp_pattern)
+  function automatic [31:0] fp_pattern(input [31:0] h);
+    fp_pattern = {h[31], 8'd121 + {5'd0, h[25:23]}, h[22:0]};
+  endfunction
+
+  // member `port`'s word `lane` of flit `flit` of chunk `seq` (sim.player.contribution_words)
+  function automatic [31:0] gen_word(input [31:0] s, input [31:0] seq, input [31:0] port,
+                                     input [31:0] flit, input [31:0] lane, input [1:0] dt);
+    reg [31:0] h, lo, hi;
+    begin
+      h = fmix32(s * 32'h9E3779B1 + seq * 32'h85EBCA6B + port * 32'hC2B2AE35
+                 + flit * 32'h27D4EB2F + lane * 32'h165667B1);
+      lo = fp_pattern(h);
+      hi = fp_pattern(fmix32(h ^ 32'h5BD1E995));
+      case (dt)
+        2'd0: gen_word = {11'd0, h[20:0]} - 32'h00100000;
+        2'd1: gen_word = lo;
+        default: gen_word = {hi[31:16], lo[31:16]};
+      endcase
+    end
+  endfunction
+
+  // memory packet `pid`'s word (sim.cosim.memory_words)
+  function automatic [31:0] mem_word(input [31:0] pid, input [31:0] flit, input [31:0] lane);
+    mem_word = pid * 32'h9E3779B1 + flit * 32'h85EBCA6B + lane * 32'h27D4EB2F;
+  endfunction
+
+  // FNV-1a over the flit's 32-bit lane words, lane 0 first (sim.player.digest)
+  function automatic [63:0] fold(input [63:0] h, input [DW-1:0] data);
+    integer i;
+    reg [63:0] x;
+    begin
+      x = h;
+      for (i = 0; i < LANES; i = i + 1)
+        x = (x ^ {32'd0, data[32*i +: 32]}) * 64'h%(prime)016X;
+      fold = x;
+    end
+  endfunction
+"""
+
+
+def render_player(switch_meta):
+    """Verilog of the player harness around the exported switch ``switch_meta`` describes
+    (the sidecar of :func:`hw.export.export_switch`). Returns ``(verilog, module)``; the
+    switch's own Verilog must be compiled with it."""
+    p = switch_meta["parameters"]
+    N, L = p["ports"], p["lanes"]
+    switch = switch_meta["module"]
+    module = f"innet_player_{switch.removeprefix('innet_')}"
+    widths = {q["name"]: q["width"] for q in switch_meta["ports"]}
+    UW = widths["s0_axis_tuser"]
+    PW = widths["s0_axis_tid"]
+    DW = 32 * L
+    D = desc_width(UW)
+    slot_off, slot_w = _field(switch_meta, "slot")
+    seq_off, seq_w = _field(switch_meta, "seq")
+    axis = re.compile(r"^[sm]\d+_axis_")
+    through = [q for q in switch_meta["ports"]
+               if q["name"] not in ("clk", "rst") and not axis.match(q["name"])]
+
+    def rng(w):
+        return f"[{w - 1}:0] " if w > 1 else ""
+
+    ports = ["input clk", "input rst", "input run", "input flush", "input [1:0] dtype",
+             "input [31:0] seed", "input [15:0] stall_threshold", "input [31:0] wake_at"]
+    ports += [f"input [{D - 1}:0] desc{k}" for k in range(N)]
+    ports += ["output reg attn", f"output [{32 + 2 * N - 1}:0] ev",
+              f"output [{N * UW - 1}:0] ev_user",
+              f"output [{32 * N - 1}:0] ingress_flits", f"output [{32 * N - 1}:0] egress_flits",
+              f"output [{32 * N - 1}:0] stall_cycles"]
+    ports += [f"{'input' if q['direction'] == 'in' else 'output'} {rng(q['width'])}{q['name']}"
+              for q in through]
+
+    v = [f"// Generated by innet (sim.player_rtl) for {switch}: simulation only.",
+         "/* verilator lint_off UNUSEDSIGNAL */",
+         "/* verilator lint_off DECLFILENAME */",
+         f"module {module} (", ",\n".join(f"  {x}" for x in ports), ");",
+         f"  localparam LANES = {L};", f"  localparam DW = {DW};",
+         _FUNCTIONS % {"prime": _FNV_PRIME},
+         "  integer fd;",
+         "  reg [8*512-1:0] log_path;",
+         "  initial begin",
+         "    fd = 0;",
+         '    if ($value$plusargs("innet_log=%s", log_path)) fd = $fopen(log_path, "w");',
+         "  end",
+         "  reg [31:0] cycle, ev_cycle;",
+         f"  reg [{N - 1}:0] in_end, out_end;",
+         f"  wire [{N - 1}:0] in_end_now, out_end_now;",
+         "  assign ev = {ev_cycle, out_end, in_end};"]
+    conn = [".clk(clk)", ".rst(rst)"] + [f".{q['name']}({q['name']})" for q in through]
+    off = {}
+    pos = 0
+    for name, w in DESC_FIELDS:
+        off[name] = (pos, w)
+        pos += w
+    off["user"] = (pos, UW)
+
+    def f(k, name):
+        o, w = off[name]
+        return f"desc{k}[{o + w - 1}:{o}]" if w > 1 else f"desc{k}[{o}]"
+
+    for k in range(N):
+        conn += [f".s{k}_axis_tvalid(act{k})", f".s{k}_axis_tready(s_ready{k})",
+                 f".s{k}_axis_tdata(s_data{k})", f".s{k}_axis_tlast(s_last{k})",
+                 f".s{k}_axis_tuser({f(k, 'user')})", f".s{k}_axis_tdest({f(k, 'dst')})",
+                 f".s{k}_axis_tid({PW}'d{k})"]
+        v += [f"  // ingress {k}: the player",
+              f"  reg tag_done{k};", f"  reg [15:0] pos{k};",
+              f"  reg [31:0] in_flits{k}, in_stall{k};",
+              f"  wire s_ready{k};", f"  wire [DW-1:0] s_data{k};",
+              f"  wire act{k} = run & ({f(k, 'tag')} != tag_done{k});",
+              f"  wire s_last{k} = pos{k} == {f(k, 'last')};",
+              f"  wire fire{k} = act{k} & s_ready{k};",
+              f"  assign in_end_now[{k}] = fire{k} & s_last{k};",
+              f"  assign ingress_flits[{32 * k + 31}:{32 * k}] = in_flits{k};",
+              f"  assign stall_cycles[{32 * k + 31}:{32 * k}] = in_stall{k};"]
+        for lane in range(L):
+            v.append(f"  assign s_data{k}[{32 * lane + 31}:{32 * lane}] = {f(k, 'contrib')} ? "
+                     f"gen_word(seed, {f(k, 'key')}, 32'd{k}, {{16'd0, pos{k}}}, 32'd{lane}, "
+                     f"dtype) : mem_word({f(k, 'key')}, {{16'd0, pos{k}}}, 32'd{lane});")
+        v += ["  always @(posedge clk) begin",
+              f"    if (rst) begin tag_done{k} <= 1'b0; pos{k} <= 16'd0; in_flits{k} <= 32'd0; "
+              f"in_stall{k} <= 32'd0; end",
+              "    else begin",
+              f"      if (fire{k}) begin",
+              f"        pos{k} <= s_last{k} ? 16'd0 : pos{k} + 16'd1;",
+              f"        if (s_last{k}) tag_done{k} <= {f(k, 'tag')};",
+              f"        in_flits{k} <= in_flits{k} + 32'd1;",
+              f'        if (pos{k} == 16\'d0 && fd != 0) $fwrite(fd, "i %0d {k}\\n", cycle);',
+              "      end",
+              f"      if (act{k} & ~s_ready{k}) in_stall{k} <= in_stall{k} + 32'd1;",
+              "    end", "  end"]
+    for d in range(N):
+        conn += [f".m{d}_axis_tvalid(m_valid{d})", f".m{d}_axis_tready(m_ready{d})",
+                 f".m{d}_axis_tdata(m_data{d})", f".m{d}_axis_tlast(m_last{d})",
+                 f".m{d}_axis_tuser(m_user{d})", f".m{d}_axis_tdest(m_dest{d})",
+                 f".m{d}_axis_tid(m_id{d})"]
+        words = " , ".join(f"mem_word(pid{d}, {{16'd0, ocnt{d}}}, 32'd{lane})"
+                           for lane in reversed(range(L)))
+        v += [f"  // egress {d}: the monitor",
+              f"  wire m_valid{d}, m_last{d};", f"  wire [DW-1:0] m_data{d};",
+              f"  wire [{UW - 1}:0] m_user{d};", f"  wire [{PW - 1}:0] m_dest{d}, m_id{d};",
+              f"  reg [15:0] lfsr{d}, ocnt{d};", f"  reg ook{d}, ohdr{d};",
+              f"  reg [63:0] odig{d};", f"  reg [{UW - 1}:0] ouser{d}, ev_user{d};",
+              f"  reg [{PW - 1}:0] odest{d}, oid{d};", f"  reg [31:0] out_flits{d};",
+              f"  wire m_ready{d} = (stall_threshold == 16'd0) | (lfsr{d} >= stall_threshold);",
+              f"  wire ofire{d} = m_valid{d} & m_ready{d};",
+              f"  wire first{d} = ocnt{d} == 16'd0;",
+              f"  wire [{UW - 1}:0] user{d} = first{d} ? m_user{d} : ouser{d};",
+              f"  wire [{PW - 1}:0] dest{d} = first{d} ? m_dest{d} : odest{d};",
+              f"  wire [{PW - 1}:0] id{d} = first{d} ? m_id{d} : oid{d};",
+              f"  wire [31:0] pid{d} = {{user{d}[{slot_off + slot_w - 1}:{slot_off}], "
+              f"user{d}[{seq_off + seq_w - 1}:{seq_off}]}};",
+              f"  wire pay_ok{d} = (first{d} | ook{d}) & (m_data{d} == {{{words}}});",
+              f"  wire hdr_ok{d} = (first{d} | ohdr{d}) & (m_user{d} == user{d}) & "
+              f"(m_dest{d} == dest{d}) & (m_id{d} == id{d});",
+              f"  wire [63:0] dig{d} = fold(first{d} ? 64'h{_FNV_INIT:016X} : odig{d}, m_data{d});",
+              f"  assign out_end_now[{d}] = ofire{d} & m_last{d};",
+              f"  assign ev_user[{UW * d + UW - 1}:{UW * d}] = ev_user{d};",
+              f"  assign egress_flits[{32 * d + 31}:{32 * d}] = out_flits{d};",
+              "  always @(posedge clk) begin",
+              f"    if (rst) begin lfsr{d} <= (16'h{(0xACE1 + 0x1F35 * d) & 0xFFFF:04X} ^ seed[15:0]) "
+              f"| 16'd1; ocnt{d} <= 16'd0; ook{d} <= 1'b0; ohdr{d} <= 1'b0; "
+              f"out_flits{d} <= 32'd0; ev_user{d} <= {UW}'d0; end",
+              "    else begin",
+              f"      lfsr{d} <= {{lfsr{d}[14:0], lfsr{d}[15] ^ lfsr{d}[13] ^ lfsr{d}[12] ^ "
+              f"lfsr{d}[10]}};",
+              f"      if (ofire{d}) begin",
+              f"        out_flits{d} <= out_flits{d} + 32'd1;",
+              f"        if (m_last{d}) begin",
+              f"          ocnt{d} <= 16'd0;",
+              f"          ev_user{d} <= user{d};",
+              f'          if (fd != 0) $fwrite(fd, "o %0d {d} %h %0d %0d %0d %0d %0d %h\\n", '
+              f"cycle, user{d}, id{d}, dest{d}, {{16'd0, ocnt{d}}} + 32'd1, pay_ok{d}, "
+              f"hdr_ok{d}, dig{d});",
+              "        end else begin",
+              f"          ocnt{d} <= ocnt{d} + 16'd1; ook{d} <= pay_ok{d}; ohdr{d} <= hdr_ok{d}; "
+              f"odig{d} <= dig{d};",
+              f"          ouser{d} <= user{d}; odest{d} <= dest{d}; oid{d} <= id{d};",
+              "        end", "      end", "    end", "  end"]
+    v += ["  // what Python reads when it wakes: the packets that ended in the last cycle",
+          "  always @(posedge clk) begin",
+          f"    if (rst) begin cycle <= 32'd0; ev_cycle <= 32'd0; in_end <= {N}'d0; "
+          f"out_end <= {N}'d0; attn <= 1'b0; end",
+          "    else if (run) begin",
+          "      cycle <= cycle + 32'd1;",
+          "      ev_cycle <= cycle;",
+          "      in_end <= in_end_now;",
+          "      out_end <= out_end_now;",
+          "      attn <= (|in_end_now) | (|out_end_now) | (cycle == wake_at);",
+          "    end",
+          "    if (flush && fd != 0) $fflush(fd);",
+          "  end",
+          f"  {switch} switch (", ",\n".join(f"    {c}" for c in conn), "  );",
+          "endmodule", ""]
+    return "\n".join(v), module
