@@ -214,7 +214,10 @@ class Player:
             # The next cycle anything can change for an idle port by time alone.
             wakes = [self.loop.wake_time(k) for k in range(N) if not self.busy[k]]
             wakes = [w for w in wakes if w is not None and w > cycle]
-            target = min(wakes + [last_event + watchdog + 1, max_cycles + 1]) - 1
+            limits = [max_cycles + 1]
+            if any(self.busy) or self.inflight:   # the watchdog counts only with work out
+                limits.append(last_event + watchdog + 1)
+            target = max(cycle, min(wakes + limits) - 1)
             if target != woke_at:
                 wake.value = woke_at = target
             if not any(self.busy) and not self.inflight and not wakes:
@@ -236,9 +239,12 @@ class Player:
             if ended_in or ended_out:
                 last_event = c
             cycle = c + 1
+            started = self.loop.started
             for k in range(N):
                 if not self.busy[k]:
                     self._start(k, cycle, desc)
+            if self.loop.started != started:
+                last_event = cycle     # a packet started: progress, for the watchdog too
             if self.mismatches:
                 raise AssertionError("; ".join(self.mismatches[:5]))
             if cycle - last_event > watchdog and (any(self.busy) or self.inflight):

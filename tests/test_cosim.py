@@ -88,6 +88,20 @@ def test_player_matches_per_cycle_driver(tmp_path):
     assert played.egress_flits == driven.egress_flits
 
 
+@pytest.mark.slow
+def test_player_sleeps_through_a_long_gap(tmp_path):
+    """A message issued longer after the last one than the watchdog (100,000 cycles): the
+    player must wake for it (it once waited forever) and deliver it when the model does."""
+    require_simulator("verilator")
+    cfg = ReplayConfig(ports=2, **SMALL)
+    later = int(150_000 * cfg.cycle_ns)
+    plan = build_plan({"gpus": 2}, [write(0, 0, 1, 64), write(1, 1, 0, 64, t=later)], cfg)
+    rtl = replay_rtl(plan, "verilator", build_dir=tmp_path, optimize=False)
+    model = replay_model(plan)
+    assert rtl.mismatches == 0 and rtl.cycles > 150_000
+    assert compare(rtl, model)["exact"] == 2
+
+
 def _played(plan, player, log):
     """Run ``player``'s online half by hand from ``log`` lines (what the harness would have
     reported), then its scoreboard."""
