@@ -513,9 +513,8 @@ def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall
                    log_file=build_dir / "replay.log" if quiet else None, optimize=optimize)
         result = pickle.loads(result_file.read_bytes())
     result.backend = f"rtl-{sim}"
-    result.extra = {**getattr(result, "extra", {}), "build_dir": str(build_dir),
-                    "total_wall_s": time.perf_counter() - began,
-                    "driver": "player" if player else "python"}
+    result.extra.update(build_dir=str(build_dir), total_wall_s=time.perf_counter() - began,
+                        driver="player" if player else "python")
     return result
 
 

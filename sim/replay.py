@@ -416,6 +416,7 @@ class ReplayResult:
     errors: dict = field(default_factory=dict)
     mismatches: int = 0
     wall_s: float = 0.0
+    extra: dict = field(default_factory=dict)   # how it ran: driver, build, timings
 
     @classmethod
     def collect(cls, backend, loop, inject, deliver, results, **counters):

@@ -36,7 +36,7 @@ async def play(dut):
                 for name in ("ingress_flits", "egress_flits", "stall_cycles")}
     errors = read_counters(dut)
     result = player.result(inject, counters, errors, wall)
-    result.extra = {"simulation_s": player.wall_s}
+    result.extra["simulation_s"] = player.wall_s
     Path(os.environ["INNET_RESULT"]).write_bytes(pickle.dumps(result))
     assert not player.mismatches, player.mismatches[:5]
     assert not any(errors.values()), f"the switch dropped packets: {errors}"
