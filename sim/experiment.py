@@ -299,6 +299,23 @@ def _timeline(records, replay, grad_msgs, records_by_id, cycle_ns, n):
     return out
 
 
+def rtl_config(rcfg, policies):
+    """The switch configuration a point's RTL window replays on. Round-robin is the ``prio``
+    arbiter with every priority equal (hw/arbiter.py), so when the run also has ``prio`` points
+    its ``rr`` windows replay on the ``prio`` build with equal priorities: one Verilator build
+    serves both policies. The model still replays ``rr``; the window's comparison checks the
+    two agree delivery for delivery."""
+    if rcfg.policy == "rr" and "prio" in policies:
+        return replace(rcfg, policy="prio", mem_priority=0, result_priority=0)
+    return rcfg
+
+
+def rtl_switch_label(rtl_cfg, rcfg):
+    if rtl_cfg.policy == rcfg.policy:
+        return f"{rcfg.policy} build"
+    return f"{rtl_cfg.policy} build, equal priorities (= {rcfg.policy})"
+
+
 def _validate_window(config, meta, records, rcfg, result, rtl_dir):
     """Replay the first bucket window through the RTL and the model; compare."""
     from .cosim import replay_rtl
@@ -320,11 +337,14 @@ def _validate_window(config, meta, records, rcfg, result, rtl_dir):
     shift = begin
     window = [replace(r, time_ns=r.time_ns - shift) for r in window]
     plan = build_plan(meta, window, rcfg)
+    rtl_cfg = rtl_config(rcfg, config.policies)
     # A bucket window is a few thousand cycles: a quick (-O0) build beats a fast model.
-    rtl = replay_rtl(plan, config.sim, build_dir=rtl_dir, quiet=True, optimize=False)
+    rtl = replay_rtl(build_plan(meta, window, rtl_cfg), config.sim, build_dir=rtl_dir,
+                     quiet=True, optimize=False)
     model = replay_model(plan)
     agreement = compare(rtl, model)
-    return {"window": "bucket 0", "packets": plan.packets, "rtl_cycles": rtl.cycles,
+    return {"window": "bucket 0", "rtl_switch": rtl_switch_label(rtl_cfg, rcfg),
+            "packets": plan.packets, "rtl_cycles": rtl.cycles,
             "model_cycles": model.cycles, "rtl_wall_s": rtl.wall_s,
             "model_wall_s": model.wall_s, "errors": rtl.errors,
             "mismatches": rtl.mismatches, **agreement}

@@ -103,3 +103,25 @@ def test_sweep_on_dask(tmp_path, capsys):
     assert [key(p) for p in on_dask] == [key(p) for p in on_pool]
     for a, b in zip(on_dask, on_pool):
         assert a["iteration_ms"] == b["iteration_ms"]
+
+
+@pytest.mark.slow
+def test_run_rtl_windows_share_one_build(tmp_path, capsys):
+    """With rr and prio points, the rr windows replay on the prio build with equal priorities
+    (round-robin by the arbiter's definition): every delivery still equals the rr model's."""
+    config = tmp_path / "rtl.toml"
+    config.write_text(TINY.replace('policies = ["rr"]', 'policies = ["rr", "prio"]')
+                      .replace("rtl = false", "rtl = true")
+                      .replace('algorithms = ["ring", "inswitch"]', 'algorithms = ["inswitch"]')
+                      .replace("bucket_mb = [25, 100]", "bucket_mb = [25]")
+                      .replace("target_flits = 4000", "target_flits = 40000"))
+    assert main(["run", str(config), "-o", str(tmp_path / "out"), "--name", "r", "--quiet",
+                 "--json"]) == 0
+    points = {p["policy"]: p for p in json.loads(capsys.readouterr().out)["points"]}
+    rr, prio = points["rr"]["validation"], points["prio"]["validation"]
+    assert rr["rtl_switch"] == "prio build, equal priorities (= rr)"
+    assert prio["rtl_switch"] == "prio build"
+    for v in (rr, prio):
+        assert v["deliveries"] > 10 and v["missing"] == 0
+        assert v["exact"] == v["deliveries"], v
+        assert sum(v["errors"].values()) == 0
