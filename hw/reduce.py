@@ -70,10 +70,16 @@ def default_fifo_depth(ports):
 
 
 def count_events(m, counter, events, clear, name):
-    """Add the number of ``events`` (1-bit values) that are high to ``counter`` every cycle,
-    saturating at its maximum; ``clear`` zeroes it."""
+    """Add the number of ``events`` (1-bit values) that are high to ``counter``, saturating at
+    its maximum; ``clear`` zeroes it and discards events of its own cycle and the one before.
+
+    The events are registered first, so a counter reads them one cycle late: the checks that
+    raise them (first-flit judgement, ingress classification) are long combinational paths, and
+    the adder and saturation behind them need not be on the same path."""
+    hits = Signal(len(events), name=f"events_{name}_q")
+    m.d.sync += hits.eq(Mux(clear, 0, Cat(*events)))
     total = Signal(range(len(events) + 1), name=f"events_{name}")
-    m.d.comb += total.eq(sum(events))
+    m.d.comb += total.eq(sum(hits))
     top = (1 << len(counter)) - 1
     with m.If(clear):
         m.d.sync += counter.eq(0)
