@@ -222,8 +222,15 @@ class ReductionUnit(wiring.Component):
         job_members = [Signal(N, name=f"job{j}_members") for j in range(J)]
         job_dtype = [Signal(2, name=f"job{j}_dtype") for j in range(J)]   # DType values
         job_sat = Signal(J)
-        job_base = [Signal(SLOT_BITS, name=f"job{j}_slot_base") for j in range(J)]
-        job_count = [Signal(SLOT_BITS, name=f"job{j}_slot_count") for j in range(J)]
+        # A job's own slots as [lo, hi) clipped to the pool, computed when the entry is written:
+        # for a slot id inside the pool, "below slot_base or at/after slot_base + slot_count"
+        # is "below lo or at/after hi", two narrow comparisons in parallel instead of a 16-bit
+        # subtraction followed by a 16-bit comparison on the first-flit path.
+        job_whole = Signal(J)      # slot_count = 0: the whole pool
+        job_lo = [Signal(range(S + 1), name=f"job{j}_slot_lo") for j in range(J)]
+        job_hi = [Signal(range(S + 1), name=f"job{j}_slot_hi") for j in range(J)]
+        cfg_end = Signal(SLOT_BITS + 1)
+        m.d.comb += cfg_end.eq(self.cfg.slot_base + self.cfg.slot_count)
         for j in range(J):   # one comparison per entry: no run-time-indexed assignment
             with m.If(self.cfg.valid & (self.cfg.job == j)):
                 m.d.sync += [
@@ -231,8 +238,9 @@ class ReductionUnit(wiring.Component):
                     job_members[j].eq(self.cfg.members),
                     job_dtype[j].eq(self.cfg.dtype.as_value()),
                     job_sat[j].eq(self.cfg.saturate),
-                    job_base[j].eq(self.cfg.slot_base),
-                    job_count[j].eq(self.cfg.slot_count),
+                    job_whole[j].eq(self.cfg.slot_count == 0),
+                    job_lo[j].eq(Mux(self.cfg.slot_base < S, self.cfg.slot_base, S)),
+                    job_hi[j].eq(Mux(cfg_end < S, cfg_end, S)),
                 ]
 
         # -- slot table --------------------------------------------------------------------
@@ -260,51 +268,75 @@ class ReductionUnit(wiring.Component):
         claim, arrive, arrive_slot = st.claim, st.arrive, st.arrive_slot
         cause_hit = [Signal(len(ERROR_CAUSES), name=f"p{k}_cause") for k in range(N)]
         slot_free_now = st.slot_free
+        jbits = max(1, (J - 1).bit_length())
+
+        # Pass 1, per port: the checks that do not depend on other ports this cycle, and
+        # whether the first flit would claim its slot if no lower port claimed it too.
+        hslot, job_m, static_bad, could_claim = [], [], [], []
+        for k, port in enumerate(self.i):
+            hdr = port.payload
+            slot_id, job_id = hdr.user.slot, hdr.user.job
+            slot = Signal(range(max(S, 2)), name=f"p{k}_hslot")
+            m.d.comb += slot.eq(Mux(slot_id < S, slot_id, 0))
+            members = select(m, job_id, job_members, N, f"p{k}_jmembers")
+            lo = select(m, job_id, job_lo, range(S + 1), f"p{k}_jlo")
+            hi = select(m, job_id, job_hi, range(S + 1), f"p{k}_jhi")
+            whole = job_whole.bit_select(job_id[:jbits], 1)
+            checks = [
+                hdr.user.kind != Kind.REDUCE_CONTRIB,
+                hdr.src != k,
+                ~((job_id < J) & job_enable.bit_select(job_id[:jbits], 1)),
+                slot_id >= S,
+                ~whole & ((slot < lo) | (slot >= hi)),   # (slot_range decides ids >= S)
+                ~members[k],
+                hdr.user.dtype.as_value() != select(m, job_id, job_dtype, 2, f"p{k}_jdtype"),
+            ]
+            bad_alone = Signal(len(checks), name=f"p{k}_static_checks")
+            m.d.comb += bad_alone.eq(Cat(*checks))
+            could = Signal(name=f"p{k}_could_claim")
+            m.d.comb += could.eq(port.valid & ~in_pkt[k] & ~bad_alone.any() &
+                                 ~slot_valid.bit_select(slot, 1))
+            hslot.append(slot)
+            job_m.append(members)
+            static_bad.append(bad_alone)
+            could_claim.append(could)
+
+        # Pass 2: the lowest port that could claim a slot claims it; a higher port naming the
+        # same slot sees it as held by that port's chunk. A flat comparison of every pair of
+        # ports, not a chain through each lower port's verdict (identical claims: the lowest
+        # port that could claim a slot always does).
         for k, port in enumerate(self.i):
             m.d.comb += port.ready.eq(1)
             hdr = port.payload
             first = port.valid & ~in_pkt[k]
-            slot_id = hdr.user.slot
-            job_id = hdr.user.job
-            in_range = slot_id < S
-            slot = Signal(range(max(S, 2)), name=f"p{k}_hslot")
-            m.d.comb += slot.eq(Mux(in_range, slot_id, 0))
-            job_ok = (job_id < J) & job_enable.bit_select(job_id[:max(1, (J - 1).bit_length())], 1)
-            jslot = job_id[:max(1, (J - 1).bit_length())]
+            slot, job_id = hslot[k], hdr.user.job
+            hits = [could_claim[j] & (hslot[j] == slot) for j in range(k)]
+            forwarded = Signal(name=f"p{k}_forwarded")
+            m.d.comb += forwarded.eq(Cat(*hits).any() if hits else Const(0, 1))
+            m.d.comb += claim[k].eq(could_claim[k] & ~forwarded)
 
-            # The slot as this port sees it, including claims by lower ports this cycle.
+            # The slot as this port sees it, including a claim by a lower port this cycle.
             v_valid = Signal(name=f"p{k}_v_valid")
             v_job = Signal(JOB_BITS, name=f"p{k}_v_job")
             v_seq = Signal(SEQ_BITS, name=f"p{k}_v_seq")
             v_members = Signal(N, name=f"p{k}_v_members")
             m.d.comb += [
-                v_valid.eq(slot_valid.bit_select(slot, 1)),
+                v_valid.eq(slot_valid.bit_select(slot, 1) | forwarded),
                 v_job.eq(select(m, slot, slot_job, JOB_BITS, f"p{k}_sjob")),
                 v_seq.eq(select(m, slot, slot_seq, SEQ_BITS, f"p{k}_sseq")),
                 v_members.eq(select(m, slot, slot_members, N, f"p{k}_smembers")),
             ]
             for j in reversed(range(k)):   # the lowest claiming port wins (assigned last)
                 other = self.i[j].payload
-                with m.If(claim[j] & (cur_slot_next(j, self, S) == slot)):
-                    m.d.comb += [v_valid.eq(1), v_job.eq(other.user.job),
-                                 v_seq.eq(other.user.seq),
-                                 v_members.eq(select(m, other.user.job, job_members, N,
-                                                     f"p{k}_from{j}_members"))]
-            job_m = select(m, job_id, job_members, N, f"p{k}_jmembers")
-            base = select(m, job_id, job_base, SLOT_BITS, f"p{k}_jbase")
-            count = select(m, job_id, job_count, SLOT_BITS, f"p{k}_jcount")
-            foreign = (count != 0) & ((slot_id < base) | (slot_id - base >= count))
-            job_d = select(m, job_id, job_dtype, 2, f"p{k}_jdtype")
-            members = Mux(v_valid, v_members, job_m)
-            checks = [
-                hdr.user.kind != Kind.REDUCE_CONTRIB,
-                hdr.src != k,
-                ~job_ok,
-                ~in_range,
-                foreign,
-                ~members[k],
-                hdr.user.dtype.as_value() != job_d,
-                v_valid & ((v_job != job_id) | (v_seq != hdr.user.seq)),
+                with m.If(hits[j]):
+                    m.d.comb += [v_job.eq(other.user.job), v_seq.eq(other.user.seq),
+                                 v_members.eq(job_m[j])]
+            members = Mux(v_valid, v_members, job_m[k])
+            alone = static_bad[k]   # kind, source, job, range, foreign, member, dtype
+            checks = [alone[0], alone[1], alone[2], alone[3], alone[4],
+                      ~members[k],     # the member set of the slot's chunk, once it has one
+                      alone[6],
+                      v_valid & ((v_job != job_id) | (v_seq != hdr.user.seq)),
                 v_valid & select(m, slot, slot_arrived, N, f"p{k}_sarrived")[k],
                 Const(0, 1),   # bad_length is found later
             ]
@@ -313,7 +345,6 @@ class ReductionUnit(wiring.Component):
             for c, check in enumerate(checks[:-1]):
                 earlier = Cat(*checks[:c]).any() if c else Const(0, 1)
                 m.d.comb += cause_hit[k][c].eq(first & check & ~earlier)
-            m.d.comb += claim[k].eq(first & ~bad & ~v_valid)
 
             wp = write_ports[k]
             idx = cur_idx[k]
@@ -354,8 +385,7 @@ class ReductionUnit(wiring.Component):
             set_bits = Signal(N, name=f"slot{s}_set")
             m.d.comb += set_bits.eq(Cat(arrive[k] & (arrive_slot[k] == s) for k in range(N)))
             claimed = Signal(name=f"slot{s}_claimed")
-            m.d.comb += claimed.eq(Cat(claim[k] & (cur_slot_next(k, self, S) == s)
-                                       for k in range(N)).any())
+            m.d.comb += claimed.eq(Cat(claim[k] & (hslot[k] == s) for k in range(N)).any())
             with m.If(slot_free_now[s]):
                 m.d.sync += [slot_valid[s].eq(0), slot_arrived[s].eq(0)]
             with m.Else():
@@ -364,13 +394,11 @@ class ReductionUnit(wiring.Component):
                     m.d.sync += slot_valid[s].eq(1)
             for k in reversed(range(N)):   # the lowest claiming port's header is stored
                 hdr = self.i[k].payload
-                jslot = hdr.user.job[:max(1, (J - 1).bit_length())]
-                with m.If(claim[k] & (cur_slot_next(k, self, S) == s)):
+                with m.If(claim[k] & (hslot[k] == s)):
                     m.d.sync += [slot_job[s].eq(hdr.user.job), slot_seq[s].eq(hdr.user.seq),
-                                 slot_members[s].eq(select(m, hdr.user.job, job_members, N,
-                                                           f"s{s}_p{k}_members")),
+                                 slot_members[s].eq(job_m[k]),
                                  slot_dtype[s].eq(hdr.user.dtype.as_value()),
-                                 slot_sat[s].eq(job_sat.bit_select(jslot, 1))]
+                                 slot_sat[s].eq(job_sat.bit_select(hdr.user.job[:jbits], 1))]
 
         # -- engine: pick a complete slot, read its flits, reduce ---------------------------
         complete = Signal(S)
@@ -557,8 +585,3 @@ class ReductionUnit(wiring.Component):
                 m.d.sync += [out.eq(0), flag.eq(0)]
         return out, flag
 
-
-def cur_slot_next(k, unit, S):
-    """Port ``k``'s header slot, clamped into range (the slot a first flit claims)."""
-    slot = unit.i[k].payload.user.slot
-    return Mux(slot < S, slot, 0)
