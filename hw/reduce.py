@@ -58,6 +58,21 @@ ERROR_CAUSES = (
 COUNTER_BITS = 16
 
 
+def lowest_set(m, mask, name):
+    """Index of the lowest set bit of ``mask`` (0 when none is set), in logarithmic depth.
+
+    ``mask & -mask`` isolates the bit on the adder's carry chain; each index bit is then an OR
+    over the positions that have it. (A chain of ``If``s, one per position, is as deep as the
+    mask is wide: 64 levels for a 64-slot pool.)"""
+    n = len(mask)
+    isolated = Signal(n, name=f"{name}_onehot")
+    m.d.comb += isolated.eq(mask & (~mask + 1))
+    index = Signal(range(max(n, 2)), name=name)
+    m.d.comb += index.eq(Cat(Cat(isolated[k] for k in range(n) if k >> b & 1).any()
+                             for b in range(len(index))))
+    return index
+
+
 def pipeline_depth(ports):
     """Engine stages from the bank read to the result select: bank read, one per adder-tree
     level, result select."""
@@ -407,10 +422,7 @@ class ReductionUnit(wiring.Component):
         busy = Signal()
         eng_slot = Signal(range(max(S, 2)))
         eng_idx = Signal(range(max(P, 2)))
-        pick = Signal(range(max(S, 2)))
-        for s in reversed(range(S)):
-            with m.If(complete[s]):
-                m.d.comb += pick.eq(s)
+        pick = lowest_set(m, complete, "pick")
 
         # Credits: results in flight must fit in every member's FIFO.
         fifos = []

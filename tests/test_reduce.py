@@ -245,3 +245,26 @@ def test_membership_changes_between_chunks():
                           reconfigure={3: {1: ([2], DType.INT32, False)}})
     check_results(packets, {(1, 1): (1, [0, 1, 2, 3], DType.INT32, False, c1),
                             (1, 2): (2, [2], DType.INT32, False, c2)}, N)
+
+
+def test_lowest_set_exhaustive():
+    """The engine's log-depth pick of the lowest complete slot, against Python, every mask."""
+    from amaranth.hdl import Module, Signal
+    from amaranth.sim import Simulator
+
+    from hw.reduce import lowest_set
+
+    for n in (1, 2, 3, 5, 8):
+        m = Module()
+        mask = Signal(n)
+        index = lowest_set(m, mask, "pick")
+        sim = Simulator(m)
+
+        async def bench(ctx, n=n, mask=mask, index=index):
+            for value in range(1 << n):
+                ctx.set(mask, value)
+                await ctx.delay(1e-9)
+                assert ctx.get(index) == ((value & -value).bit_length() - 1 if value else 0)
+
+        sim.add_testbench(bench)
+        sim.run()
