@@ -454,7 +454,7 @@ def main(argv=None):
     except TraceError as exc:
         print(f"innet: error: {exc}", file=sys.stderr)
         return 2
-    except SynthError as exc:   # a tool failed: its log tail follows the first line
+    except SynthError as exc:   # a tool failed (a log tail may follow the first line)
         print(f"innet: error: {exc}", file=sys.stderr)
         return 1
     except (ValueError, TypeError) as exc:

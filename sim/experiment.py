@@ -339,11 +339,12 @@ def _validate_window(config, meta, records, rcfg, result, rtl_dir):
     plan = build_plan(meta, window, rcfg)
     rtl_cfg = rtl_config(rcfg, config.policies)
     # A bucket window is a few thousand cycles: a quick (-O0) build beats a fast model.
-    rtl = replay_rtl(build_plan(meta, window, rtl_cfg), config.sim, build_dir=rtl_dir,
-                     quiet=True, optimize=False)
+    rtl_plan = plan if rtl_cfg == rcfg else build_plan(meta, window, rtl_cfg)
+    rtl = replay_rtl(rtl_plan, config.sim, build_dir=rtl_dir, quiet=True, optimize=False)
     model = replay_model(plan)
     agreement = compare(rtl, model)
-    return {"window": "bucket 0", "rtl_switch": rtl_switch_label(rtl_cfg, rcfg),
+    return {"window": "bucket 0", "rtl_policy": rtl_cfg.policy,
+            "rtl_switch": rtl_switch_label(rtl_cfg, rcfg),
             "packets": plan.packets, "rtl_cycles": rtl.cycles,
             "model_cycles": model.cycles, "rtl_wall_s": rtl.wall_s,
             "model_wall_s": model.wall_s, "errors": rtl.errors,

