@@ -144,6 +144,8 @@ class FastSwitch:
                 pk.a0 = max(pk.start, r + 1)
                 inject[pk.pid] = pk.a0
                 update_visible(k)
+                if pending[k] is not pk:
+                    return   # a contribution at the head: update_visible finished it already
             r = read_time(k, pk.j0 + pk.flits - 1 - D)
             if r is None:
                 return

@@ -48,6 +48,7 @@ def test_model_matches_rtl(sim, ports, policy, seed, build_dir):
     # The model is cycle-exact on these traces today; keep it so.
     assert agreement["exact"] == agreement["deliveries"], agreement
     assert sum(rtl.stall_cycles) > 0, "the trace should fill some ingress FIFOs"
+    assert model.stall_cycles == rtl.stall_cycles
     assert max(rtl.summary()["egress_utilization"]) > 0.3
 
 
