@@ -43,7 +43,7 @@ def _cmd_replay(args):
         raise UsageError(f"switch parameters: {exc}") from None
     if args.backend == "model":
         from .switch_model import replay_model
-        result = replay_model(plan)
+        result = replay_model(plan, core=args.model_core)
     else:
         from .cosim import replay_rtl
         from .rtl import available_simulators
@@ -52,10 +52,14 @@ def _cmd_replay(args):
         result = replay_rtl(plan, args.sim, waves=args.waves, quiet=not args.verbose)
     summary = result.summary()
     summary.update({"trace": str(path), "switch": cfg.as_dict(), "cycle_ns": cfg.cycle_ns})
+    if args.backend == "model":
+        summary["model_core"] = result.extra["core"]
     if args.waves and args.backend == "rtl":
         summary["waves_dir"] = result.extra["build_dir"]
     lat = summary["latency_cycles"]
-    lines = [f"replay of {path} on the {result.backend} switch ({cfg.ports} ports, "
+    where = (f"model switch ({result.extra['core']} core)" if args.backend == "model"
+             else f"{result.backend} switch")
+    lines = [f"replay of {path} on the {where} ({cfg.ports} ports, "
              f"{cfg.lanes} lanes, {cfg.slots} slots, {cfg.policy}; 1 cycle = "
              f"{cfg.cycle_ns:.3f} ns real, flit scale {cfg.flit_scale}):",
              f"  {summary['cycles']} cycles ({summary['real_time_us']:.1f} us), "
@@ -157,7 +161,12 @@ def _cmd_bench_cosim(args):
              f"deliveries "
              f"{r['agreement']['exact']}/{r['agreement']['deliveries']} cycle-exact, MAE "
              f"{r['agreement']['mae_fraction']:.3%}, makespan error "
-             f"{r['agreement']['makespan_error']:.3%}"]
+             f"{r['agreement']['makespan_error']:.3%}",
+             f"  Python model (the C core's reference): {r['python_model']['wall_s']:.3f} s, "
+             f"{r['python_model']['speedup_over_rtl']:.0f}x over the RTL; the C core is "
+             f"{r['python_model']['core_speedup']:.0f}x faster, deliveries "
+             f"{r['python_model']['agreement_with_core']['exact']}/"
+             f"{r['python_model']['agreement_with_core']['deliveries']} identical"]
     for big in r.get("model_large", []):
         lines.append(f"  model alone, {big['packets']} packets: {big['wall_s']:.2f} s "
                      f"({big['packets_per_s']:.0f} packets/s)")
@@ -174,6 +183,9 @@ def register(sub, parser_class, positive):
     rep.add_argument("--backend", choices=["rtl", "model"], default="model")
     rep.add_argument("--sim", choices=["verilator", "icarus"], default="verilator")
     rep.add_argument("--waves", action="store_true", help="write a waveform (RTL backend)")
+    rep.add_argument("--model-core", choices=["auto", "c", "python"], default="auto",
+                     help="model backend: compiled core (c), the Python reference, or c when "
+                          "a C compiler is available (default)")
     rep.add_argument("--ports", type=positive("--ports"), default=None,
                      help="switch ports (default: the trace's GPUs)")
     rep.add_argument("--lanes", type=positive("--lanes"), default=8)

@@ -430,12 +430,17 @@ class ReplayResult:
             if cycles:
                 a[list(cycles)] = list(cycles.values())
             arrays.append(a)
-        inject, deliver = arrays
+        return cls.build(backend, plan, loop.done_at, *arrays, results, **counters)
+
+    @classmethod
+    def build(cls, backend, plan, message_done, inject, deliver, results, **counters):
+        """Build a result from per-packet arrays (``inject``, ``deliver``: cycle or -1, indexed
+        by pid), ``results`` ((port, seq) → cycle) and ``message_done`` (mid → cycle)."""
         last = max([int(deliver.max(initial=-1))] + list(results.values()))
         peak, mean = slot_occupancy(plan, inject, results)
         return cls(backend=backend, plan=plan, cycles=last + 1, inject=inject, deliver=deliver,
                    results=dict(results), slot_peak=peak, slot_mean=mean,
-                   message_done=dict(loop.done_at), **counters)
+                   message_done=dict(message_done), **counters)
 
     def delivery_cycles(self):
         """Every delivery as ``{key: cycle}``: ``("p", pid)`` for memory packets and
@@ -516,8 +521,9 @@ def slot_occupancy(plan, inject, results):
     end = np.full(plan.chunks, -1, dtype=np.int64)
     contrib = np.nonzero(plan.seq >= 0)[0]
     np.minimum.at(start, plan.seq[contrib], inject[contrib])
-    for (_, seq), cycle in results.items():
-        end[seq] = max(end[seq], cycle)
+    if results:
+        seqs = np.fromiter((seq for _, seq in results), dtype=np.int64, count=len(results))
+        np.maximum.at(end, seqs, np.fromiter(results.values(), np.int64, len(results)))
     done = end >= 0
     if not done.any():
         return 0, 0.0

@@ -20,8 +20,10 @@ Egress ready is always high (GPUs sink at line rate). Times are integers (cycles
 costs O(ports), not O(flits), so a packet of 64 flits costs the same as a packet of one.
 """
 
+import functools
 import heapq
 import time
+import warnings
 from collections import deque
 
 
@@ -409,9 +411,33 @@ class FastSwitch:
                 progress(t, loop.started, loop.total)
         return ReplayResult.collect(
             "model", loop, inject, deliver, results, egress_flits=out_flits,
-            ingress_flits=in_flits, stall_cycles=stall, wall_s=time.perf_counter() - began)
+            ingress_flits=in_flits, stall_cycles=stall, wall_s=time.perf_counter() - began,
+            extra={"core": "python"})
 
 
-def replay_model(plan, progress=None):
-    """Replay ``plan`` through the fast model."""
-    return FastSwitch(plan.config).run(plan, progress=progress)
+def replay_model(plan, progress=None, core="auto"):
+    """Replay ``plan`` through the fast model.
+
+    ``core``: ``"c"`` runs the compiled core (:mod:`sim.switch_core`, identical results, about
+    100 times faster), ``"python"`` this module's model, ``"auto"`` the compiled core when this
+    machine can build it and this module otherwise (with a warning saying why).
+    ``progress(cycle, started, total)`` is called on long Python replays.
+    """
+    if core not in ("auto", "c", "python"):
+        raise ValueError(f"core must be auto, c or python, not {core!r}")
+    model = FastSwitch(plan.config)
+    if core != "python":
+        from .switch_core import CoreUnavailable, run_core
+        try:
+            return run_core(model, plan, INGRESS_LATENCY)
+        except CoreUnavailable as e:
+            if core == "c":
+                raise
+            _warn_once(str(e))
+    return model.run(plan, progress=progress)
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_once(why):
+    warnings.warn(f"fast model: C core unavailable ({why}); using the Python model",
+                  RuntimeWarning, stacklevel=3)

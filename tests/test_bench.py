@@ -1,10 +1,16 @@
-"""``innet bench arbiter``: the saturation figures it reports are the RTL's behaviour."""
+"""``innet bench arbiter``: the saturation figures it reports are the RTL's behaviour;
+``innet bench cosim``: every replay it times agrees."""
 
 import json
 import subprocess
 import sys
 
+import pytest
+
 from sim.bench_arbiter import bench_arbiter, jain
+from sim.cli import main
+
+from .conftest import require_simulator
 
 
 def test_jain_index():
@@ -35,3 +41,19 @@ def test_bench_cli_json():
     result = json.loads(proc.stdout)
     assert [r["policy"] for r in result["results"]] == ["rr", "prio", "wrr", "drr"]
     assert result["command"].startswith("innet bench arbiter")
+
+
+@pytest.mark.slow
+def test_bench_cosim_quick(capsys):
+    """`innet bench cosim --quick`: the RTL (player and per-cycle driver), the C core and the
+    Python model replay the same trace; every delivery agrees among all four."""
+    require_simulator("verilator")
+    assert main(["bench", "cosim", "--quick", "--skip-run", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["packets"] > 1000
+    for agreement in (r["agreement"], r["per_cycle_driver"]["agreement_with_player"],
+                      r["python_model"]["agreement_with_core"]):
+        assert agreement["missing"] == 0
+        assert agreement["exact"] == agreement["deliveries"] > 1000
+    assert r["model_wall_s"] > 0 and r["python_model"]["wall_s"] > 0
+    assert "run_wall_s" not in r

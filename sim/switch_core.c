@@ -1,0 +1,776 @@
+/* The fast switch model's compiled core.
+ *
+ * The same event-driven model as sim/switch_model.py (FastSwitch.run) and the same closed
+ * loop as sim/replay.py (ClosedLoop), statement for statement, so that both produce identical
+ * results: tests/test_switch_core.py replays random traces through both and demands every
+ * injection, delivery, result, stall and flit count equal. The Python model is the readable
+ * reference; read it first. This file only changes the data structures:
+ *
+ *   - a packet is an index (pid) into flat arrays; an ingress's packets are one growing list of
+ *     pids, its FIFO the tail [fifo_head, n) and its history [hist_head, fifo_head);
+ *   - a result packet is an index into per-result arrays; an egress's result packets are one
+ *     list whose packet i holds result flits [i*P, (i+1)*P), so a flit's packet is found by
+ *     division and the per-flit issue and read cycles live in per-egress arrays;
+ *   - "None" is NONE (INT64_MIN).
+ *
+ * Built by sim/switch_core.py with the system C compiler and called through ctypes.
+ */
+
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int64_t i64;
+#define NONE INT64_MIN
+
+/* ------------------------------------------------------------------------------------------ */
+/* Growable arrays; an allocation failure unwinds to innet_switch_run, which frees everything. */
+
+typedef struct { i64 *v; i64 n, cap; } vec;
+typedef struct { i64 a, b, c; } trip;       /* heap and sorted-list entries, ordered by (a, b) */
+typedef struct { trip *v; i64 n, cap; } tvec;
+
+static _Thread_local jmp_buf oom;   /* ctypes drops the GIL: replays may run in threads */
+
+static void *grow(void *p, i64 *cap, i64 need, size_t size) {
+    if (need <= *cap) return p;
+    i64 c = *cap ? *cap : 16;
+    while (c < need) c *= 2;
+    void *q = realloc(p, (size_t)c * size);
+    if (!q) longjmp(oom, 1);
+    *cap = c;
+    return q;
+}
+
+static void push(vec *a, i64 x) {
+    a->v = grow(a->v, &a->cap, a->n + 1, sizeof(i64));
+    a->v[a->n++] = x;
+}
+
+static int trip_less(trip x, trip y) { return x.a < y.a || (x.a == y.a && x.b < y.b); }
+
+static void heap_push(tvec *h, trip x) {
+    h->v = grow(h->v, &h->cap, h->n + 1, sizeof(trip));
+    i64 i = h->n++;
+    while (i > 0) {
+        i64 up = (i - 1) / 2;
+        if (!trip_less(x, h->v[up])) break;
+        h->v[i] = h->v[up];
+        i = up;
+    }
+    h->v[i] = x;
+}
+
+static trip heap_pop(tvec *h) {
+    trip top = h->v[0], x = h->v[--h->n];
+    i64 i = 0;
+    for (;;) {
+        i64 c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && trip_less(h->v[c + 1], h->v[c])) c++;
+        if (!trip_less(h->v[c], x)) break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (h->n) h->v[i] = x;
+    return top;
+}
+
+static void sorted_insert(tvec *s, trip x) {
+    s->v = grow(s->v, &s->cap, s->n + 1, sizeof(trip));
+    i64 lo = 0, hi = s->n;
+    while (lo < hi) {
+        i64 mid = (lo + hi) / 2;
+        if (trip_less(s->v[mid], x)) lo = mid + 1; else hi = mid;
+    }
+    memmove(s->v + lo + 1, s->v + lo, (size_t)(s->n - lo) * sizeof(trip));
+    s->v[lo] = x;
+    s->n++;
+}
+
+static i64 max64(i64 a, i64 b) { return a > b ? a : b; }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Parameters (the order of innet_switch_run's prm array; sim/switch_core.py names them).    */
+
+enum { P_PORTS, P_DEPTH, P_RESULT_LAG, P_RESULT_DEPTH, P_CHUNK_FLITS, P_SLOTS, P_POLICY,
+       P_QUANTUM, P_DEFICIT_BITS, P_MEMBERS, P_CHUNKS, P_MTU, P_PACKETS, P_PACKET_CAP,
+       P_MESSAGES, P_MESSAGE_CAP, P_INGRESS_LATENCY, P_COUNT };
+enum { RR, PRIO, WRR, DRR };
+enum { K_OTHER, K_READ_REQ, K_READ_RESP };
+enum { EV_SOURCE, EV_EGRESS };
+#define KIND_SHIFT 40   /* event order key: kind above the insertion counter */
+
+typedef struct {
+    /* configuration */
+    i64 N, D, lag, rdepth, P, S, policy, quantum, dbits, members, nmembers, chunks, mtu;
+    i64 ingress_latency, hist_limit;
+    const i64 *priority, *weight;
+    /* plan: packets (growing with read responses) */
+    i64 npk, pk_cap, *pk_flits, *pk_dst, *pk_seq, *pk_msg;
+    /* plan: messages */
+    i64 nmsg, nmsg0, msg_cap, *m_src, *m_dst, *m_issue, *m_kind, *m_resp_flits, *m_resp_to;
+    i64 *m_pk_off, *m_pk_len, *pk_list, npk_list;
+    const i64 *wait_off, *wait_list, *chunk_msg;
+    /* outputs */
+    i64 *inject, *deliver, *results, *done_at, *out_flits, *in_flits, *stall;
+    i64 started;
+    /* closed loop */
+    tvec *future, *active;
+    i64 *next_index, *remaining, *result_at;
+    vec woken;
+    /* packet state */
+    i64 *j0, *start, *a0, *a_last, *grant, *visible;
+    /* ingress state */
+    vec *ing;
+    i64 *fifo_head, *hist_head, *written, *prev_last_read, *src_busy, *src_free, *pending;
+    vec *src_tries;
+    /* egress state */
+    i64 *egress_free, *egress_armed, *head_mem, *head_res, *streaming, *result_last_read;
+    vec *res, *res_issue, *res_read;
+    i64 *rq_head, *rh_head;
+    vec r_dst, r_seq, r_j0, r_a0, r_visible, r_grant, r_nissues, r_nreads;
+    /* arbiters */
+    i64 *arb_ptr, *arb_count, *arb_deficit;
+    /* reduction unit */
+    i64 *arrivals, *arrived_at;
+    vec eng_ready, eng_slot, eng_seq;
+    i64 engine_free, engine_armed, engine_blocked;
+    i64 eng_active, eng_seq_cur, eng_nissues, eng_last_issue, *eng_r, *mem_ports;
+    /* events */
+    tvec events;
+    i64 order, now, handled;
+    i64 *valid, *scratch;
+} Sw;
+
+/* ------------------------------------------------------------------------------------------ */
+/* The closed loop (sim/replay.py ClosedLoop).                                                */
+
+static void loop_push_future(Sw *s, i64 port, i64 issue, i64 mid) {
+    heap_push(&s->future[port], (trip){issue, mid, 0});
+}
+
+static i64 loop_next_packet(Sw *s, i64 port, i64 cycle) {
+    tvec *fut = &s->future[port], *act = &s->active[port];
+    while (fut->n && fut->v[0].a <= cycle) sorted_insert(act, heap_pop(fut));
+    for (i64 i = 0; i < act->n; i++) {
+        i64 mid = act->v[i].b, pos = s->next_index[mid];
+        i64 p = s->pk_list[s->m_pk_off[mid] + pos], q = s->pk_seq[p];
+        if (q >= s->S) {
+            i64 got = s->result_at[port * s->chunks + (q - s->S)];
+            if (got == NONE || got >= cycle) continue;
+        }
+        s->next_index[mid] = ++pos;
+        if (pos == s->m_pk_len[mid]) {
+            memmove(act->v + i, act->v + i + 1, (size_t)(act->n - i - 1) * sizeof(trip));
+            act->n--;
+        }
+        s->started++;
+        return p;
+    }
+    return NONE;
+}
+
+static i64 loop_wake_time(Sw *s, i64 port) {
+    return s->future[port].n ? s->future[port].v[0].a : NONE;
+}
+
+/* _done: appends the woken ports to s->woken. Only the plan's own messages have dependants. */
+static void loop_done(Sw *s, i64 mid, i64 cycle) {
+    s->done_at[mid] = cycle;
+    if (mid >= s->nmsg0) return;
+    for (i64 i = s->wait_off[mid]; i < s->wait_off[mid + 1]; i++) {
+        i64 w = s->wait_list[i];
+        loop_push_future(s, s->m_src[w], max64(s->m_issue[w], cycle + 1), w);
+        push(&s->woken, s->m_src[w]);
+    }
+}
+
+static void loop_respond(Sw *s, i64 req, i64 cycle) {
+    i64 mid = s->nmsg++;
+    s->m_src[mid] = s->m_dst[req];
+    s->m_dst[mid] = s->m_src[req];
+    s->m_kind[mid] = K_READ_RESP;
+    s->m_issue[mid] = cycle + 1;
+    s->m_resp_flits[mid] = 0;
+    s->m_resp_to[mid] = req;
+    s->m_pk_off[mid] = s->npk_list;
+    s->m_pk_len[mid] = 0;
+    for (i64 off = 0; off < s->m_resp_flits[req]; off += s->mtu) {
+        i64 p = s->npk++;
+        i64 left = s->m_resp_flits[req] - off;
+        s->pk_flits[p] = left < s->mtu ? left : s->mtu;
+        s->pk_dst[p] = s->m_src[req];
+        s->pk_seq[p] = -1;
+        s->pk_msg[p] = mid;
+        s->pk_list[s->npk_list++] = p;
+        s->m_pk_len[mid]++;
+    }
+    s->remaining[mid] = s->m_pk_len[mid];
+    loop_push_future(s, s->m_src[mid], s->m_issue[mid], mid);
+    push(&s->woken, s->m_src[mid]);
+}
+
+static void loop_delivered(Sw *s, i64 pid, i64 cycle) {
+    s->woken.n = 0;
+    i64 mid = s->pk_msg[pid];
+    if (--s->remaining[mid] != 0) return;
+    if (s->m_kind[mid] == K_READ_REQ && s->m_resp_flits[mid]) {
+        loop_respond(s, mid, cycle);
+    } else if (s->m_kind[mid] == K_READ_RESP) {
+        loop_done(s, s->m_resp_to[mid], cycle);
+        loop_done(s, mid, cycle);
+    } else {
+        loop_done(s, mid, cycle);
+    }
+}
+
+static void loop_result(Sw *s, i64 port, i64 seq, i64 cycle) {
+    s->woken.n = 0;
+    s->result_at[port * s->chunks + seq] = cycle;
+    i64 mid = s->chunk_msg[port * s->chunks + seq];
+    push(&s->woken, port);
+    if (--s->remaining[mid] == 0) loop_done(s, mid, cycle);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The arbiter (sim/arbiter_model.py), as the model uses it: packet-atomic, output ready.     */
+
+static i64 first_after(const i64 *mask, i64 n, i64 ptr) {
+    for (i64 off = 1; off <= n; off++) {
+        i64 k = (ptr + off) % n;
+        if (mask[k]) return k;
+    }
+    return NONE;
+}
+
+static void set_deficit(Sw *s, i64 *deficit, i64 k, i64 value) {
+    i64 lo = -((i64)1 << (s->dbits - 1)), hi = ((i64)1 << (s->dbits - 1)) - 1;
+    deficit[k] = value < lo ? lo : value > hi ? hi : value;
+}
+
+/* Grant one packet at egress d among valid[0..N]. The caller charges a DRR requester for the
+ * rest of a multi-flit packet (the model's ArbiterModel.step sees only its first flit). */
+static i64 arbitrate(Sw *s, i64 d, const i64 *valid) {
+    i64 n = s->N + 1, ptr = s->arb_ptr[d], sel, new_turn = 1;
+    i64 *mask = s->scratch, *deficit = s->arb_deficit + d * n;
+    if (s->policy == RR) {
+        sel = first_after(valid, n, ptr);
+    } else if (s->policy == PRIO) {
+        i64 top = NONE;
+        for (i64 k = 0; k < n; k++)
+            if (valid[k] && s->priority[k] > top) top = s->priority[k];
+        for (i64 k = 0; k < n; k++) mask[k] = valid[k] && s->priority[k] == top;
+        sel = first_after(mask, n, ptr);
+    } else if (s->policy == WRR) {
+        for (i64 k = 0; k < n; k++) mask[k] = valid[k] && s->weight[k] != 0;
+        if (mask[ptr] && s->arb_count[d] < s->weight[ptr]) {
+            sel = ptr;
+            new_turn = 0;
+        } else {
+            sel = first_after(mask, n, ptr);
+        }
+    } else {
+        if (valid[ptr] && deficit[ptr] > 0) {
+            sel = ptr;
+            new_turn = 0;
+        } else {
+            for (i64 k = 0; k < n; k++) mask[k] = valid[k] && deficit[k] + s->quantum > 0;
+            sel = first_after(mask, n, ptr);
+            if (sel == NONE) sel = first_after(valid, n, ptr);
+        }
+    }
+    if (sel == NONE) return NONE;   /* only when every valid requester has weight 0 */
+    if (s->policy == WRR) s->arb_count[d] = new_turn ? 1 : s->arb_count[d] + 1;
+    if (s->policy == DRR) {
+        if (!new_turn) {
+            set_deficit(s, deficit, sel, deficit[sel] - 1);
+        } else {
+            i64 *was = mask;   /* the deficits before this start */
+            memcpy(was, deficit, (size_t)n * sizeof(i64));
+            if (deficit[ptr] > 0) deficit[ptr] = 0;
+            for (i64 k = (ptr + 1) % n; k != sel; k = (k + 1) % n)
+                if (valid[k]) deficit[k] = was[k] + s->quantum;
+            deficit[sel] = was[sel] + s->quantum - 1;
+            for (i64 k = 0; k < n; k++) set_deficit(s, deficit, k, deficit[k]);
+        }
+    }
+    s->arb_ptr[d] = sel;
+    return sel;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The model (sim/switch_model.py FastSwitch.run).                                            */
+
+static void at(Sw *s, i64 t, i64 kind, i64 arg) {
+    s->order++;
+    heap_push(&s->events, (trip){t, (kind << KIND_SHIFT) | s->order, arg});
+}
+
+static void try_source(Sw *s, i64 k, i64 t) {
+    vec *tries = &s->src_tries[k];
+    for (i64 i = 0; i < tries->n; i++)
+        if (tries->v[i] == t) return;
+    push(tries, t);
+    at(s, t, EV_SOURCE, k);
+}
+
+static void arm_egress(Sw *s, i64 d, i64 t) {
+    if (s->streaming[d] >= 0) return;
+    t = max64(t, s->egress_free[d]);
+    if (s->egress_armed[d] == NONE || s->egress_armed[d] > t) {
+        s->egress_armed[d] = t;
+        at(s, t, EV_EGRESS, d);
+    }
+}
+
+static void arm_engine_at(Sw *s, i64 t) {
+    if (s->engine_armed == NONE || s->engine_armed > t) {
+        s->engine_armed = t;
+        at(s, t, EV_EGRESS, -1);
+    }
+}
+
+static void arm_engine(Sw *s) {
+    if (!s->eng_ready.n) return;
+    i64 lo = s->eng_ready.v[0];
+    for (i64 i = 1; i < s->eng_ready.n; i++)
+        if (s->eng_ready.v[i] < lo) lo = s->eng_ready.v[i];
+    arm_engine_at(s, max64(lo, s->engine_free));
+}
+
+static i64 read_time(Sw *s, i64 k, i64 j) {
+    if (j < 0) return -1;
+    vec *ing = &s->ing[k];
+    for (i64 i = ing->n - 1; i >= s->hist_head[k]; i--) {
+        i64 p = ing->v[i];
+        if (s->j0[p] <= j && j < s->j0[p] + s->pk_flits[p])
+            return i >= s->fifo_head[k] ? NONE : s->grant[p] + (j - s->j0[p]);
+    }
+    return -1;
+}
+
+static void update_visible(Sw *s, i64 k);
+
+static void resolve_writes(Sw *s, i64 k) {
+    i64 p = s->pending[k];
+    if (p < 0) return;
+    if (s->a0[p] == NONE) {
+        i64 r = read_time(s, k, s->j0[p] - s->D);
+        if (r == NONE) return;
+        s->a0[p] = max64(s->start[p], r + 1);
+        s->inject[p] = s->a0[p];
+        update_visible(s, k);
+        if (s->pending[k] != p) return;
+    }
+    i64 r = read_time(s, k, s->j0[p] + s->pk_flits[p] - 1 - s->D);
+    if (r == NONE) return;
+    s->a_last[p] = max64(s->a0[p] + s->pk_flits[p] - 1, r + 1);
+    s->stall[k] += s->a_last[p] - (s->start[p] + s->pk_flits[p] - 1);
+    s->pending[k] = -1;
+    s->src_free[k] = s->a_last[p] + 1;
+    s->src_busy[k] = 0;
+    try_source(s, k, s->a_last[p] + 1);
+}
+
+static void leave_fifo(Sw *s, i64 k, i64 p) {
+    s->prev_last_read[k] = s->grant[p] + s->pk_flits[p] - 1;
+    s->fifo_head[k]++;
+    update_visible(s, k);
+    resolve_writes(s, k);
+}
+
+static void grant_contribution(Sw *s, i64 k, i64 p) {
+    s->grant[p] = s->visible[p];
+    s->in_flits[k] += s->pk_flits[p];
+    i64 last = s->grant[p] + s->pk_flits[p] - 1, seq = s->pk_seq[p];
+    i64 left = s->arrivals[seq] - 1;
+    s->arrived_at[seq] = max64(s->arrived_at[seq], last);
+    s->arrivals[seq] = left;
+    if (left == 0) {
+        push(&s->eng_ready, s->arrived_at[seq] + 1);
+        push(&s->eng_slot, seq % s->S);
+        push(&s->eng_seq, seq);
+        arm_engine(s);
+    }
+    leave_fifo(s, k, p);
+}
+
+static void update_visible(Sw *s, i64 k) {
+    if (s->fifo_head[k] == s->ing[k].n) return;
+    i64 p = s->ing[k].v[s->fifo_head[k]];
+    if (s->visible[p] != NONE || s->a0[p] == NONE) return;
+    s->visible[p] = max64(s->a0[p] + s->ingress_latency, s->prev_last_read[k] + 1);
+    if (s->pk_dst[p] < 0) {
+        grant_contribution(s, k, p);
+    } else {
+        s->head_mem[s->pk_dst[p] * s->N + k] = p;
+        arm_egress(s, s->pk_dst[p], s->visible[p]);
+    }
+}
+
+static i64 result_read(Sw *s, i64 d, i64 n) {
+    if (n < 0) return -1;
+    i64 idx = n / s->P;
+    if (idx < s->rh_head[d] || idx >= s->res[d].n) return -1;
+    i64 r = s->res[d].v[idx];
+    return n - idx * s->P < s->r_nreads.v[r] ? s->res_read[d].v[n] : NONE;
+}
+
+/* Earliest issue of flit i of the engine's chunk; `tentative`: its packets are not made yet
+ * and would start at each egress's result count. */
+static i64 room_time(Sw *s, i64 i, int tentative) {
+    i64 need = -1;
+    for (i64 m = 0; m < s->nmembers; m++) {
+        i64 d = s->mem_ports[m];
+        i64 j0 = tentative ? s->res[d].n * s->P : s->r_j0.v[s->eng_r[m]];
+        i64 r = result_read(s, d, j0 + i - (s->rdepth - 1));
+        if (r == NONE) return NONE;
+        need = max64(need, r + 1);
+    }
+    return need;
+}
+
+static void expose_result(Sw *s, i64 d) {
+    i64 r = s->res[d].v[s->rq_head[d]];
+    s->r_visible.v[r] = max64(s->r_a0.v[r], s->result_last_read[d] + 1);
+    s->head_res[d] = r;
+    arm_egress(s, d, s->r_visible.v[r]);
+}
+
+static void stream_result(Sw *s, i64 d) {
+    i64 r = s->streaming[d], j0 = s->r_j0.v[r];
+    i64 *reads = s->res_read[d].v, *issues = s->res_issue[d].v;
+    while (s->r_nreads.v[r] < s->r_nissues.v[r]) {
+        i64 i = s->r_nreads.v[r];
+        i64 avail = issues[j0 + i] + s->lag;
+        reads[j0 + i] = max64(avail, i == 0 ? s->r_grant.v[r] : reads[j0 + i - 1] + 1);
+        s->r_nreads.v[r]++;
+    }
+    if (s->engine_blocked) {
+        arm_engine_at(s, s->now);
+        s->engine_blocked = 0;
+    }
+    if (s->r_nreads.v[r] < s->P) return;
+    s->streaming[d] = -1;
+    i64 last = reads[j0 + s->P - 1], seq = s->r_seq.v[r];
+    s->egress_free[d] = last + 1;
+    s->out_flits[d] += s->P;
+    s->rq_head[d]++;
+    s->result_last_read[d] = last;
+    s->results[d * s->chunks + seq] = last;
+    loop_result(s, d, seq, last);
+    for (i64 i = 0; i < s->woken.n; i++) try_source(s, s->woken.v[i], last + 1);
+    if (s->rq_head[d] < s->res[d].n) expose_result(s, d);
+    arm_egress(s, d, last + 1);
+}
+
+static void continue_engine(Sw *s) {
+    while (s->eng_nissues < s->P) {
+        i64 need = room_time(s, s->eng_nissues, 0);
+        if (need == NONE) {
+            s->engine_blocked = 1;
+            return;
+        }
+        i64 when = max64(s->eng_last_issue + 1, need), i = s->eng_nissues++;
+        s->eng_last_issue = when;
+        for (i64 m = 0; m < s->nmembers; m++) {
+            i64 r = s->eng_r[m], d = s->mem_ports[m];
+            s->res_issue[d].v[s->r_j0.v[r] + i] = when;
+            s->r_nissues.v[r]++;
+        }
+        for (i64 m = 0; m < s->nmembers; m++)
+            if (s->streaming[s->mem_ports[m]] == s->eng_r[m]) stream_result(s, s->mem_ports[m]);
+    }
+    s->engine_free = s->eng_last_issue + 1;
+    s->eng_active = 0;
+    arm_engine(s);
+}
+
+static void run_engine(Sw *s, i64 t) {
+    s->engine_armed = NONE;
+    s->engine_blocked = 0;
+    if (!s->eng_active) {
+        if (t < s->engine_free) {
+            arm_engine(s);
+            return;
+        }
+        i64 choice = -1;
+        for (i64 i = 0; i < s->eng_ready.n; i++)
+            if (s->eng_ready.v[i] <= t &&
+                (choice < 0 || s->eng_slot.v[i] < s->eng_slot.v[choice])) choice = i;
+        if (choice < 0) {
+            arm_engine(s);
+            return;
+        }
+        /* Room for the first flit decides the start (the RTL re-picks every cycle). */
+        i64 need = room_time(s, 0, 1);
+        if (need == NONE || need > t) {
+            if (need == NONE) s->engine_blocked = 1; else arm_engine_at(s, need);
+            return;
+        }
+        i64 seq = s->eng_seq.v[choice], last = s->eng_ready.n - 1;
+        s->eng_ready.v[choice] = s->eng_ready.v[last];
+        s->eng_slot.v[choice] = s->eng_slot.v[last];
+        s->eng_seq.v[choice] = s->eng_seq.v[last];
+        s->eng_ready.n = s->eng_slot.n = s->eng_seq.n = last;
+        s->eng_active = 1;
+        s->eng_seq_cur = seq;
+        s->eng_nissues = 1;
+        s->eng_last_issue = t;
+        for (i64 m = 0; m < s->nmembers; m++) {
+            i64 d = s->mem_ports[m], r = s->r_dst.n, j0 = s->res[d].n * s->P;
+            push(&s->r_dst, d);
+            push(&s->r_seq, seq);
+            push(&s->r_j0, j0);
+            push(&s->r_a0, t + s->lag);
+            push(&s->r_visible, NONE);
+            push(&s->r_grant, NONE);
+            push(&s->r_nissues, 1);
+            push(&s->r_nreads, 0);
+            s->eng_r[m] = r;
+            push(&s->res[d], r);
+            for (i64 i = 0; i < s->P; i++) {
+                push(&s->res_issue[d], i == 0 ? t : NONE);
+                push(&s->res_read[d], NONE);
+            }
+            s->rh_head[d] = max64(s->rh_head[d], s->res[d].n - s->hist_limit);
+            if (s->res[d].n - s->rq_head[d] == 1) expose_result(s, d);
+        }
+    }
+    continue_engine(s);
+}
+
+static void wake(Sw *s, i64 k) {
+    i64 t = loop_wake_time(s, k);
+    if (t != NONE) try_source(s, k, max64(t, s->src_free[k]));
+}
+
+static void egress(Sw *s, i64 d, i64 t) {
+    s->egress_armed[d] = NONE;
+    if (s->streaming[d] >= 0) return;
+    if (t < s->egress_free[d]) {
+        arm_egress(s, d, s->egress_free[d]);
+        return;
+    }
+    i64 N = s->N, *valid = s->valid, *hm = s->head_mem + d * N, any = 0, nxt = NONE;
+    for (i64 k = 0; k <= N; k++) {
+        i64 vis = k < N ? (hm[k] >= 0 ? s->visible[hm[k]] : NONE)
+                        : (s->head_res[d] >= 0 ? s->r_visible.v[s->head_res[d]] : NONE);
+        valid[k] = vis != NONE && vis <= t;
+        any |= valid[k];
+        if (vis != NONE && (nxt == NONE || vis < nxt)) nxt = vis;
+    }
+    if (!any) {
+        if (nxt != NONE) arm_egress(s, d, nxt);
+        return;
+    }
+    i64 sel = arbitrate(s, d, valid);
+    if (sel == NONE) return;
+    i64 flits = sel == N ? s->P : s->pk_flits[hm[sel]], *deficit = s->arb_deficit + d * (N + 1);
+    if (s->policy == DRR && flits > 1) set_deficit(s, deficit, sel, deficit[sel] - (flits - 1));
+    if (sel == N) {
+        i64 r = s->head_res[d];
+        s->head_res[d] = -1;
+        s->r_grant.v[r] = t;
+        /* Held until its last flit is read; the engine may still be issuing it. */
+        s->egress_free[d] = (i64)1 << 62;
+        s->streaming[d] = r;
+        stream_result(s, d);
+        return;
+    }
+    i64 p = hm[sel];
+    hm[sel] = -1;
+    s->grant[p] = t;
+    i64 last = t + s->pk_flits[p] - 1;
+    s->egress_free[d] = last + 1;
+    s->out_flits[d] += s->pk_flits[p];
+    s->in_flits[sel] += s->pk_flits[p];
+    s->deliver[p] = last;
+    loop_delivered(s, p, last);
+    /* wake() never touches the loop's woken list, so iterate it in place */
+    for (i64 i = 0; i < s->woken.n; i++) wake(s, s->woken.v[i]);
+    leave_fifo(s, sel, p);
+    arm_egress(s, d, last + 1);
+}
+
+static void source(Sw *s, i64 k, i64 t) {
+    vec *tries = &s->src_tries[k];
+    for (i64 i = 0; i < tries->n; i++)
+        if (tries->v[i] == t) {
+            tries->v[i] = tries->v[--tries->n];
+            break;
+        }
+    if (s->src_busy[k] || t < s->src_free[k]) return;
+    i64 p = loop_next_packet(s, k, t);
+    if (p == NONE) {
+        wake(s, k);
+        return;
+    }
+    s->j0[p] = s->written[k];
+    s->start[p] = t;
+    vec *ing = &s->ing[k];
+    while (s->hist_head[k] < s->fifo_head[k]) {
+        i64 h = ing->v[s->hist_head[k]];
+        if (s->j0[h] + s->pk_flits[h] > s->j0[p] - s->D) break;
+        s->hist_head[k]++;
+    }
+    s->written[k] += s->pk_flits[p];
+    push(ing, p);
+    s->src_busy[k] = 1;
+    s->pending[k] = p;
+    resolve_writes(s, k);
+    if (ing->n - s->fifo_head[k] == 1) update_visible(s, k);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Entry point. Arrays are the caller's (numpy); the packet and message arrays have room for  */
+/* the read responses the replay creates. Returns 0, or 1 when memory ran out.                */
+
+#define ALLOC(ptr, count, fill)                                                              \
+    do {                                                                                     \
+        ptr = malloc((size_t)((count) > 0 ? (count) : 1) * sizeof(*(ptr)));                 \
+        if (!ptr) goto fail;                                                                 \
+        for (i64 z_ = 0; z_ < (count); z_++) ptr[z_] = fill;                                 \
+    } while (0)
+#define ZALLOC(ptr, count)                                                                   \
+    do {                                                                                     \
+        ptr = calloc((size_t)((count) > 0 ? (count) : 1), sizeof(*(ptr)));                  \
+        if (!ptr) goto fail;                                                                 \
+    } while (0)
+
+int innet_switch_run(const i64 *prm, const i64 *priority, const i64 *weight,
+                     i64 *pk_flits, i64 *pk_dst, i64 *pk_seq, i64 *pk_msg,
+                     i64 *m_src, i64 *m_dst, i64 *m_issue, i64 *m_kind, i64 *m_resp_flits,
+                     i64 *m_resp_to, const i64 *m_dep, i64 *m_pk_off, i64 *m_pk_len,
+                     i64 *pk_list, const i64 *wait_off, const i64 *wait_list, const i64 *chunk_msg,
+                     i64 *inject, i64 *deliver, i64 *results, i64 *done_at,
+                     i64 *out_flits, i64 *in_flits, i64 *stall, i64 *counters) {
+    Sw sw, *s = &sw;
+    memset(s, 0, sizeof(sw));
+    int status = 1;
+    i64 N = prm[P_PORTS];
+    s->N = N;
+    s->D = prm[P_DEPTH];
+    s->lag = prm[P_RESULT_LAG];
+    s->rdepth = prm[P_RESULT_DEPTH];
+    s->P = prm[P_CHUNK_FLITS];
+    s->S = prm[P_SLOTS];
+    s->policy = prm[P_POLICY];
+    s->quantum = prm[P_QUANTUM];
+    s->dbits = prm[P_DEFICIT_BITS];
+    s->members = prm[P_MEMBERS];
+    s->chunks = prm[P_CHUNKS];
+    s->mtu = prm[P_MTU];
+    s->npk = prm[P_PACKETS];
+    s->pk_cap = prm[P_PACKET_CAP];
+    s->nmsg = s->nmsg0 = prm[P_MESSAGES];
+    s->msg_cap = prm[P_MESSAGE_CAP];
+    s->ingress_latency = prm[P_INGRESS_LATENCY];
+    s->hist_limit = 4 + s->rdepth / s->P;
+    s->priority = priority;
+    s->weight = weight;
+    s->pk_flits = pk_flits, s->pk_dst = pk_dst, s->pk_seq = pk_seq, s->pk_msg = pk_msg;
+    s->m_src = m_src, s->m_dst = m_dst, s->m_issue = m_issue, s->m_kind = m_kind;
+    s->m_resp_flits = m_resp_flits, s->m_resp_to = m_resp_to;
+    s->m_pk_off = m_pk_off, s->m_pk_len = m_pk_len, s->pk_list = pk_list;
+    s->npk_list = s->nmsg0 ? m_pk_off[s->nmsg0 - 1] + m_pk_len[s->nmsg0 - 1] : 0;
+    s->wait_off = wait_off, s->wait_list = wait_list, s->chunk_msg = chunk_msg;
+    s->inject = inject, s->deliver = deliver, s->results = results, s->done_at = done_at;
+    s->out_flits = out_flits, s->in_flits = in_flits, s->stall = stall;
+    i64 C = s->chunks > 0 ? s->chunks : 1, R = N + 1;
+
+    ZALLOC(s->future, N);
+    ZALLOC(s->active, N);
+    ZALLOC(s->next_index, s->msg_cap);
+    ZALLOC(s->remaining, s->msg_cap);
+    ALLOC(s->result_at, N * C, NONE);
+    ALLOC(s->j0, s->pk_cap, NONE);
+    ALLOC(s->start, s->pk_cap, NONE);
+    ALLOC(s->a0, s->pk_cap, NONE);
+    ALLOC(s->a_last, s->pk_cap, NONE);
+    ALLOC(s->grant, s->pk_cap, NONE);
+    ALLOC(s->visible, s->pk_cap, NONE);
+    ZALLOC(s->ing, N);
+    ZALLOC(s->fifo_head, N);
+    ZALLOC(s->hist_head, N);
+    ZALLOC(s->written, N);
+    ALLOC(s->prev_last_read, N, -1);
+    ZALLOC(s->src_busy, N);
+    ZALLOC(s->src_free, N);
+    ALLOC(s->pending, N, -1);
+    ZALLOC(s->src_tries, N);
+    ZALLOC(s->egress_free, N);
+    ALLOC(s->egress_armed, N, NONE);
+    ALLOC(s->head_mem, N * N, -1);
+    ALLOC(s->head_res, N, -1);
+    ALLOC(s->streaming, N, -1);
+    ALLOC(s->result_last_read, N, -1);
+    ZALLOC(s->res, N);
+    ZALLOC(s->res_issue, N);
+    ZALLOC(s->res_read, N);
+    ZALLOC(s->rq_head, N);
+    ZALLOC(s->rh_head, N);
+    ZALLOC(s->arb_ptr, N);
+    ZALLOC(s->arb_count, N);
+    ZALLOC(s->arb_deficit, N * R);
+    ZALLOC(s->arrivals, C);
+    ALLOC(s->arrived_at, C, -1);
+    ZALLOC(s->eng_r, N);
+    ZALLOC(s->mem_ports, N);
+    ZALLOC(s->valid, R);
+    ZALLOC(s->scratch, R);
+
+    for (i64 d = 0; d < N; d++)
+        if (s->members >> d & 1) s->mem_ports[s->nmembers++] = d;
+    for (i64 c = 0; c < C; c++) s->arrivals[c] = s->nmembers;
+    s->engine_armed = NONE;
+
+    if (setjmp(oom)) goto fail;
+    for (i64 m = 0; m < s->nmsg0; m++) {
+        s->remaining[m] = m_pk_len[m];
+        if (m_dep[m] < 0) loop_push_future(s, m_src[m], m_issue[m], m);
+    }
+    for (i64 k = 0; k < N; k++) try_source(s, k, 0);
+    while (s->events.n) {
+        trip e = heap_pop(&s->events);
+        s->now = e.a;
+        i64 kind = e.b >> KIND_SHIFT;
+        if (kind == EV_SOURCE) source(s, e.c, e.a);
+        else if (e.c < 0) run_engine(s, e.a);
+        else egress(s, e.c, e.a);
+        s->handled++;
+    }
+    counters[0] = s->npk;
+    counters[1] = s->nmsg;
+    counters[2] = s->started;
+    counters[3] = s->handled;
+    status = 0;
+
+fail:
+    for (i64 k = 0; s->ing && k < N; k++) {
+        if (s->future) free(s->future[k].v);
+        if (s->active) free(s->active[k].v);
+        free(s->ing[k].v);
+        if (s->src_tries) free(s->src_tries[k].v);
+        if (s->res) free(s->res[k].v);
+        if (s->res_issue) free(s->res_issue[k].v);
+        if (s->res_read) free(s->res_read[k].v);
+    }
+    vec *vs[] = {&s->woken, &s->r_dst, &s->r_seq, &s->r_j0, &s->r_a0, &s->r_visible,
+                 &s->r_grant, &s->r_nissues, &s->r_nreads, &s->eng_ready, &s->eng_slot,
+                 &s->eng_seq};
+    for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) free(vs[i]->v);
+    free(s->events.v);
+    void *ps[] = {s->future, s->active, s->next_index, s->remaining, s->result_at, s->j0,
+                  s->start, s->a0, s->a_last, s->grant, s->visible, s->ing, s->fifo_head,
+                  s->hist_head, s->written, s->prev_last_read, s->src_busy, s->src_free,
+                  s->pending, s->src_tries, s->egress_free, s->egress_armed, s->head_mem,
+                  s->head_res, s->streaming, s->result_last_read, s->res, s->res_issue,
+                  s->res_read, s->rq_head, s->rh_head, s->arb_ptr, s->arb_count,
+                  s->arb_deficit, s->arrivals, s->arrived_at, s->eng_r, s->mem_ports,
+                  s->valid, s->scratch};
+    for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) free(ps[i]);
+    return status;
+}

@@ -1,0 +1,132 @@
+"""The fast model's C core (sim/switch_core.c) against the Python model it was written from:
+identical results on random traces, every policy, reads, reductions and dependency chains."""
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim import switch_core
+from sim.cli import main
+from sim.replay import ReplayConfig, build_plan
+from sim.switch_model import replay_model
+from sim.trace import write_trace
+from sim.traffic import stress_trace
+
+
+def assert_identical(ref, core):
+    """Every quantity a replay reports, equal."""
+    assert ref.extra["core"] == "python" and core.extra["core"] == "c"
+    assert core.plan.packets == ref.plan.packets
+    for name in ("src", "dst", "kind", "flits", "msg", "seq"):
+        assert np.array_equal(getattr(core.plan, name), getattr(ref.plan, name)), name
+    assert [(m.mid, m.src, m.dst, m.kind, m.issue, m.record, m.packets, m.response_to)
+            for m in core.plan.messages] == \
+           [(m.mid, m.src, m.dst, m.kind, m.issue, m.record, m.packets, m.response_to)
+            for m in ref.plan.messages]
+    assert np.array_equal(core.inject, ref.inject)
+    assert np.array_equal(core.deliver, ref.deliver)
+    assert core.results == ref.results
+    assert core.message_done == ref.message_done
+    assert list(core.stall_cycles) == list(ref.stall_cycles)
+    assert list(core.egress_flits) == list(ref.egress_flits)
+    assert list(core.ingress_flits) == list(ref.ingress_flits)
+    assert core.summary() | {"wall_s": 0} == ref.summary() | {"wall_s": 0}
+
+
+def replay_both(ports, policy, seed, slots, chunk_flits, mtu, span_ns, reads=True,
+                messages=30):
+    cfg = ReplayConfig(ports=ports, lanes=2, slots=slots, chunk_flits=chunk_flits,
+                       policy=policy, flit_scale=1, link_gbps=32.0, mtu_flits=mtu)
+    meta, records = stress_trace(gpus=ports, seed=seed, messages=messages, pieces=5,
+                                 max_bytes=4096, piece_bytes=2048, span_ns=span_ns,
+                                 reads=reads)
+    plan = build_plan(meta, records, cfg)
+    return replay_model(plan, core="python"), replay_model(plan, core="c")
+
+
+@pytest.mark.parametrize("policy", ["rr", "prio", "wrr", "drr"])
+@pytest.mark.parametrize("ports, slots, chunk_flits, mtu, span_ns, stalls", [
+    (2, 1, 1, 1, 2_000, False),     # one slot: every chunk waits for the previous result
+    (4, 4, 4, 8, 2_000, True),      # contended: ingress FIFOs fill, sources stall
+    (8, 8, 8, 32, 30_000, False),   # sparse, long packets, many members
+])
+def test_core_matches_python_model(policy, ports, slots, chunk_flits, mtu, span_ns, stalls):
+    ref, core = replay_both(ports, policy, 3, slots, chunk_flits, mtu, span_ns)
+    assert ref.plan.packets > ref.plan.chunks > 0
+    assert any(m.response_to >= 0 for m in ref.plan.messages), "reads should be answered"
+    if stalls:
+        assert sum(ref.stall_cycles) > 0
+    assert_identical(ref, core)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ports=st.integers(2, 6), policy=st.sampled_from(["rr", "prio", "wrr", "drr"]),
+       seed=st.integers(0, 10_000), slots=st.integers(1, 9), chunk_flits=st.integers(1, 9),
+       mtu=st.integers(1, 40), span_ns=st.sampled_from([500, 5_000, 50_000]),
+       reads=st.booleans())
+def test_core_matches_python_model_random(ports, policy, seed, slots, chunk_flits, mtu,
+                                          span_ns, reads):
+    assert_identical(*replay_both(ports, policy, seed, slots, chunk_flits, mtu, span_ns,
+                                  reads=reads, messages=12))
+
+
+def test_core_source_compiles_without_warnings(tmp_path):
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    done = subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-c",
+                           "-o", str(tmp_path / "core.o"), str(switch_core.SOURCE)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture
+def no_compiler(monkeypatch, tmp_path):
+    """A fresh cache and a compiler that fails: the core cannot be built."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", "false")
+    switch_core.library.cache_clear()
+    yield
+    switch_core.library.cache_clear()
+
+
+def test_core_unavailable(no_compiler):
+    cfg = ReplayConfig(ports=2, lanes=2, slots=2, chunk_flits=2, link_gbps=32.0)
+    meta, records = stress_trace(gpus=2, seed=1, messages=5, pieces=2, span_ns=2_000)
+    plan = build_plan(meta, records, cfg)
+    with pytest.raises(switch_core.CoreUnavailable, match="false failed on switch_core.c"):
+        replay_model(plan, core="c")
+    with pytest.warns(RuntimeWarning, match="using the Python model"):
+        ref = replay_model(plan)   # auto: falls back, and says so
+    assert ref.extra["core"] == "python" and ref.deliver.max() > 0
+    assert not list((switch_core._cache_dir()).glob("*.so")), "no library may be left behind"
+    with pytest.raises(ValueError, match="core must be"):
+        replay_model(plan, core="fast")
+
+
+def test_replay_cli_model_cores(tmp_path, capsys):
+    meta, records = stress_trace(gpus=4, seed=2, messages=10, pieces=3, span_ns=5_000)
+    path = tmp_path / "t.itr"
+    write_trace(path, meta, records)
+    out = {}
+    for core in ("c", "python"):
+        assert main(["replay", str(path), "--model-core", core, "--lanes", "2", "--slots",
+                     "4", "--chunk-flits", "2", "--link-gbps", "32", "--json"]) == 0
+        out[core] = json.loads(capsys.readouterr().out)
+        assert out[core].pop("model_core") == core
+        out[core].pop("wall_s")
+    assert out["c"] == out["python"]
+
+
+def test_replay_cli_core_unavailable(no_compiler, tmp_path, capsys):
+    meta, records = stress_trace(gpus=2, seed=2, messages=4, pieces=1, span_ns=5_000)
+    path = tmp_path / "t.itr"
+    write_trace(path, meta, records)
+    assert main(["replay", str(path), "--model-core", "c"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("innet: error: fast model C core: false failed") and err.count("\n") == 1
