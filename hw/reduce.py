@@ -416,13 +416,29 @@ class ReductionUnit(wiring.Component):
                                  slot_sat[s].eq(job_sat.bit_select(hdr.user.job[:jbits], 1))]
 
         # -- engine: pick a complete slot, read its flits, reduce ---------------------------
+        # The pick is registered: each cycle the lowest complete slot of this cycle's table
+        # is chosen for the next cycle, so the engine's issue decision starts from flip-flops
+        # (one cycle more latency when the engine is idle; none between back-to-back chunks).
+        # The slot the engine frees this cycle is still complete in this cycle's table, so a
+        # second pick without it is made alongside and taken when the engine frees one.
         complete = Signal(S)
         m.d.comb += complete.eq(Cat(slot_valid[s] & (slot_arrived[s] == slot_members[s]) &
                                     slot_members[s].any() for s in range(S)))
         busy = Signal()
         eng_slot = Signal(range(max(S, 2)))
         eng_idx = Signal(range(max(P, 2)))
-        pick = lowest_set(m, complete, "pick")
+        eng_slot_members = Signal(N)     # members of the slot being read
+        pick = Signal(range(max(S, 2)))  # registered: the slot to start next
+        pick_ok = Signal()
+        pick_members = Signal(N)
+        cur = Signal(range(max(S, 2)))
+        m.d.comb += cur.eq(Mux(busy, eng_slot, pick))
+        others = Signal(S)
+        m.d.comb += others.eq(complete & ~(Const(1, S) << cur))
+        pick_all = lowest_set(m, complete, "pick_all")
+        pick_others = lowest_set(m, others, "pick_others")
+        members_all = select(m, pick_all, slot_members, N, "pick_all_members")
+        members_others = select(m, pick_others, slot_members, N, "pick_others_members")
 
         # Credits: results in flight must fit in every member's FIFO.
         fifos = []
@@ -433,25 +449,28 @@ class ReductionUnit(wiring.Component):
         in_flight = Signal(range(self._pipeline + 2))
         room = Signal()
         eng_members = Signal(N)
-        m.d.comb += eng_members.eq(select(m, Mux(busy, eng_slot, pick), slot_members, N,
-                                          "eng_members_sel"))
+        m.d.comb += eng_members.eq(Mux(busy, eng_slot_members, pick_members))
         m.d.comb += room.eq(Cat(~eng_members[k] |
                                 (fifos[k].level + in_flight < self._fifo_depth - 1)
                                 for k in range(N)).all())
-        start = ~busy & complete.any()
+        start = ~busy & pick_ok
         issue = Signal()
         m.d.comb += issue.eq((busy | start) & room)
-        cur = Signal(range(max(S, 2)))
-        m.d.comb += cur.eq(Mux(busy, eng_slot, pick))
         last_issue = Signal()
         m.d.comb += last_issue.eq(issue & Mux(busy, eng_idx == P - 1, P == 1))
+        with m.If(last_issue):
+            m.d.sync += [pick.eq(pick_others), pick_ok.eq(others.any()),
+                         pick_members.eq(members_others)]
+        with m.Else():
+            m.d.sync += [pick.eq(pick_all), pick_ok.eq(complete.any()),
+                         pick_members.eq(members_all)]
         with m.If(issue):
             m.d.comb += [read_en.eq(1), read_addr.eq(cur * P + Mux(busy, eng_idx, 0))]
             with m.If(last_issue):
                 m.d.sync += [busy.eq(0), eng_idx.eq(0)]
                 m.d.comb += slot_free_now.eq(Const(1, S) << cur)
             with m.Else():
-                m.d.sync += [busy.eq(1), eng_slot.eq(cur),
+                m.d.sync += [busy.eq(1), eng_slot.eq(cur), eng_slot_members.eq(eng_members),
                              eng_idx.eq(Mux(busy, eng_idx + 1, 1))]
 
         # Metadata travels beside the data through the pipeline.

@@ -96,7 +96,7 @@ static i64 max64(i64 a, i64 b) { return a > b ? a : b; }
 
 enum { P_PORTS, P_DEPTH, P_RESULT_LAG, P_RESULT_DEPTH, P_CHUNK_FLITS, P_SLOTS, P_POLICY,
        P_QUANTUM, P_DEFICIT_BITS, P_MEMBERS, P_CHUNKS, P_MTU, P_PACKETS, P_PACKET_CAP,
-       P_MESSAGES, P_MESSAGE_CAP, P_INGRESS_LATENCY, P_COUNT };
+       P_MESSAGES, P_MESSAGE_CAP, P_INGRESS_LATENCY, P_PICK_LATENCY, P_COUNT };
 enum { RR, PRIO, WRR, DRR };
 enum { K_OTHER, K_READ_REQ, K_READ_RESP };
 enum { EV_SOURCE, EV_EGRESS };
@@ -105,7 +105,7 @@ enum { EV_SOURCE, EV_EGRESS };
 typedef struct {
     /* configuration */
     i64 N, D, lag, rdepth, P, S, policy, quantum, dbits, members, nmembers, chunks, mtu;
-    i64 ingress_latency, hist_limit;
+    i64 ingress_latency, pick_latency, hist_limit;
     const i64 *priority, *weight;
     /* plan: packets (growing with read responses) */
     i64 npk, pk_cap, *pk_flits, *pk_dst, *pk_seq, *pk_msg;
@@ -389,7 +389,7 @@ static void grant_contribution(Sw *s, i64 k, i64 p) {
     s->arrived_at[seq] = max64(s->arrived_at[seq], last);
     s->arrivals[seq] = left;
     if (left == 0) {
-        push(&s->eng_ready, s->arrived_at[seq] + 1);
+        push(&s->eng_ready, s->arrived_at[seq] + s->pick_latency);
         push(&s->eng_slot, seq % s->S);
         push(&s->eng_seq, seq);
         arm_engine(s);
@@ -668,6 +668,7 @@ int innet_switch_run(const i64 *prm, const i64 *priority, const i64 *weight,
     s->nmsg = s->nmsg0 = prm[P_MESSAGES];
     s->msg_cap = prm[P_MESSAGE_CAP];
     s->ingress_latency = prm[P_INGRESS_LATENCY];
+    s->pick_latency = prm[P_PICK_LATENCY];
     s->hist_limit = 4 + s->rdepth / s->P;
     s->priority = priority;
     s->weight = weight;

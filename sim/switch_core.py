@@ -34,7 +34,7 @@ FLAGS = ["-O2", "-std=c11", "-shared", "-fPIC"]
 #: The order of the C entry point's parameter array (``enum`` in switch_core.c).
 PARAMS = ("ports", "depth", "result_lag", "result_depth", "chunk_flits", "slots", "policy",
           "quantum", "deficit_bits", "members", "chunks", "mtu", "packets", "packet_cap",
-          "messages", "message_cap", "ingress_latency")
+          "messages", "message_cap", "ingress_latency", "pick_latency")
 POLICIES = ("rr", "prio", "wrr", "drr")
 K_OTHER, K_READ_REQ, K_READ_RESP = 0, 1, 2
 
@@ -119,7 +119,7 @@ def _message_arrays(plan):
     }, m_cap, p_cap
 
 
-def run_core(model, plan, ingress_latency):
+def run_core(model, plan, ingress_latency, pick_latency):
     """Replay ``plan`` through the C core with the parameters of ``model`` (a
     :class:`sim.switch_model.FastSwitch`); the same :class:`ReplayResult` the Python model
     returns."""
@@ -146,7 +146,8 @@ def run_core(model, plan, ingress_latency):
               "slots": cfg.slots, "policy": POLICIES.index(arb.policy.value),
               "quantum": arb.quantum, "deficit_bits": DEFICIT_BITS, "members": plan.members,
               "chunks": C, "mtu": cfg.mtu_flits, "packets": n0, "packet_cap": p_cap,
-              "messages": m0, "message_cap": m_cap, "ingress_latency": ingress_latency}
+              "messages": m0, "message_cap": m_cap, "ingress_latency": ingress_latency,
+              "pick_latency": pick_latency}
     prm = np.array([values[name] for name in PARAMS], dtype=np.int64)
     out = {"inject": np.full(p_cap, -1, np.int64), "deliver": np.full(p_cap, -1, np.int64),
            "results": np.full(N * C, -1, np.int64), "done_at": np.full(m_cap, -1, np.int64),

@@ -11,8 +11,9 @@ traces (``tests/test_cosim.py``, ``innet bench cosim``):
   golden model) over N memory inputs and the reduction results; a granted packet leaves at one
   flit per cycle, and the next packet can start the cycle after its last flit (zero bubble).
 * **Reduction unit**: contributions never wait (the unit's ready is always high); a chunk is
-  complete when its last member's last flit is in; one engine reads complete chunks one flit
-  per cycle, lowest slot first, and each result flit reaches the egress arbiters
+  complete when its last member's last flit is in, and the engine may start it
+  ``ENGINE_PICK_LATENCY`` cycles later; one engine reads complete chunks one flit per cycle,
+  lowest slot first, and each result flit reaches the egress arbiters
   ``2 + pipeline`` cycles after the engine read it (pipeline = bank read, adder-tree levels,
   result select), queued per egress like the RTL's result FIFOs.
 
@@ -31,10 +32,13 @@ from hw.reduce import default_fifo_depth, pipeline_depth
 from .arbiter_model import ArbiterModel
 from .replay import ClosedLoop, ReplayResult
 
-__all__ = ["FastSwitch", "INGRESS_LATENCY", "replay_model"]
+__all__ = ["FastSwitch", "ENGINE_PICK_LATENCY", "INGRESS_LATENCY", "replay_model"]
 
 #: Cycles from a flit entering an ingress FIFO to it being at the FIFO's head.
 INGRESS_LATENCY = 2
+#: Cycles from a chunk's last contribution flit at the reduction unit to the first cycle the
+#: engine may start it: the arrival is registered, then the pick (hw/reduce.py).
+ENGINE_PICK_LATENCY = 2
 
 # Event kinds, in the order they are handled within one cycle.
 _SOURCE, _EGRESS = 0, 1
@@ -189,7 +193,8 @@ class FastSwitch:
             arrived_at[seq] = max(arrived_at.get(seq, -1), last)
             if left == 0:
                 arrivals.pop(seq, None)
-                heapq.heappush(engine, (arrived_at.pop(seq) + 1, seq % cfg.slots, seq))
+                ready = arrived_at.pop(seq) + ENGINE_PICK_LATENCY
+                heapq.heappush(engine, (ready, seq % cfg.slots, seq))
                 arm_engine()
             else:
                 arrivals[seq] = left
@@ -429,7 +434,7 @@ def replay_model(plan, progress=None, core="auto"):
     if core != "python":
         from .switch_core import CoreUnavailable, run_core
         try:
-            return run_core(model, plan, INGRESS_LATENCY)
+            return run_core(model, plan, INGRESS_LATENCY, ENGINE_PICK_LATENCY)
         except CoreUnavailable as e:
             if core == "c":
                 raise
