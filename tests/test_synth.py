@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from sim.synth import _nextpnr_failure, critical_path
+from sim.synth import _nextpnr_failure, critical_path, lut_breakdown
 
 # The shape of a nextpnr-ecp5 critical-path report (cell names shortened).
 NEXTPNR_REPORT = """\
@@ -47,6 +47,21 @@ def test_does_not_fit_is_one_line():
     assert message.endswith("does not fit the ECP5-85: luts 118172/83640 (141%)")
 
 
+def test_lut_breakdown_groups_by_block():
+    """Cell names as Yosys writes them for a flattened switch: instance path, then the driven
+    signal; top-level output ports for the egress multiplexers."""
+    names = ["switch.reduce.$1001_LUT4_Z", "switch.reduce.slot3_seq_LUT4_Z",
+             "switch.egress7.$43_LUT4_Z", "switch.egress2.$9_LUT4_Z",
+             "switch.ingress2_head.last_LUT4_C", "switch.$77_LUT4_Z",
+             "m1_axis_tdata_LUT4_Z_100_D_LUT4_Z", "m0_axis_tdata_LUT4_Z_1", "x_LUT4_Z",
+             "m_axis_tuser_LUT4_Z",
+             "switch.reduce.bank0_FF"]
+    cells = {n: {"type": "TRELLIS_FF" if n.endswith("_FF") else "LUT4"} for n in names}
+    assert lut_breakdown({"modules": {"top": {"cells": cells}}}, "top") == {
+        "switch.reduce": 2, "switch.egress*": 2, "m*_axis_tdata": 2, "switch.ingress*": 1,
+        "switch.(glue)": 1, "(top)": 1, "m_axis_tuser": 1}
+
+
 def _synth(*args):
     proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", *args, "--json"],
                           capture_output=True, text=True, timeout=900)
@@ -58,6 +73,8 @@ def _synth(*args):
 def test_synth_small_arbiter():
     result = _synth("arbiter", "--ports", "4", "--lanes", "1")
     assert result["luts"] > 0 and result["ffs"] > 0 and result["fmax_mhz"] > 50
+    # Yosys's count before packing, by block: every LUT4 is attributed somewhere.
+    assert 0.5 * result["luts"] < sum(result["luts_by_block"].values()) < 2 * result["luts"]
     assert result["critical_path"]["total_ns"] == pytest.approx(1000 / result["fmax_mhz"],
                                                                 rel=0.01)
 
