@@ -8,7 +8,8 @@ Per ingress port k:
   (a malformed packet cannot split across two egress arbiters): memory kinds
   (``MEM_WRITE``, ``MEM_READ_REQ``, ``MEM_READ_RESP``) go to the arbiter of egress ``dst``;
   ``REDUCE_CONTRIB`` goes to port k of the reduction unit; anything else — an invalid kind,
-  a destination beyond the switch, a ``REDUCE_RESULT`` from a GPU, or an in-band ``CONFIG``
+  a destination beyond the switch or the sender's own port (a GPU does not send its own
+  memory traffic over its link), a ``REDUCE_RESULT`` from a GPU, or an in-band ``CONFIG``
   packet (configuration uses the ``cfg`` port) — is consumed and counted in ``drops``;
 * every flit carries its packet's header, so a flit whose header differs from its packet's
   first flit means the sender dropped ``last``: the ingress ends the packet in progress with a
@@ -16,10 +17,13 @@ Per ingress port k:
   reduction unit abandons the contribution), counts it as ``truncated``, and classifies the
   flit afresh. A truncated packet cannot hold an egress arbiter or merge with the next packet.
 
-Per egress port d, a :class:`hw.arbiter.LinkArbiter` with N + 1 requesters: memory traffic from
-each ingress (requesters 0..N-1) and the reduction unit's results for d (requester N). The
-arbitration policy is chosen at elaboration; priorities / weights are set per traffic class at
-run time (``cfg_mem_*``, ``cfg_result_*``).
+Per egress port d, a :class:`hw.arbiter.LinkArbiter` with N requesters: requester k ≠ d is
+memory traffic from ingress k, and requester d — the place of d's own ingress, which never
+sends to d — is the reduction unit's results for d. N requesters, a power of two for the usual
+port counts, keep each egress's output multiplexer to the FPGA's wide-mux cells (a ninth input
+cost nearly five times the LUTs at 8 lanes; docs/hw.md). The arbitration policy is chosen at
+elaboration; priorities / weights are set per traffic class at run time (``cfg_mem_*``,
+``cfg_result_*``).
 
 Why results and memory traffic cannot deadlock each other: the reduction unit never
 back-pressures its inputs (a contribution is written into its own bank or dropped), so
@@ -123,10 +127,10 @@ class Switch(wiring.Component):
 
         arbiters = []
         for d in range(N):
-            m.submodules[f"egress{d}"] = arb = LinkArbiter(N + 1, L, self._policy)
+            m.submodules[f"egress{d}"] = arb = LinkArbiter(N, L, self._policy)
             arbiters.append(arb)
-            for k in range(N + 1):
-                is_result = k == N
+            for k in range(N):
+                is_result = k == d
                 if self._policy == Policy.PRIO:
                     m.d.comb += arb.priority[k].eq(self.cfg_result_priority if is_result
                                                    else self.cfg_mem_priority)
@@ -135,7 +139,7 @@ class Switch(wiring.Component):
                                                  else self.cfg_mem_weight)
             if self._policy == Policy.DRR:
                 m.d.comb += arb.quantum.eq(self.cfg_quantum)
-            wiring.connect(m, red.o[d], arb.i[N])
+            wiring.connect(m, red.o[d], arb.i[d])
             wiring.connect(m, arb.o, wiring.flipped(self.o[d]))
 
         drop_hits = [[] for _ in DROP_CAUSES]
@@ -154,7 +158,7 @@ class Switch(wiring.Component):
             kind = head.user.kind
             is_mem = (kind == Kind.MEM_WRITE) | (kind == Kind.MEM_READ_REQ) | \
                 (kind == Kind.MEM_READ_RESP)
-            dest_ok = head.dst < N
+            dest_ok = (head.dst < N) & (head.dst != k)
             with m.If(is_mem & dest_ok):
                 m.d.comb += fresh_route.eq(_MEM)
             with m.Elif(kind == Kind.REDUCE_CONTRIB):
@@ -184,6 +188,8 @@ class Switch(wiring.Component):
                          red_in.valid.eq(q.r_rdy & (cur_route == _REDUCE))]
             targets = [red_in.ready & (cur_route == _REDUCE), cur_route == _DROP]
             for d in range(N):
+                if d == k:
+                    continue   # requester k of egress k carries the reduction results
                 port = arbiters[d].i[k]
                 sel = (cur_route == _MEM) & (cur_dest == d)
                 m.d.comb += [port.payload.eq(offer), port.valid.eq(q.r_rdy & sel)]

@@ -206,6 +206,9 @@ def build_plan(meta, records, config, path="trace"):
             if r.b not in by_record:
                 raise PlanError(f"{path}: record {r.id}: dependency {r.b} is not a message")
             dep = by_record[r.b]
+        if r.peer == r.gpu:
+            # The switch drops a packet to its sender's own port (hw/switch.py).
+            raise PlanError(f"{path}: record {r.id}: GPU {r.gpu} sends to itself")
         issue = int(r.time_ns / cycle_ns)
         n_flits = max(1, -(-r.a // fb))
         mid = len(messages)

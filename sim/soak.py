@@ -40,7 +40,7 @@ __all__ = ["SoakDriver", "SoakConfig", "FAULTS"]
 FAULTS = {
     "bad_kind": "drop_bad_kind",            # kind code 6 or 7
     "forged_result": "drop_bad_kind",       # a GPU sending a REDUCE_RESULT
-    "bad_dest": "drop_bad_dest",            # memory write to a port beyond the switch
+    "bad_dest": "drop_bad_dest",            # memory write beyond the switch or to its sender
     "config_packet": "drop_config_packet",  # in-band CONFIG (only the cfg port configures)
     "bad_source": "err_bad_source",         # header src is not the ingress port
     "unknown_job": "err_unknown_job",       # job not enabled
@@ -255,9 +255,9 @@ class SoakDriver:
         elif kind == "forged_result":
             header["kind"] = Kind.REDUCE_RESULT
             dst = rng.randrange(self.N)
-        elif kind == "bad_dest":
+        elif kind == "bad_dest":   # beyond the switch, or the sender's own port
             header["kind"] = Kind.MEM_WRITE
-            dst = rng.randrange(self.N, MAX_PORTS)
+            dst = rng.choice((port, rng.randrange(self.N, MAX_PORTS)))
         elif kind == "config_packet":
             header["kind"] = Kind.CONFIG
         elif kind == "bad_source":

@@ -250,22 +250,24 @@ static void set_deficit(Sw *s, i64 *deficit, i64 k, i64 value) {
     deficit[k] = value < lo ? lo : value > hi ? hi : value;
 }
 
-/* Grant one packet at egress d among valid[0..N]. The caller charges a DRR requester for the
- * rest of a multi-flit packet (the model's ArbiterModel.step sees only its first flit). */
+/* Grant one packet at egress d among valid[0..N) (requester d: the reduction results). The
+ * caller charges a DRR requester for the rest of a multi-flit packet (the model's
+ * ArbiterModel.step sees only its first flit). */
 static i64 arbitrate(Sw *s, i64 d, const i64 *valid) {
-    i64 n = s->N + 1, ptr = s->arb_ptr[d], sel, new_turn = 1;
+    i64 n = s->N, ptr = s->arb_ptr[d], sel, new_turn = 1;
     i64 *mask = s->scratch, *deficit = s->arb_deficit + d * n;
+    const i64 *priority = s->priority + d * n, *weight = s->weight + d * n;
     if (s->policy == RR) {
         sel = first_after(valid, n, ptr);
     } else if (s->policy == PRIO) {
         i64 top = NONE;
         for (i64 k = 0; k < n; k++)
-            if (valid[k] && s->priority[k] > top) top = s->priority[k];
-        for (i64 k = 0; k < n; k++) mask[k] = valid[k] && s->priority[k] == top;
+            if (valid[k] && priority[k] > top) top = priority[k];
+        for (i64 k = 0; k < n; k++) mask[k] = valid[k] && priority[k] == top;
         sel = first_after(mask, n, ptr);
     } else if (s->policy == WRR) {
-        for (i64 k = 0; k < n; k++) mask[k] = valid[k] && s->weight[k] != 0;
-        if (mask[ptr] && s->arb_count[d] < s->weight[ptr]) {
+        for (i64 k = 0; k < n; k++) mask[k] = valid[k] && weight[k] != 0;
+        if (mask[ptr] && s->arb_count[d] < weight[ptr]) {
             sel = ptr;
             new_turn = 0;
         } else {
@@ -555,9 +557,9 @@ static void egress(Sw *s, i64 d, i64 t) {
         return;
     }
     i64 N = s->N, *valid = s->valid, *hm = s->head_mem + d * N, any = 0, nxt = NONE;
-    for (i64 k = 0; k <= N; k++) {
-        i64 vis = k < N ? (hm[k] >= 0 ? s->visible[hm[k]] : NONE)
-                        : (s->head_res[d] >= 0 ? s->r_visible.v[s->head_res[d]] : NONE);
+    for (i64 k = 0; k < N; k++) {
+        i64 vis = k != d ? (hm[k] >= 0 ? s->visible[hm[k]] : NONE)
+                         : (s->head_res[d] >= 0 ? s->r_visible.v[s->head_res[d]] : NONE);
         valid[k] = vis != NONE && vis <= t;
         any |= valid[k];
         if (vis != NONE && (nxt == NONE || vis < nxt)) nxt = vis;
@@ -568,9 +570,9 @@ static void egress(Sw *s, i64 d, i64 t) {
     }
     i64 sel = arbitrate(s, d, valid);
     if (sel == NONE) return;
-    i64 flits = sel == N ? s->P : s->pk_flits[hm[sel]], *deficit = s->arb_deficit + d * (N + 1);
+    i64 flits = sel == d ? s->P : s->pk_flits[hm[sel]], *deficit = s->arb_deficit + d * N;
     if (s->policy == DRR && flits > 1) set_deficit(s, deficit, sel, deficit[sel] - (flits - 1));
-    if (sel == N) {
+    if (sel == d) {
         i64 r = s->head_res[d];
         s->head_res[d] = -1;
         s->r_grant.v[r] = t;
@@ -640,7 +642,7 @@ static void source(Sw *s, i64 k, i64 t) {
         if (!ptr) goto fail;                                                                 \
     } while (0)
 
-int innet_switch_run(const i64 *prm, const i64 *priority, const i64 *weight,
+int innet_switch_run(const i64 *prm, const i64 *priority, const i64 *weight,  /* N x N */
                      i64 *pk_flits, i64 *pk_dst, i64 *pk_seq, i64 *pk_msg,
                      i64 *m_src, i64 *m_dst, i64 *m_issue, i64 *m_kind, i64 *m_resp_flits,
                      i64 *m_resp_to, const i64 *m_dep, i64 *m_pk_off, i64 *m_pk_len,
@@ -680,7 +682,7 @@ int innet_switch_run(const i64 *prm, const i64 *priority, const i64 *weight,
     s->wait_off = wait_off, s->wait_list = wait_list, s->chunk_msg = chunk_msg;
     s->inject = inject, s->deliver = deliver, s->results = results, s->done_at = done_at;
     s->out_flits = out_flits, s->in_flits = in_flits, s->stall = stall;
-    i64 C = s->chunks > 0 ? s->chunks : 1, R = N + 1;
+    i64 C = s->chunks > 0 ? s->chunks : 1, R = N;
 
     ZALLOC(s->future, N);
     ZALLOC(s->active, N);

@@ -153,7 +153,10 @@ def run_core(model, plan, ingress_latency, pick_latency):
            "results": np.full(N * C, -1, np.int64), "done_at": np.full(m_cap, -1, np.int64),
            "out_flits": np.zeros(N, np.int64), "in_flits": np.zeros(N, np.int64),
            "stall": np.zeros(N, np.int64), "counters": np.zeros(4, np.int64)}
-    order = [prm, np.array(arb.priority, np.int64), np.array(arb.weight, np.int64),
+    # Per egress, per requester (requester d of egress d: the reduction results).
+    priority = np.array([a.priority for a in model.arbiters], np.int64)
+    weight = np.array([a.weight for a in model.arbiters], np.int64)
+    order = [prm, priority, weight,
              pk["pk_flits"], pk["pk_dst"], pk["pk_seq"], pk["pk_msg"],
              *(arrays[k] for k in ("m_src", "m_dst", "m_issue", "m_kind", "m_resp_flits",
                                    "m_resp_to", "m_dep", "m_pk_off", "m_pk_len", "pk_list",

@@ -8,7 +8,8 @@ traces (``tests/test_cosim.py``, ``innet bench cosim``):
   packet whose head waits for a busy egress fills the FIFO and then stalls its source (the
   stall cycles are counted).
 * **Egress** d: a packet-atomic arbiter (:class:`sim.arbiter_model.ArbiterModel`, the RTL's
-  golden model) over N memory inputs and the reduction results; a granted packet leaves at one
+  golden model) over N requesters: memory traffic from every other ingress, and the reduction
+  results in the place of d's own ingress (as hw/switch.py); a granted packet leaves at one
   flit per cycle, and the next packet can start the cycle after its last flit (zero bubble).
 * **Reduction unit**: contributions never wait (the unit's ready is always high); a chunk is
   complete when its last member's last flit is in, and the engine may start it
@@ -63,9 +64,13 @@ class FastSwitch:
         self.depth = config.ingress_depth
         self.result_lag = 2 + pipeline_depth(N)
         self.result_depth = default_fifo_depth(N)
-        prio = [config.mem_priority] * N + [config.result_priority]
-        self.arbiters = [ArbiterModel(N + 1, config.policy, priority=prio, quantum=config.quantum)
-                         for _ in range(N)]
+        # Egress d's requester k is ingress k's memory traffic, except requester d: the
+        # reduction results for d (d's own ingress never sends to d).
+        self.arbiters = [
+            ArbiterModel(N, config.policy, quantum=config.quantum,
+                         priority=[config.result_priority if k == d else config.mem_priority
+                                   for k in range(N)])
+            for d in range(N)]
 
     def run(self, plan, max_cycles=None, progress=None):
         cfg, N, D = self.config, self.N, self.depth
@@ -94,7 +99,7 @@ class FastSwitch:
         out_flits = [0] * N
         egress_free = [0] * N
         egress_armed = [None] * N
-        heads = [[None] * (N + 1) for _ in range(N)]   # per egress, per input: visible head
+        heads = [[None] * N for _ in range(N)]   # per egress, per requester: visible head
         result_q = [deque() for _ in range(N)]   # per egress: result packets queued
         result_last_read = [-1] * N
         arrivals = {}                            # seq -> members still to arrive
@@ -320,7 +325,7 @@ class FastSwitch:
         def expose_result(d):
             rp = result_q[d][0]
             rp.visible = max(rp.a0, result_last_read[d] + 1)
-            heads[d][N] = rp
+            heads[d][d] = rp
             arm_egress(d, rp.visible)
 
         def arm_engine_at(t):
@@ -344,7 +349,7 @@ class FastSwitch:
                 return
             arb = self.arbiters[d]
             sel, _ = arb.step(valid, [cand[i].flits == 1 if valid[i] else False
-                                      for i in range(N + 1)], True)
+                                      for i in range(N)], True)
             pk = cand[sel]
             cand[sel] = None
             if pk.flits > 1:

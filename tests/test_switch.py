@@ -81,7 +81,8 @@ def memory_packets(rng, N, L, count, src):
     out = []
     for seq in range(count):
         header = Header(kind=rng.choice([Kind.MEM_WRITE, Kind.MEM_READ_REQ, Kind.MEM_READ_RESP]),
-                        src=src, dst=rng.randrange(N), job=7, slot=src, seq=seq)
+                        src=src, dst=rng.choice([d for d in range(N) if d != src]), job=7,
+                        slot=src, seq=seq)
         out.append(Packet(header, [[rng.getrandbits(32) for _ in range(L)]
                                    for _ in range(rng.randint(1, 4))]))
     return out
@@ -138,13 +139,15 @@ def test_bad_packets_are_dropped_at_ingress():
     sw = Switch(N, L, 2, 1, jobs=2)
     hdr = lambda kind, dst=0: Header(kind=kind, src=0, dst=dst)  # noqa: E731
     traffic = {0: [Packet(hdr(Kind.MEM_WRITE, dst=5), [[1], [2]]),        # no such port
+                   Packet(hdr(Kind.MEM_WRITE, dst=0), [[5]]),                # to itself
                    Packet(hdr(Kind.CONFIG), [[3]]),                          # in-band config
                    Packet(hdr(Kind.REDUCE_RESULT), [[4]]),                   # from a GPU
                    Packet(Header(kind=Kind.MEM_WRITE, src=0, dst=1), [[9]])]}   # good
     packets, res = run_switch(sw, {}, traffic)
-    assert {c: n for c, n in res["drops"].items() if n} == {"bad_kind": 1, "bad_dest": 1,
+    assert {c: n for c, n in res["drops"].items() if n} == {"bad_kind": 1, "bad_dest": 2,
                                                             "config_packet": 1}
     assert [p.flits for p in packets[1]] == [((9,),)]
+    assert packets[0] == [] and packets[2] == []
 
 
 def test_truncated_packets_are_ended_and_counted():
