@@ -13,7 +13,6 @@ import tempfile
 from pathlib import Path
 
 from .output import UsageError, atomic_writes, real_number
-from .switch_core import CoreUnavailable
 from .synth import SynthError
 from .trace import TraceError
 
@@ -467,9 +466,6 @@ def main(argv=None):
         return 2
     except SynthError as exc:   # a tool failed (a log tail may follow the first line)
         print(f"innet: error: {exc}", file=sys.stderr)
-        return 1
-    except CoreUnavailable as exc:   # --model-core c without a working C compiler
-        print(f"innet: error: fast model C core: {exc}", file=sys.stderr)
         return 1
     except (ValueError, TypeError) as exc:
         # Parameter validation in hw/ raises these with exact messages.

@@ -42,8 +42,13 @@ def _cmd_replay(args):
     except ValueError as exc:
         raise UsageError(f"switch parameters: {exc}") from None
     if args.backend == "model":
+        from .switch_core import CoreUnavailable
         from .switch_model import replay_model
-        result = replay_model(plan, core=args.model_core)
+        try:
+            result = replay_model(plan, core=args.model_core)
+        except CoreUnavailable as exc:   # --model-core c without a working C compiler
+            print(f"innet: error: fast model C core: {exc}", file=sys.stderr)
+            return 1
     else:
         from .cosim import replay_rtl
         from .rtl import available_simulators

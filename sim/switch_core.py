@@ -1,10 +1,11 @@
 """The fast model's compiled core: :mod:`sim.switch_model` in C (``switch_core.c``).
 
 The Python model spends ~20 µs per packet in interpreter overhead spread evenly over its event
-handlers; the C core runs the same events, statement for statement, about two orders of
-magnitude faster. Both must agree exactly: ``tests/test_switch_core.py`` replays random
-traces (every policy, reads, reductions, dependency chains) through both and compares every
-injection, delivery, result, message completion, stall and flit count.
+handlers; the C core runs the same events, statement for statement, about 30 times faster
+(300 times faster than the RTL replay; docs/metrics.md). Both must agree exactly:
+``tests/test_switch_core.py`` replays random traces (every policy, reads, reductions,
+dependency chains) through both and compares every injection, delivery, result, message
+completion, stall and flit count.
 
 The shared library is compiled on first use with the system C compiler (``$CC``, else
 ``cc``; the compiler Verilator needs) into the user cache, keyed by the source and the
@@ -82,6 +83,13 @@ def library():
     return lib
 
 
+def _padded(a, cap, fill=0):
+    """``a`` as int64, padded with ``fill`` to ``cap`` entries (room for read responses)."""
+    out = np.full(cap, fill, dtype=np.int64)
+    out[:len(a)] = a
+    return out
+
+
 def _message_arrays(plan):
     """The plan's messages as arrays, with room for the read responses the replay creates."""
     msgs = plan.messages
@@ -97,11 +105,6 @@ def _message_arrays(plan):
     extra_pkts = int((-(-resp_flits[reads] // mtu)).sum())
     m_cap, p_cap = m0 + extra_msgs, n0 + extra_pkts
 
-    def room(a, cap, fill=0):
-        out = np.full(cap, fill, dtype=np.int64)
-        out[:len(a)] = a
-        return out
-
     lens = np.array([len(m.packets) for m in msgs], dtype=np.int64)
     pk_list = np.fromiter((p for m in msgs for p in m.packets), dtype=np.int64, count=n0)
     offs = np.concatenate([[0], np.cumsum(lens)[:-1]]) if m0 else lens
@@ -110,11 +113,12 @@ def _message_arrays(plan):
     waiters = has[np.argsort(dep[has], kind="stable")]
     wait_off = np.concatenate([[0], np.cumsum(np.bincount(dep[has], minlength=m0))])
     return {
-        "m_src": room(src, m_cap), "m_dst": room(dst, m_cap), "m_issue": room(issue, m_cap),
-        "m_kind": room(kind, m_cap), "m_resp_flits": room(resp_flits, m_cap),
-        "m_resp_to": room(resp_to, m_cap, -1), "m_dep": room(dep, m_cap, -1),
-        "m_pk_off": room(offs, m_cap), "m_pk_len": room(lens, m_cap),
-        "pk_list": room(pk_list, p_cap), "wait_off": wait_off.astype(np.int64),
+        "m_src": _padded(src, m_cap), "m_dst": _padded(dst, m_cap),
+        "m_issue": _padded(issue, m_cap), "m_kind": _padded(kind, m_cap),
+        "m_resp_flits": _padded(resp_flits, m_cap),
+        "m_resp_to": _padded(resp_to, m_cap, -1), "m_dep": _padded(dep, m_cap, -1),
+        "m_pk_off": _padded(offs, m_cap), "m_pk_len": _padded(lens, m_cap),
+        "pk_list": _padded(pk_list, p_cap), "wait_off": wait_off.astype(np.int64),
         "wait_list": waiters.astype(np.int64),
     }, m_cap, p_cap
 
@@ -130,13 +134,8 @@ def run_core(model, plan, ingress_latency, pick_latency):
     arrays, m_cap, p_cap = _message_arrays(plan)
     n0, m0 = plan.packets, len(plan.messages)
 
-    def room(a, fill=0):
-        out = np.full(p_cap, fill, dtype=np.int64)
-        out[:n0] = a
-        return out
-
-    pk = {"pk_flits": room(plan.flits), "pk_dst": room(plan.dst), "pk_seq": room(plan.seq, -1),
-          "pk_msg": room(plan.msg)}
+    pk = {"pk_flits": _padded(plan.flits, p_cap), "pk_dst": _padded(plan.dst, p_cap),
+          "pk_seq": _padded(plan.seq, p_cap, -1), "pk_msg": _padded(plan.msg, p_cap)}
     chunk_msg = np.full(N * C, -1, dtype=np.int64)
     contrib = np.nonzero(plan.seq >= 0)[0]
     chunk_msg[plan.src[contrib] * C + plan.seq[contrib]] = plan.msg[contrib]

@@ -429,7 +429,7 @@ def replay_model(plan, progress=None, core="auto"):
     """Replay ``plan`` through the fast model.
 
     ``core``: ``"c"`` runs the compiled core (:mod:`sim.switch_core`, identical results, about
-    100 times faster), ``"python"`` this module's model, ``"auto"`` the compiled core when this
+    30 times faster), ``"python"`` this module's model, ``"auto"`` the compiled core when this
     machine can build it and this module otherwise (with a warning saying why).
     ``progress(cycle, started, total)`` is called on long Python replays.
     """
