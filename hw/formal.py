@@ -204,7 +204,7 @@ class ReductionProperties(Elaboratable):
             m.d.comb += Assert((st.slot_arrived[s] & ~st.slot_members[s]) == 0)
 
         for k in range(N):
-            hdr = dut.i[k].payload
+            hdr = st.in_flit[k]   # the flit being judged (registered from the input)
             # 2. counted once
             with m.If(st.arrive[k]):
                 slot = st.arrive_slot[k]

@@ -25,6 +25,15 @@ jobs.
 Bad contributions are judged on their first flit and dropped whole, without touching any bank
 entry another contribution owns; each is counted once, by its first failing cause (see
 :data:`ERROR_CAUSES`).
+
+Timing: a flit is judged the cycle after it arrives. In its arrival cycle (stage 0) everything
+that needs only its header and the job table is worked out and registered with it — the checks
+that do not involve the slot table, the job's members, the decoded slot, which lower ports name
+the same slot — so stage 1 consults the slot table without the job-table lookups in front. A
+bank write is requested in stage 1 and performed from registers a cycle later; drop events
+are registered before their causes are ranked. None of this changes what is decided, only when:
+a chunk is complete one cycle later than its last flit's arrival would otherwise allow, and a
+counter shows a drop two cycles after the judgement.
 """
 
 from types import SimpleNamespace
@@ -205,6 +214,10 @@ class ReductionUnit(wiring.Component):
             slot_arrived=[Signal(N, name=f"slot{s}_arrived") for s in range(S)],
             slot_free=Signal(S, name="slot_free_now"),       # freed by the engine this cycle
             # per port: the packet in progress and what it does this cycle
+            # per port: the flit in stage 1 (registered from the input), judged this cycle
+            in_valid=Signal(N, name="in_valid"),
+            in_flit=[Signal(flit_layout(self._lanes), name=f"p{k}_flit", reset_less=True)
+                     for k in range(N)],
             in_packet=Signal(N, name="in_pkt"),
             good=Signal(N, name="good"),                       # being written to the banks
             cur_slot=[Signal(slot_range, name=f"p{k}_slot") for k in range(N)],
@@ -273,7 +286,21 @@ class ReductionUnit(wiring.Component):
         write_ports = []
         for k in range(N):
             m.submodules[f"bank{k}"] = bank = Memory(shape=lane_shape, depth=addr_depth, init=[])
-            write_ports.append(bank.write_port())
+            # The judgement drives a write request; the bank takes it a cycle later from
+            # registers, so the first-flit checks end at a flip-flop instead of at the bank's
+            # write enable (far away, with a long setup in LUT-RAM). The engine cannot miss the
+            # delayed write: it reads a chunk no earlier than two cycles after its last arrival
+            # (the arrival and the pick are both registered).
+            bank_wp = bank.write_port()
+            wp = SimpleNamespace(en=Signal(name=f"bank{k}_wreq"),
+                                 addr=Signal(range(addr_depth), name=f"bank{k}_wreq_addr"),
+                                 data=Signal(lane_shape, name=f"bank{k}_wreq_data"))
+            # Address and data need no reset: nothing is written while the enable is low.
+            wreq_addr = Signal.like(wp.addr, name=f"bank{k}_waddr", reset_less=True)
+            wreq_data = Signal.like(wp.data, name=f"bank{k}_wdata", reset_less=True)
+            m.d.sync += [bank_wp.en.eq(wp.en), wreq_addr.eq(wp.addr), wreq_data.eq(wp.data)]
+            m.d.comb += [bank_wp.addr.eq(wreq_addr), bank_wp.data.eq(wreq_data)]
+            write_ports.append(wp)
             rp = bank.read_port()
             m.d.comb += [rp.addr.eq(read_addr), rp.en.eq(read_en)]
             bank_data.append(rp.data)
@@ -285,13 +312,20 @@ class ReductionUnit(wiring.Component):
         slot_free_now = st.slot_free
         jbits = max(1, (J - 1).bit_length())
 
-        # Pass 1, per port: the checks that do not depend on other ports this cycle, and
-        # whether the first flit would claim its slot if no lower port claimed it too.
-        hslot, job_m, static_bad, could_claim = [], [], [], []
+        # Stage 0, per port, on the flit as it arrives: everything that depends only on the
+        # header and the job table — the slot id clipped to the pool and decoded, the checks
+        # that do not look at the slot table, the job's members and saturation, and which lower
+        # ports name the same slot. Registered, with the flit, into stage 1, where the slot
+        # table is consulted; the job-table lookups are then off the judgement's path. (The job
+        # table a packet sees is the one of the cycle it arrived in.)
+        in_valid, in_flit = st.in_valid, st.in_flit
+        hslot, hslot_hot, job_m, job_sat_k, static_bad, same_slot = [], [], [], [], [], []
+        raw_slots = []
         for k, port in enumerate(self.i):
+            m.d.comb += port.ready.eq(1)
             hdr = port.payload
             slot_id, job_id = hdr.user.slot, hdr.user.job
-            slot = Signal(range(max(S, 2)), name=f"p{k}_hslot")
+            slot = Signal(range(max(S, 2)), name=f"p{k}_hslot_in")
             m.d.comb += slot.eq(Mux(slot_id < S, slot_id, 0))
             members = select(m, job_id, job_members, N, f"p{k}_jmembers")
             lo = select(m, job_id, job_lo, range(S + 1), f"p{k}_jlo")
@@ -306,26 +340,50 @@ class ReductionUnit(wiring.Component):
                 ~members[k],
                 hdr.user.dtype.as_value() != select(m, job_id, job_dtype, 2, f"p{k}_jdtype"),
             ]
-            bad_alone = Signal(len(checks), name=f"p{k}_static_checks")
-            m.d.comb += bad_alone.eq(Cat(*checks))
+            q_slot = Signal.like(slot, name=f"p{k}_hslot", reset_less=True)
+            q_hot = Signal(S, name=f"p{k}_hslot_hot", reset_less=True)
+            q_members = Signal(N, name=f"p{k}_jmembers_q", reset_less=True)
+            q_sat = Signal(name=f"p{k}_jsat_q", reset_less=True)
+            q_static = Signal(len(checks), name=f"p{k}_static_checks", reset_less=True)
+            m.d.sync += [
+                in_valid[k].eq(port.valid),
+                in_flit[k].eq(hdr),
+                q_slot.eq(slot),
+                q_hot.eq(Const(1, S) << slot),
+                q_members.eq(members),
+                q_sat.eq(job_sat.bit_select(job_id[:jbits], 1)),
+                q_static.eq(Cat(*checks)),
+            ]
+            raw_slots.append(slot)
+            hslot.append(q_slot)
+            hslot_hot.append(q_hot)
+            job_m.append(q_members)
+            job_sat_k.append(q_sat)
+            static_bad.append(q_static)
+        for k in range(N):
+            same = Signal(max(k, 1), name=f"p{k}_same_slot", reset_less=True)
+            if k:
+                m.d.sync += same.eq(Cat(raw_slots[j] == raw_slots[k] for j in range(k)))
+            same_slot.append(same)
+
+        # Stage 1, pass 1: whether each port's first flit would claim its slot if no lower
+        # port claimed it too.
+        could_claim = []
+        for k in range(N):
             could = Signal(name=f"p{k}_could_claim")
-            m.d.comb += could.eq(port.valid & ~in_pkt[k] & ~bad_alone.any() &
-                                 ~slot_valid.bit_select(slot, 1))
-            hslot.append(slot)
-            job_m.append(members)
-            static_bad.append(bad_alone)
+            m.d.comb += could.eq(in_valid[k] & ~in_pkt[k] & ~static_bad[k].any() &
+                                 ~slot_valid.bit_select(hslot[k], 1))
             could_claim.append(could)
 
         # Pass 2: the lowest port that could claim a slot claims it; a higher port naming the
         # same slot sees it as held by that port's chunk. A flat comparison of every pair of
         # ports, not a chain through each lower port's verdict (identical claims: the lowest
         # port that could claim a slot always does).
-        for k, port in enumerate(self.i):
-            m.d.comb += port.ready.eq(1)
-            hdr = port.payload
-            first = port.valid & ~in_pkt[k]
+        for k in range(N):
+            valid, hdr = in_valid[k], in_flit[k]
+            first = valid & ~in_pkt[k]
             slot, job_id = hslot[k], hdr.user.job
-            hits = [could_claim[j] & (hslot[j] == slot) for j in range(k)]
+            hits = [could_claim[j] & same_slot[k][j] for j in range(k)]
             forwarded = Signal(name=f"p{k}_forwarded")
             m.d.comb += forwarded.eq(Cat(*hits).any() if hits else Const(0, 1))
             m.d.comb += claim[k].eq(could_claim[k] & ~forwarded)
@@ -342,7 +400,7 @@ class ReductionUnit(wiring.Component):
                 v_members.eq(select(m, slot, slot_members, N, f"p{k}_smembers")),
             ]
             for j in reversed(range(k)):   # the lowest claiming port wins (assigned last)
-                other = self.i[j].payload
+                other = in_flit[j]
                 with m.If(hits[j]):
                     m.d.comb += [v_job.eq(other.user.job), v_seq.eq(other.user.seq),
                                  v_members.eq(job_m[j])]
@@ -357,25 +415,37 @@ class ReductionUnit(wiring.Component):
             ]
             bad = Signal(name=f"p{k}_bad")
             m.d.comb += bad.eq(Cat(*checks).any())
-            for c, check in enumerate(checks[:-1]):
-                earlier = Cat(*checks[:c]).any() if c else Const(0, 1)
-                m.d.comb += cause_hit[k][c].eq(first & check & ~earlier)
+            # What the counters see is registered before the first failing cause is picked,
+            # so the priority among causes is not on the judgement's path: bits 0-8 are the
+            # checks on a first flit, 9 a wrong length found on a later flit, 10 a first flit
+            # that is also the last of a chunk longer than one flit (too short, unless some
+            # other cause drops it first).
+            n_checks = len(ERROR_CAUSES) - 1
+            raw = Signal(n_checks + 1 + (P > 1), name=f"p{k}_cause_raw")
+            raw_q = Signal(len(raw), name=f"p{k}_cause_raw_q")
+            m.d.comb += raw[:n_checks].eq(Cat(first & check for check in checks[:-1]))
+            m.d.sync += raw_q.eq(Mux(self.cfg.clear, 0, raw))
+            for c in range(n_checks):
+                earlier = raw_q[:c].any() if c else Const(0, 1)
+                m.d.comb += cause_hit[k][c].eq(raw_q[c] & ~earlier)
+            short = raw_q[n_checks + 1] & ~raw_q[:n_checks].any() if P > 1 else Const(0, 1)
+            m.d.comb += cause_hit[k][n_checks].eq(raw_q[n_checks] | short)
 
             wp = write_ports[k]
             idx = cur_idx[k]
             m.d.comb += st.write[k].eq(wp.en)
-            with m.If(port.valid):
+            with m.If(valid):
                 with m.If(first):
                     m.d.sync += [in_pkt[k].eq(~hdr.last), good[k].eq(~bad & ~hdr.last),
                                  cur_slot[k].eq(slot), idx.eq(1),
                                  st.cur_job[k].eq(job_id), st.cur_seq[k].eq(hdr.user.seq)]
                     m.d.comb += [wp.en.eq(~bad), wp.addr.eq(slot * P), wp.data.eq(hdr.data),
                                  st.write_slot[k].eq(slot)]
-                    with m.If(~bad & hdr.last):
-                        if P == 1:
+                    if P == 1:
+                        with m.If(~bad & hdr.last):
                             m.d.comb += [arrive[k].eq(1), arrive_slot[k].eq(slot)]
-                        else:
-                            m.d.comb += cause_hit[k][ERROR_CAUSES.index("bad_length")].eq(1)
+                    else:
+                        m.d.comb += raw[n_checks + 1].eq(hdr.last)
                 with m.Else():
                     m.d.sync += idx.eq(Mux(idx < P, idx + 1, idx))
                     with m.If(hdr.last):
@@ -388,19 +458,19 @@ class ReductionUnit(wiring.Component):
                                      wp.data.eq(hdr.data), st.write_slot[k].eq(cur_slot[k])]
                         with m.If(too_long):
                             m.d.sync += good[k].eq(0)
-                            m.d.comb += cause_hit[k][ERROR_CAUSES.index("bad_length")].eq(1)
+                            m.d.comb += raw[n_checks].eq(1)
                         with m.Elif(hdr.last):
                             with m.If(idx == P - 1):
                                 m.d.comb += [arrive[k].eq(1), arrive_slot[k].eq(cur_slot[k])]
                             with m.Else():
-                                m.d.comb += cause_hit[k][ERROR_CAUSES.index("bad_length")].eq(1)
+                                m.d.comb += raw[n_checks].eq(1)
 
         # -- slot table updates ------------------------------------------------------------
         for s in range(S):
             set_bits = Signal(N, name=f"slot{s}_set")
             m.d.comb += set_bits.eq(Cat(arrive[k] & (arrive_slot[k] == s) for k in range(N)))
             claimed = Signal(name=f"slot{s}_claimed")
-            m.d.comb += claimed.eq(Cat(claim[k] & (hslot[k] == s) for k in range(N)).any())
+            m.d.comb += claimed.eq(Cat(claim[k] & hslot_hot[k][s] for k in range(N)).any())
             with m.If(slot_free_now[s]):
                 m.d.sync += [slot_valid[s].eq(0), slot_arrived[s].eq(0)]
             with m.Else():
@@ -408,12 +478,12 @@ class ReductionUnit(wiring.Component):
                 with m.If(claimed):
                     m.d.sync += slot_valid[s].eq(1)
             for k in reversed(range(N)):   # the lowest claiming port's header is stored
-                hdr = self.i[k].payload
-                with m.If(claim[k] & (hslot[k] == s)):
+                hdr = in_flit[k]
+                with m.If(claim[k] & hslot_hot[k][s]):
                     m.d.sync += [slot_job[s].eq(hdr.user.job), slot_seq[s].eq(hdr.user.seq),
                                  slot_members[s].eq(job_m[k]),
                                  slot_dtype[s].eq(hdr.user.dtype.as_value()),
-                                 slot_sat[s].eq(job_sat.bit_select(hdr.user.job[:jbits], 1))]
+                                 slot_sat[s].eq(job_sat_k[k])]
 
         # -- engine: pick a complete slot, read its flits, reduce ---------------------------
         # The pick is registered: each cycle the lowest complete slot of this cycle's table

@@ -13,10 +13,11 @@ traces (``tests/test_cosim.py``, ``innet bench cosim``):
   flit per cycle, and the next packet can start the cycle after its last flit (zero bubble).
 * **Reduction unit**: contributions never wait (the unit's ready is always high); a chunk is
   complete when its last member's last flit is in, and the engine may start it
-  ``ENGINE_PICK_LATENCY`` cycles later; one engine reads complete chunks one flit per cycle,
-  lowest slot first, and each result flit reaches the egress arbiters
-  ``2 + pipeline`` cycles after the engine read it (pipeline = bank read, adder-tree levels,
-  result select), queued per egress like the RTL's result FIFOs.
+  ``ENGINE_PICK_LATENCY`` cycles later (judgement stage, arrival, pick: one register each);
+  one engine reads complete chunks one flit per cycle, lowest slot first, and each result
+  flit reaches the egress arbiters ``2 + pipeline`` cycles after the engine read it
+  (pipeline = bank read, adder-tree levels, result select), queued per egress like the RTL's
+  result FIFOs.
 
 Egress ready is always high (GPUs sink at line rate). Times are integers (cycles); each event
 costs O(ports), not O(flits), so a packet of 64 flits costs the same as a packet of one.
@@ -38,8 +39,9 @@ __all__ = ["FastSwitch", "ENGINE_PICK_LATENCY", "INGRESS_LATENCY", "replay_model
 #: Cycles from a flit entering an ingress FIFO to it being at the FIFO's head.
 INGRESS_LATENCY = 2
 #: Cycles from a chunk's last contribution flit at the reduction unit to the first cycle the
-#: engine may start it: the arrival is registered, then the pick (hw/reduce.py).
-ENGINE_PICK_LATENCY = 2
+#: engine may start it: the flit is registered into the judgement stage, the arrival is
+#: registered, then the pick (hw/reduce.py).
+ENGINE_PICK_LATENCY = 3
 
 # Event kinds, in the order they are handled within one cycle.
 _SOURCE, _EGRESS = 0, 1

@@ -226,14 +226,15 @@ def test_model_serialises_an_egress():
 
 
 def test_model_reduction_latency():
-    """The result leaves 4 + pipeline cycles after the last contribution flit is at the
-    reduction unit (the engine's registered pick, bank read, adder levels, result select,
-    result FIFO, arbiter), then one flit a cycle."""
+    """The result leaves 5 + pipeline cycles after the last contribution flit is at the
+    reduction unit (the input register into the judgement stage, the registered arrival, the
+    engine's registered pick; bank read, adder levels, result select; result FIFO, arbiter),
+    then one flit a cycle."""
     cfg = ReplayConfig(ports=4, **SMALL)
     records = [contrib(g, g, 4 * 8) for g in range(4)]
     result = replay_model(build_plan({"gpus": 4}, records, cfg))
     last_at_unit = INGRESS_LATENCY + 4 - 1
-    assert set(result.results.values()) == {last_at_unit + 4 + pipeline_depth(4) + 4 - 1}
+    assert set(result.results.values()) == {last_at_unit + 5 + pipeline_depth(4) + 4 - 1}
 
 
 def test_closed_loop_dependency():
