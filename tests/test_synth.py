@@ -116,3 +116,43 @@ def test_synth_bad_arguments():
     proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "switch", "--freq", "0"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "--freq must be positive" in proc.stderr
+
+
+def test_silent_yosys_death_falls_back_to_dff(tmp_path, monkeypatch):
+    """Yosys's abc9 sometimes exits 1 without a message; the flow retries with
+    ``synth_ecp5 -dff`` and says which mapping produced the netlist. A failure with an
+    ``ERROR:`` line is not retried, and two silent deaths give one line naming both."""
+    from sim import synth
+
+    def run_with(outcomes):
+        scripts = []
+
+        def fake_run(cmd, cwd, log, timeout):
+            script = cmd[-1]
+            scripts.append(script)
+            rc, text = outcomes[len(scripts) - 1]
+            log.write_text(text)
+            if rc == 0:
+                (tmp_path / "top.json").write_text("{}")
+            return rc
+        monkeypatch.setattr(synth, "_run", fake_run)
+        return scripts
+
+    scripts = run_with([(1, "Running ABC command: ...\n"), (0, "")])
+    assert synth.map_netlist("top", tmp_path) == "synth_ecp5 -dff"
+    assert "-dff" not in scripts[0] and "synth_ecp5 -dff -top top" in scripts[1]
+
+    scripts = run_with([(0, "")])
+    assert synth.map_netlist("top", tmp_path) == "synth_ecp5"
+    assert len(scripts) == 1
+
+    scripts = run_with([(1, "ERROR: Module `top' not found!\n")])
+    with pytest.raises(synth.SynthError, match="^yosys failed \\(exit 1\\): ERROR: Module"):
+        synth.map_netlist("top", tmp_path)
+    assert len(scripts) == 1
+
+    run_with([(1, ""), (1, "")])
+    with pytest.raises(synth.SynthError) as failure:
+        synth.map_netlist("top", tmp_path)
+    assert "\n" not in str(failure.value)
+    assert "'synth_ecp5' and 'synth_ecp5 -dff'" in str(failure.value)
