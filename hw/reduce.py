@@ -230,6 +230,9 @@ class ReductionUnit(wiring.Component):
             write=[Signal(name=f"p{k}_write") for k in range(N)],
             write_slot=[Signal(slot_range, name=f"p{k}_write_slot") for k in range(N)],
             result_lost=Signal(N, name="result_lost"),         # a result met a full FIFO
+            # per egress: its result FIFO's level plus the flits in the engine's pipeline
+            result_occupancy=[Signal(range(self._fifo_depth + self._pipeline + 2),
+                                     name=f"result{k}_occupancy") for k in range(N)],
         )
 
     ports = property(lambda self: self._ports)
@@ -517,11 +520,14 @@ class ReductionUnit(wiring.Component):
                 width=flit_layout(L).size, depth=self._fifo_depth)
             fifos.append(q)
         in_flight = Signal(range(self._pipeline + 2))
+        # occupancy[k] is kept equal to fifos[k].level + in_flight, updated from the events
+        # that change either, so the issue decision compares a register with a constant
+        # instead of adding two counters first (the engine's longest path).
+        occupancy = st.result_occupancy
         room = Signal()
         eng_members = Signal(N)
         m.d.comb += eng_members.eq(Mux(busy, eng_slot_members, pick_members))
-        m.d.comb += room.eq(Cat(~eng_members[k] |
-                                (fifos[k].level + in_flight < self._fifo_depth - 1)
+        m.d.comb += room.eq(Cat(~eng_members[k] | (occupancy[k] < self._fifo_depth - 1)
                                 for k in range(N)).all())
         start = ~busy & pick_ok
         issue = Signal()
@@ -562,6 +568,9 @@ class ReductionUnit(wiring.Component):
         entering = issue
         leaving = stages[-1].valid
         m.d.sync += in_flight.eq(in_flight + entering - leaving)
+        for k, q in enumerate(fifos):
+            m.d.sync += occupancy[k].eq(occupancy[k] + entering - leaving + (q.w_en & q.w_rdy)
+                                        - (q.r_en & q.r_rdy))
 
         # Adder trees over the bank outputs (stage 0 holds the read data), one level per stage.
         members0 = stages[0].members
