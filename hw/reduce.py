@@ -213,11 +213,11 @@ class ReductionUnit(wiring.Component):
             slot_members=[Signal(N, name=f"slot{s}_members") for s in range(S)],
             slot_arrived=[Signal(N, name=f"slot{s}_arrived") for s in range(S)],
             slot_free=Signal(S, name="slot_free_now"),       # freed by the engine this cycle
-            # per port: the packet in progress and what it does this cycle
             # per port: the flit in stage 1 (registered from the input), judged this cycle
             in_valid=Signal(N, name="in_valid"),
             in_flit=[Signal(flit_layout(self._lanes), name=f"p{k}_flit", reset_less=True)
                      for k in range(N)],
+            # per port: the packet in progress and what it does this cycle
             in_packet=Signal(N, name="in_pkt"),
             good=Signal(N, name="good"),                       # being written to the banks
             cur_slot=[Signal(slot_range, name=f"p{k}_slot") for k in range(N)],
