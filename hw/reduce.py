@@ -363,10 +363,10 @@ class ReductionUnit(wiring.Component):
             job_m.append(q_members)
             job_sat_k.append(q_sat)
             static_bad.append(q_static)
-        for k in range(N):
-            same = Signal(max(k, 1), name=f"p{k}_same_slot", reset_less=True)
-            if k:
-                m.d.sync += same.eq(Cat(raw_slots[j] == raw_slots[k] for j in range(k)))
+        same_slot.append(None)   # port 0 has no lower port
+        for k in range(1, N):
+            same = Signal(k, name=f"p{k}_same_slot", reset_less=True)
+            m.d.sync += same.eq(Cat(raw_slots[j] == raw_slots[k] for j in range(k)))
             same_slot.append(same)
 
         # Stage 1, pass 1: whether each port's first flit would claim its slot if no lower
