@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from sim.rtl import SIMULATORS, available_simulators
+from sim.cosim.runner import SIMULATORS, available_simulators
 
 
 def requested_simulators():

@@ -6,7 +6,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.arbiter import LinkArbiter, Policy
-from sim.arbiter_model import ArbiterModel
+from sim.model.arbiter import ArbiterModel
 
 
 def run_against_model(policy, ports, seed, cycles=500, idle=0.2, stall=0.3):

@@ -1,16 +1,11 @@
-"""cocotb tests of the exported arbiter on Icarus and Verilator (see tb_arbiter.py)."""
-
-from pathlib import Path
+"""cocotb tests of the exported arbiter on Icarus and Verilator (bench: sim/cosim/tb_arbiter.py)."""
 
 import pytest
 
 from hw.export import export_arbiter
-from sim.rtl import run_cocotb
+from sim.cosim.runner import run_cocotb
 
 from .conftest import require_simulator
-
-HERE = Path(__file__).parent
-
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lanes", [1, 4])
@@ -21,6 +16,6 @@ def test_arbiter(sim, policy, ports, lanes, build_dir):
     verilog, meta = export_arbiter(ports, lanes, policy)
     env = {"INNET_PORTS": ports, "INNET_LANES": lanes, "INNET_POLICY": policy,
            "INNET_SEED": 11 * ports + lanes}
-    cases = run_cocotb(verilog, meta["module"], "tb_arbiter", sim=sim, build_dir=build_dir,
-                       env=env, test_paths=[HERE])
+    cases = run_cocotb(verilog, meta["module"], "sim.cosim.tb_arbiter", sim=sim,
+                       build_dir=build_dir, env=env)
     assert {c["name"].split("/")[0] for c in cases} >= {"test_delivery", "test_saturation"}

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from sim.bench_arbiter import bench_arbiter, jain
-from sim.cli import main
+from sim.bench.arbiter import bench_arbiter, jain
+from sim.cli.main import main
 
 from .conftest import require_simulator
 

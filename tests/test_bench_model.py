@@ -1,6 +1,6 @@
 """``innet bench model`` runs and reports what it measured."""
 
-from sim.bench_model import bench_model
+from sim.bench.model import bench_model
 
 
 def test_bench_model_reports_every_row():

@@ -1,6 +1,6 @@
 """``innet bench reduce``: sustained rates come from the simulated RTL."""
 
-from sim.bench_reduce import bench_line_rate
+from sim.bench.reduce import bench_line_rate
 
 
 def test_line_rate_with_skew_and_its_drop_under_shuffled_order():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from sim.calibration import calibration_rows, overlap_sweep
+from sim.gpu.calibration import calibration_rows, overlap_sweep
 
 ROWS = {row["quantity"]: row for row in calibration_rows()}
 
@@ -33,7 +33,7 @@ def test_overlap_sweep_average_and_worst():
 def test_calibration_doc_is_current():
     from pathlib import Path
 
-    from sim.calibration import calibration_markdown
+    from sim.gpu.calibration import calibration_markdown
     doc = Path(__file__).resolve().parent.parent / "docs" / "calibration.md"
     assert doc.read_text() == calibration_markdown(list(ROWS.values())), \
         "regenerate with: innet model calibrate --write docs/calibration.md"

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from sim.cli_model import parse_size
-from sim.output import UsageError
+from sim.cli.model import parse_size
+from sim.cli.output import UsageError
 
 
 def run(*args):

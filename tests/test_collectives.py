@@ -4,9 +4,14 @@ and the cost model agrees with the expansions and with the nccl-tests definition
 import numpy as np
 import pytest
 
-from sim.collectives import (ALGORITHMS, SWITCH, allreduce_cost, collective_cost,
-                             expand_collective)
-from sim.gpu import gpu_preset
+from sim.gpu.collectives import (
+    ALGORITHMS,
+    SWITCH,
+    allreduce_cost,
+    collective_cost,
+    expand_collective,
+)
+from sim.gpu.presets import gpu_preset
 
 
 def execute(algo, n, size, rng):
@@ -125,7 +130,7 @@ def test_reduce_and_broadcast(algo, n):
 
 
 def test_double_binary_tree_balances_inner_nodes():
-    from sim.collectives import double_trees
+    from sim.gpu.collectives import double_trees
     for n in (4, 8, 16):
         inner = [set(mapping[p] for p in range(n) if 2 * p + 1 < n)
                  for mapping in double_trees(n)]

@@ -2,10 +2,16 @@
 
 import pytest
 
-from sim.collectives import allreduce_cost
-from sim.contention import (CTA_SM_OCCUPANCY, KernelSpec, hbm_rate, kernel_time, overlap,
-                            split_hbm)
-from sim.gpu import gpu_preset
+from sim.gpu.collectives import allreduce_cost
+from sim.gpu.contention import (
+    CTA_SM_OCCUPANCY,
+    KernelSpec,
+    hbm_rate,
+    kernel_time,
+    overlap,
+    split_hbm,
+)
+from sim.gpu.presets import gpu_preset
 
 A100 = gpu_preset("a100")
 

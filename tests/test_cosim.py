@@ -7,13 +7,16 @@ import numpy as np
 import pytest
 
 from hw.packet import USER_LAYOUT, DType, Kind, encode
-from sim.cosim import ReplayDriver, replay_rtl
-from sim.reduce_model import reduce_words
-from sim.replay import REPLAY_JOB, PlanError, ReplayConfig, build_plan, compare
+from sim.cosim.driver import ReplayDriver
+from sim.cosim.replay import replay_rtl
+from sim.model.reduce import reduce_words
+from sim.replay.config import REPLAY_JOB, ReplayConfig
+from sim.replay.plan import PlanError, build_plan
+from sim.replay.result import compare
 from hw.reduce import pipeline_depth
-from sim.switch_model import INGRESS_LATENCY, replay_model
-from sim.trace import ALGOS, GRAD, MEM, NO_DEP, SWITCH_PORT, TraceRecord
-from sim.traffic import stress_trace
+from sim.model.switch import INGRESS_LATENCY, replay_model
+from sim.trace.format import ALGOS, GRAD, MEM, NO_DEP, SWITCH_PORT, TraceRecord
+from sim.trace.synthetic import stress_trace
 
 from .conftest import require_simulator
 
@@ -61,7 +64,7 @@ def test_equal_priorities_are_round_robin(sim, build_dir):
     model, while the same build with memory traffic first does not."""
     from dataclasses import replace
 
-    from sim.experiment import rtl_config
+    from sim.experiment.point import rtl_config
 
     require_simulator(sim)
     meta, records = stress_trace(gpus=4, seed=2, messages=40, span_ns=30_000)
@@ -143,7 +146,7 @@ def _played(plan, player, log):
 def test_player_scoreboard_catches_corruption():
     """The player's scoreboard: a clean log passes; a payload flag, a digest, a source, a
     length, a changed header or a lost packet each fail it."""
-    from sim.player import Player, contribution_words, digest
+    from sim.cosim.player import Player, contribution_words, digest
 
     cfg = ReplayConfig(ports=2, **SMALL)
     plan = build_plan({"gpus": 2}, [write(0, 0, 1, 3 * 8), contrib(1, 0, 4 * 8),
@@ -189,7 +192,7 @@ def test_player_scoreboard_catches_corruption():
 def test_player_contributions_are_bounded():
     """The player's gradients: int32 in [-2^20, 2^20), floats finite with magnitude in
     [2^-6, 4) (bf16: both halves), different per member, chunk, flit and lane."""
-    from sim.player import contribution_words
+    from sim.cosim.player import contribution_words
 
     ints = contribution_words(1, 7, 2, 64, 8, DType.INT32).view(np.int32)
     assert ints.min() >= -(1 << 20) and ints.max() < (1 << 20)

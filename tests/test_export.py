@@ -11,8 +11,8 @@ import pytest
 from hw.export import (LINT_WAIVERS, export_arbiter, export_reduce, export_switch,
                        fix_initial_values)
 from hw.packet import USER_LAYOUT, flit_layout
-from sim.cli import main
-from sim.tools import have_verilator, tool_env
+from sim.cli.main import main
+from sim.flow.tools import have_verilator, tool_env
 
 
 def run_cli(*args):
@@ -97,7 +97,7 @@ def test_unwritable_path_leaves_nothing(tmp_path):
 
 def test_failure_while_writing_removes_temporaries(tmp_path, monkeypatch):
     """A failure after the temporaries exist leaves neither them nor the outputs."""
-    import sim.cli as cli
+    import sim.cli.main as cli
 
     def broken_dumps(*args, **kwargs):   # fails after the Verilog temporary is written
         raise RuntimeError("sidecar failed")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.formal import prove_arbiter
+from sim.flow.formal import prove_arbiter
 
 yowasp_sby = Path(sys.executable).parent / "yowasp-sby"
 pytestmark = pytest.mark.skipif(not yowasp_sby.exists() and not shutil.which("yowasp-sby"),
@@ -32,7 +32,7 @@ def test_reduction_properties_bounded(tmp_path):
     """Release only when complete, counted once, isolation between jobs and chunks, stream
     rules, nothing lost: every trace of 10 cycles from reset with any inputs (3 ports,
     2 slots, 2-flit chunks, 2 jobs)."""
-    from sim.formal import prove_reduction
+    from sim.flow.formal import prove_reduction
     result = prove_reduction(tmp_path, depth=10, mode="bmc")
     assert result["status"] == "PASS", result["log"]
 
@@ -40,6 +40,6 @@ def test_reduction_properties_bounded(tmp_path):
 def test_reduction_properties_not_vacuous(tmp_path):
     """A completed reduction (a slot freed) is reachable within the bound, so the release and
     isolation properties are exercised, not vacuously true."""
-    from sim.formal import prove_reduction
+    from sim.flow.formal import prove_reduction
     result = prove_reduction(tmp_path, depth=10, mode="bmc", claim_unreachable=True)
     assert result["status"] == "FAIL", result["log"]

@@ -2,11 +2,11 @@
 
 import pytest
 
-from sim.collectives import allreduce_cost
-from sim.contention import KERNEL_GAP_S, KernelSpec, kernel_time
-from sim.gpu import gpu_preset
-from sim.iteration import IterationConfig, make_buckets, simulate_iteration, simulate_streams
-from sim.workloads import bert_large, resnet50
+from sim.gpu.collectives import allreduce_cost
+from sim.gpu.contention import KERNEL_GAP_S, KernelSpec, kernel_time
+from sim.gpu.presets import gpu_preset
+from sim.gpu.iteration import IterationConfig, make_buckets, simulate_iteration, simulate_streams
+from sim.gpu.workloads import bert_large, resnet50
 
 A100 = gpu_preset("a100")
 MiB = 1 << 20

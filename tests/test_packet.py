@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hw.packet import (JOB_BITS, PORT_BITS, SEQ_BITS, SLOT_BITS, USER_LAYOUT, DType, Header,
                        Kind, Packet, decode, encode, field_table, flit_layout,
                        flits_to_packets, pack_flit, packet_to_flits, unpack_flit)
-from sim.axis_tb import axis_beats
+from sim.cosim.axis import axis_beats
 
 headers = st.builds(
     Header,

@@ -5,7 +5,7 @@ import pytest
 
 from hw.packet import DType, Kind
 from hw.reduce import ReductionUnit
-from sim.reduce_model import reduce_words
+from sim.model.reduce import reduce_words
 
 from .reduce_harness import contribution, random_words, run_unit
 

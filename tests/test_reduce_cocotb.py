@@ -1,16 +1,12 @@
-"""cocotb tests of the exported reduction unit on Icarus and Verilator (see tb_reduce.py)."""
-
-from pathlib import Path
+"""cocotb tests of the exported reduction unit on Icarus and Verilator (bench:
+sim/cosim/tb_reduce.py)."""
 
 import pytest
 
 from hw.export import export_reduce
-from sim.rtl import run_cocotb
+from sim.cosim.runner import run_cocotb
 
 from .conftest import require_simulator
-
-HERE = Path(__file__).parent
-
 
 @pytest.mark.slow
 @pytest.mark.parametrize("ports, lanes, slots, chunk", [(4, 2, 6, 2), (3, 1, 3, 3)])
@@ -19,6 +15,6 @@ def test_reduce(sim, ports, lanes, slots, chunk, build_dir):
     verilog, meta = export_reduce(ports, lanes, slots, chunk, jobs=4)
     env = {"INNET_PORTS": ports, "INNET_LANES": lanes, "INNET_SLOTS": slots,
            "INNET_CHUNK": chunk, "INNET_SEED": ports * 10 + lanes}
-    cases = run_cocotb(verilog, meta["module"], "tb_reduce", sim=sim, build_dir=build_dir,
-                       env=env, test_paths=[HERE])
+    cases = run_cocotb(verilog, meta["module"], "sim.cosim.tb_reduce", sim=sim,
+                       build_dir=build_dir, env=env)
     assert len(cases) == 2

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from hw.packet import USER_LAYOUT, DType, Kind, encode
-from sim.cosim import memory_words, tdata
-from sim.soak import FAULTS, SoakConfig, SoakDriver
+from sim.cosim.stimulus import memory_words, tdata
+from sim.reliability.soak import FAULTS, SoakConfig, SoakDriver
 
 from .conftest import require_simulator
 
@@ -19,7 +19,7 @@ def test_soak_with_faults_and_reset_is_clean():
     malformed-packet class, one reset. Nothing lost, duplicated or corrupted; every counter
     equals the faults injected since the reset."""
     require_simulator("verilator")
-    from sim.bench_soak import soak_rtl
+    from sim.bench.soak import soak_rtl
     stats = soak_rtl(20_000, seed=3, resets=1, optimize=False)
     assert stats["failures"] == []
     assert stats["lost"] == stats["duplicated"] == stats["mismatches"] == 0
@@ -32,7 +32,7 @@ def test_soak_with_faults_and_reset_is_clean():
 @pytest.mark.slow
 def test_results_bit_identical_over_arrival_orders():
     require_simulator("verilator")
-    from sim.bench_numerics import permutations_rtl
+    from sim.bench.numerics import permutations_rtl
     stats = permutations_rtl(90, optimize=False)
     assert stats["mismatches"] == 0
     assert stats["distinct_orders"] == 90
@@ -94,7 +94,7 @@ def test_soak_counts_must_match_the_faults():
 
 
 def test_edge_contributions_cover_the_special_values():
-    from sim.numerics import edge_contributions
+    from sim.reliability.numerics import edge_contributions
     words = np.stack(list(edge_contributions(DType.FP32, 8, 4, 2, 1).values()))
     values = words.view(np.float32)
     assert np.isnan(values).any() and np.isinf(values).any()
@@ -106,7 +106,7 @@ def test_fuzz_tools_short(tmp_path, monkeypatch):
     """The CI share of `innet bench fuzz`: bad traces, configurations and arguments all give
     one line and exit 2, no traceback, no file left behind."""
     pytest.importorskip("hypothesis")
-    from sim.fuzz import fuzz
+    from sim.reliability.fuzz import fuzz
     monkeypatch.chdir(tmp_path)
     report = fuzz(240, seed=4)
     assert all(r["cases"] == 80 for r in report.values()), report

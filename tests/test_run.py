@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from sim.cli import main
-from sim.experiment import load_config
-from sim.output import UsageError
+from sim.cli.main import main
+from sim.experiment.config import load_config
+from sim.cli.output import UsageError
 
 TINY = """
 [experiment]

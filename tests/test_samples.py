@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.trace import read_trace
+from sim.trace.format import read_trace
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
 

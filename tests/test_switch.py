@@ -11,7 +11,7 @@ from amaranth.sim import Simulator
 from hw.packet import DType, Header, Kind, Packet, flits_to_packets, pack_flit, unpack_flit
 from hw.reduce import ERROR_CAUSES
 from hw.switch import DROP_CAUSES, Switch
-from sim.reduce_model import reduce_words
+from sim.model.reduce import reduce_words
 
 from .reduce_harness import configure_jobs, contribution, flatten_traffic, random_words
 

@@ -10,12 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim import switch_core
-from sim.cli import main
-from sim.replay import ReplayConfig, build_plan
-from sim.switch_model import replay_model
-from sim.trace import write_trace
-from sim.traffic import stress_trace
+from sim.model import switch_core
+from sim.cli.main import main
+from sim.replay.config import ReplayConfig
+from sim.replay.plan import build_plan
+from sim.model.switch import replay_model
+from sim.trace.format import write_trace
+from sim.trace.synthetic import stress_trace
 
 
 def assert_identical(ref, core):

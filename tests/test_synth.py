@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from sim.synth import _nextpnr_failure, critical_path, longest_path, lut_breakdown
+from sim.flow.synth import _nextpnr_failure, critical_path, longest_path, lut_breakdown
 
 # The shape of a nextpnr-ecp5 critical-path report (cell names shortened).
 NEXTPNR_REPORT = """\
@@ -122,7 +122,7 @@ def test_silent_yosys_death_falls_back_to_dff(tmp_path, monkeypatch):
     """Yosys's abc9 sometimes exits 1 without a message; the flow retries with
     ``synth_ecp5 -dff`` and says which mapping produced the netlist. A failure with an
     ``ERROR:`` line is not retried, and two silent deaths give one line naming both."""
-    from sim import synth
+    from sim.flow import synth
 
     def run_with(outcomes):
         scripts = []

@@ -7,11 +7,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.gpu import gpu_preset
-from sim.trace import (GRAD, KERNEL, MAGIC, MEM, NO_DEP, RECORD, SWITCH_PORT, TraceRecord,
-                       TraceError, read_trace, trace_summary, write_trace)
-from sim.tracegen import generate_trace
-from sim.workloads import resnet50
+from sim.gpu.presets import gpu_preset
+from sim.gpu.workloads import resnet50
+from sim.trace.format import (
+    GRAD,
+    KERNEL,
+    MAGIC,
+    MEM,
+    NO_DEP,
+    RECORD,
+    SWITCH_PORT,
+    TraceError,
+    TraceRecord,
+    read_trace,
+    trace_summary,
+    write_trace,
+)
+from sim.trace.generate import generate_trace
 
 META = {"gpus": 4, "model": "test"}
 

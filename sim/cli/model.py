@@ -1,0 +1,332 @@
+"""``innet model ...`` and ``innet trace ...``: the GPU model and its traces from the command line.
+
+Registered into the main parser by :func:`register`.
+"""
+
+import re
+from pathlib import Path
+
+from sim.cli.output import UsageError, emit as _print, real_number
+
+__all__ = ["register", "parse_size"]
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}
+
+
+def parse_size(text):
+    """``"1GiB"`` → 1073741824; ``"25MB"`` → 25000000; plain numbers are bytes.
+
+    Raises
+    ------
+    UsageError
+        For anything else.
+    """
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(text))
+    if not match or match.group(2).upper() not in _UNITS:
+        raise UsageError(f"size {text!r} is not a number of bytes with an optional unit "
+                         f"(B, KB, MB, GB, KiB, MiB, GiB)")
+    value = float(match.group(1)) * _UNITS[match.group(2).upper()]
+    if value <= 0:
+        raise UsageError(f"size {text!r} must be positive")
+    return int(value)
+
+
+def _gpu(name):
+    from sim.gpu.presets import gpu_preset
+    try:
+        return gpu_preset(name)
+    except ValueError as exc:
+        raise UsageError(f"--gpu: {exc}") from None
+
+
+def _workload(name, batch, args=None):
+    from sim.gpu.workloads import build_workload
+    extra = {}
+    if args is not None and name == "transformer":
+        for key in ("hidden", "layers", "seq"):
+            if getattr(args, key, None) is not None:
+                extra[key] = getattr(args, key)
+    elif args is not None and any(getattr(args, k, None) is not None
+                                  for k in ("hidden", "layers")):
+        raise UsageError("--hidden/--layers apply to --model transformer only")
+    elif args is not None and getattr(args, "seq", None) is not None:
+        extra["seq"] = args.seq
+    try:
+        return build_workload(name, batch=batch, **extra)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"--model: {exc}") from None
+
+
+def _check_algo(algo):
+    from sim.gpu.collectives import ALGORITHMS
+    if algo not in ALGORITHMS:
+        raise UsageError(f"--algo must be one of {', '.join(ALGORITHMS)}, not {algo!r}")
+
+
+# -- model collective ----------------------------------------------------------------------
+
+def _cmd_collective(args):
+    from sim.gpu.collectives import collective_cost
+    gpu = _gpu(args.gpu)
+    _check_algo(args.algo)
+    size = parse_size(args.size)
+    cost = collective_cost(gpu, args.gpus, size, args.op, args.algo, args.channels)
+    payload = {"gpu": gpu.name, "gpus": args.gpus, "op": args.op, "algo": args.algo,
+               "size_bytes": size, "time_us": cost.time_s * 1e6, "algbw_GBps": cost.algbw_gbps,
+               "busbw_GBps": cost.busbw_gbps, "protocol": cost.protocol, "sms": cost.sms,
+               "link_bytes_per_gpu": cost.link_bytes, "hbm_bytes_per_gpu": cost.hbm_bytes,
+               "units": "GB/s = 1e9 bytes/s"}
+    _print(args, payload, [
+        f"{args.op} {args.algo} on {args.gpus} x {gpu.name}, {size} bytes:",
+        f"  time {cost.time_s * 1e6:.1f} us ({cost.protocol}), algbw {cost.algbw_gbps:.1f} GB/s, "
+        f"busbw {cost.busbw_gbps:.1f} GB/s (GB = 1e9 bytes)",
+        f"  SMs {cost.sms}, per GPU: link {cost.link_bytes / 1e6:.1f} MB sent, "
+        f"HBM {cost.hbm_bytes / 1e6:.1f} MB"])
+
+
+# -- model overlap -------------------------------------------------------------------------
+
+def _parse_compute(text):
+    from sim.gpu.contention import KernelSpec
+    kind, _, rest = text.partition(":")
+    if kind == "gemm":
+        try:
+            m, n, k = (int(x) for x in rest.split(","))
+        except ValueError:
+            raise UsageError(f"--compute {text!r}: expected gemm:M,N,K") from None
+        if min(m, n, k) <= 0:
+            raise UsageError(f"--compute {text!r}: dimensions must be positive")
+        return KernelSpec(f"gemm {m}x{n}x{k}", 2.0 * m * n * k, 2.0 * (m * k + k * n + m * n))
+    if kind == "stream":
+        return KernelSpec(f"stream {rest}", 0.0, float(parse_size(rest)), False)
+    raise UsageError(f"--compute {text!r}: expected gemm:M,N,K or stream:BYTES")
+
+
+def _cmd_overlap(args):
+    from sim.gpu.collectives import collective_cost
+    from sim.gpu.contention import overlap
+    gpu = _gpu(args.gpu)
+    _check_algo(args.algo)
+    kernel = _parse_compute(args.compute)
+    op, _, size_text = args.comm.partition(":")
+    if op != "allreduce" or not size_text:
+        raise UsageError(f"--comm {args.comm!r}: expected allreduce:SIZE")
+    comm = collective_cost(gpu, args.gpus, parse_size(size_text), "allreduce", args.algo)
+    o = overlap(gpu, kernel, comm)
+    payload = {"gpu": gpu.name, "gpus": args.gpus, "algo": args.algo, "compute": kernel.name,
+               "comm": args.comm, **{k: v for k, v in o.__dict__.items()}}
+    _print(args, payload, [
+        f"{kernel.name} with {args.comm} ({args.algo}, {args.gpus} x {gpu.name}):",
+        f"  compute {o.compute_alone_s * 1e3:.3f} ms alone, {o.compute_overlapped_s * 1e3:.3f} "
+        f"ms overlapped: {o.compute_slowdown * 100:+.1f} % "
+        f"(SM {o.compute_attribution['sm'] * 100:.1f}, HBM "
+        f"{o.compute_attribution['hbm'] * 100:.1f})",
+        f"  all-reduce {o.comm_alone_s * 1e3:.3f} ms alone, {o.comm_overlapped_s * 1e3:.3f} ms "
+        f"overlapped: {o.comm_slowdown * 100:+.1f} % (HBM {o.comm_attribution['hbm'] * 100:.1f},"
+        f" link {o.comm_attribution['link'] * 100:.1f})",
+        f"  SM share left to compute {o.sm_share:.3f}; HBM to compute "
+        f"{o.compute_hbm_gbps:.0f} GB/s, to the all-reduce {o.comm_hbm_gbps:.0f} GB/s"])
+
+
+# -- model iteration -----------------------------------------------------------------------
+
+def _iteration_config(args):
+    from sim.gpu.iteration import IterationConfig
+    speed = None
+    if args.straggler:
+        speed = [1.0] * args.gpus
+        for item in args.straggler:
+            gpu_text, _, factor_text = item.partition(":")
+            try:
+                g, factor = int(gpu_text), float(factor_text)
+            except ValueError:
+                raise UsageError(f"--straggler {item!r}: expected GPU:FACTOR") from None
+            if not 0 <= g < args.gpus or factor <= 0:
+                raise UsageError(f"--straggler {item!r}: GPU must be in [0, {args.gpus - 1}] "
+                                 f"and the factor positive")
+            speed[g] = factor
+    if args.gpus < 1:
+        raise UsageError(f"--gpus must be at least 1, not {args.gpus}")
+    return IterationConfig(n_gpus=args.gpus, algo=args.algo,
+                           bucketing=args.bucketing,
+                           bucket_cap_bytes=int(args.bucket_mb * (1 << 20)),
+                           first_bucket_bytes=int(args.first_bucket_mb * (1 << 20)),
+                           overlap=not args.no_overlap, grad_accum=args.grad_accum,
+                           speed=speed, channels=args.channels)
+
+
+def _cmd_iteration(args):
+    from sim.gpu.iteration import simulate_iteration
+    gpu = _gpu(args.gpu)
+    _check_algo(args.algo)
+    workload = _workload(args.model, args.batch, args)
+    result = simulate_iteration(workload, gpu, _iteration_config(args), record=False)
+    payload = {"model": workload.name, "batch_per_gpu": workload.batch, "gpu": gpu.name,
+               **result.summary(), "units": "seconds; slowdowns as fractions"}
+    attr = result.slowdown_attribution
+    _print(args, payload, [
+        f"{workload.name} (batch {workload.batch}/GPU) on {args.gpus} x {gpu.name}, "
+        f"{args.algo}, {result.buckets} buckets:",
+        f"  forward            {result.forward_s * 1e3:8.2f} ms",
+        f"  backward alone     {result.backward_alone_s * 1e3:8.2f} ms",
+        f"  backward overlapped{result.backward_s * 1e3:8.2f} ms  "
+        f"({result.backprop_slowdown * 100:+.1f} %: SM {attr['sm'] * 100:.1f}, "
+        f"HBM {attr['hbm'] * 100:.1f}, link {attr['link'] * 100:.1f})",
+        f"  all-reduce total   {result.allreduce_s * 1e3:8.2f} ms "
+        f"(alone {result.allreduce_alone_s * 1e3:.2f} ms)",
+        f"  exposed comm       {result.exposed_comm_s * 1e3:8.2f} ms",
+        f"  iteration          {result.iteration_s * 1e3:8.2f} ms"])
+
+
+# -- model calibrate -----------------------------------------------------------------------
+
+def _cmd_calibrate(args):
+    from sim.gpu.calibration import calibration_rows, calibration_markdown
+    rows = calibration_rows()
+    if args.write:
+        from sim.files import atomic_writes
+        with atomic_writes([Path(args.write)]) as (tmp,):
+            tmp.write_text(calibration_markdown(rows))
+    failed = [r for r in rows if not r["within"]]
+    _print(args, {"rows": rows, "all_within": not failed},
+           [f"{r['quantity']}: model {r['model']:.4g} vs published {r['published']} "
+            f"({r['error']}) {'ok' if r['within'] else 'OUTSIDE ' + r['tolerance']}"
+            for r in rows] + ([f"wrote {args.write}"] if args.write else []))
+    return 1 if failed else 0
+
+
+# -- trace ---------------------------------------------------------------------------------
+
+def _cmd_trace_gen(args):
+    from sim.trace.format import write_trace
+    from sim.trace.generate import generate_trace
+    gpu = _gpu(args.gpu)
+    _check_algo(args.algo)
+    if args.algo == "direct" and args.gpus > 64:
+        raise UsageError("--algo direct expands to n^2 messages; use at most 64 GPUs")
+    if args.gpus < 2:
+        raise UsageError(f"--gpus must be at least 2, not {args.gpus}")
+    workload = _workload(args.model, args.batch, args)
+    out = Path(args.output)
+    if not out.parent.is_dir() and str(out.parent):
+        raise UsageError(f"{out}: directory {out.parent} does not exist")
+    if args.p2p_mb < 0:
+        raise UsageError(f"--p2p-mb must not be negative, not {args.p2p_mb}")
+    meta, records, result = generate_trace(workload, gpu, args.gpus, args.algo, args.bucket_mb,
+                                           int(args.chunk_kb * 1024),
+                                           p2p_bytes=int(args.p2p_mb * (1 << 20)))
+    count = write_trace(out, meta, records, args.format)
+    _print(args, {"file": str(out), "records": count, **meta},
+           [f"wrote {out}: {count} records, {args.gpus} GPUs, {workload.name}, {args.algo}, "
+            f"iteration {result.iteration_s * 1e3:.2f} ms"])
+
+
+def _cmd_trace_info(args):
+    from sim.trace.format import trace_summary
+    summary = trace_summary(args.file)
+    meta = summary["metadata"]
+    _print(args, summary, [
+        f"{args.file}: innet trace v{meta.get('format_version', 1)}, {meta['gpus']} GPUs",
+        "  metadata: " + ", ".join(f"{k}={v}" for k, v in sorted(meta.items())
+                                     if k not in ("gpus",)),
+        f"  records: {summary['records']} ("
+        + ", ".join(f"{k} {v}" for k, v in summary["by_type"].items()) + ")",
+        f"  gradient bytes {summary['grad_bytes']}, memory bytes {summary['mem_bytes']}, "
+        f"span {summary['span_ns'] / 1e6:.3f} ms"])
+
+
+def _cmd_trace_validate(args):
+    from sim.trace.format import read_trace
+    meta, records = read_trace(args.file)
+    count = sum(1 for _ in records)
+    _print(args, {"file": args.file, "valid": True, "records": count, "gpus": meta["gpus"]},
+           [f"{args.file}: valid ({count} records, {meta['gpus']} GPUs)"])
+
+
+# -- registration --------------------------------------------------------------------------
+
+def register(sub, parser_class, positive):
+    model = sub.add_parser("model", help="GPU model queries")
+    msub = model.add_subparsers(dest="query", required=True, parser_class=parser_class)
+
+    col = msub.add_parser("collective", help="one collective: time, algbw, busbw, SMs, HBM")
+    col.add_argument("--gpu", default="a100")
+    col.add_argument("--gpus", type=positive("--gpus", 2), default=8)
+    col.add_argument("--algo", default="ring")
+    col.add_argument("--op", default="allreduce",
+                     choices=["allreduce", "reducescatter", "allgather", "reduce", "broadcast",
+                              "p2p"])
+    col.add_argument("--size", default="1GiB", help="bytes, with an optional unit (25MiB, 1GB)")
+    col.add_argument("--channels", type=positive("--channels"), help="override the SM count")
+    col.add_argument("--json", action="store_true")
+    col.set_defaults(func=_cmd_collective)
+
+    ov = msub.add_parser("overlap", help="a compute kernel and an all-reduce at the same time")
+    ov.add_argument("--gpu", default="a100")
+    ov.add_argument("--gpus", type=positive("--gpus", 2), default=8)
+    ov.add_argument("--compute", default="gemm:8192,8192,8192",
+                    help="gemm:M,N,K or stream:BYTES (a memory-bound kernel)")
+    ov.add_argument("--comm", default="allreduce:256MiB", help="allreduce:SIZE")
+    ov.add_argument("--algo", default="ring")
+    ov.add_argument("--json", action="store_true")
+    ov.set_defaults(func=_cmd_overlap)
+
+    it = msub.add_parser("iteration", help="one data-parallel training iteration")
+    _iteration_arguments(it, positive)
+    it.add_argument("--json", action="store_true")
+    it.set_defaults(func=_cmd_iteration)
+
+    cal = msub.add_parser("calibrate", help="model vs published figures (docs/calibration.md)")
+    cal.add_argument("--write", metavar="FILE", help="write the Markdown table to FILE")
+    cal.add_argument("--json", action="store_true")
+    cal.set_defaults(func=_cmd_calibrate)
+
+    trace = sub.add_parser("trace", help="GPU traces: generate, inspect, validate")
+    tsub = trace.add_subparsers(dest="action", required=True, parser_class=parser_class)
+    gen = tsub.add_parser("gen", help="simulate an iteration and write its trace")
+    _iteration_arguments(gen, positive, gpus_min=2)
+    gen.add_argument("--chunk-kb", type=real_number("--chunk-kb", 0, exclusive=True),
+                     default=64.0,
+                     help="largest gradient message piece, KiB (default 64)")
+    gen.add_argument("--p2p-mb", type=real_number("--p2p-mb", 0), default=0.0,
+                     help="activation gradients (MiB) each GPU writes to the next at the "
+                          "pipeline-stage boundary, as memory-traffic records (default 0)")
+    gen.add_argument("--format", choices=["binary", "text"],
+                     help="default: text for .txt, else binary")
+    gen.add_argument("-o", "--output", required=True)
+    gen.add_argument("--json", action="store_true")
+    gen.set_defaults(func=_cmd_trace_gen)
+    info = tsub.add_parser("info", help="summarise a trace")
+    info.add_argument("file")
+    info.add_argument("--json", action="store_true")
+    info.set_defaults(func=_cmd_trace_info)
+    val = tsub.add_parser("validate", help="check every record of a trace")
+    val.add_argument("file")
+    val.add_argument("--json", action="store_true")
+    val.set_defaults(func=_cmd_trace_validate)
+
+
+def _iteration_arguments(p, positive, gpus_min=1):
+    p.add_argument("--model", default="resnet50",
+                   help="resnet50, vgg16, bert_large, gpt2_xl or transformer")
+    p.add_argument("--batch", type=positive("--batch"), help="micro-batch per GPU")
+    p.add_argument("--gpu", default="a100")
+    p.add_argument("--gpus", type=positive("--gpus", gpus_min), default=8)
+    p.add_argument("--algo", default="ring")
+    p.add_argument("--bucketing", choices=["ddp", "horovod"], default="ddp")
+    p.add_argument("--bucket-mb", type=real_number("--bucket-mb", 0, exclusive=True),
+                   default=25.0, help="DDP bucket_cap_mb (MiB)")
+    p.add_argument("--first-bucket-mb",
+                   type=real_number("--first-bucket-mb", 0, exclusive=True), default=1.0,
+                   help="DDP first bucket (MiB)")
+    p.add_argument("--no-overlap", action="store_true",
+                   help="all-reduce after backward instead of during it")
+    p.add_argument("--grad-accum", type=positive("--grad-accum"), default=1)
+    p.add_argument("--straggler", action="append", metavar="GPU:FACTOR",
+                   help="compute speed factor of one GPU (repeatable), e.g. 3:0.8")
+    p.add_argument("--channels", type=positive("--channels"),
+                   help="SMs (channels) the collective kernels use (default: NCCL's)")
+    p.add_argument("--hidden", type=positive("--hidden"), help="transformer: hidden size")
+    p.add_argument("--layers", type=positive("--layers"), help="transformer: layers")
+    p.add_argument("--seq", type=positive("--seq"), help="transformer/BERT/GPT: sequence length")

@@ -1,0 +1,46 @@
+"""Reporting bad input in one line and printing results (text or ``--json``)."""
+
+import argparse
+import json
+import math
+import sys
+
+__all__ = ["UsageError", "fail", "emit", "real_number"]
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported as one line, exit status 2."""
+
+
+def fail(message):
+    """Print ``innet: error: message`` to stderr and exit with status 2."""
+    print(f"innet: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def emit(args, payload, lines):
+    """Print ``payload`` as JSON when ``args.json`` is set, else the text ``lines``."""
+    if args.json:
+        print(json.dumps(payload, indent=2, default=float))
+    else:
+        print("\n".join(lines))
+
+
+def real_number(name, minimum=None, exclusive=False):
+    """An argparse type: a finite number >= ``minimum`` (> with ``exclusive``), with an exact
+    message otherwise."""
+    def parse(text):
+        try:
+            if not text.isascii():   # float() would take other scripts' digits
+                raise ValueError(text)
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, not {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{name} must be finite, not {text!r}")
+        if minimum is not None and (value <= minimum if exclusive else value < minimum):
+            bound = ("positive" if minimum == 0 else f"greater than {minimum:g}") if exclusive \
+                else f"at least {minimum:g}"
+            raise argparse.ArgumentTypeError(f"{name} must be {bound}, not {text!r}")
+        return value
+    return parse

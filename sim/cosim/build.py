@@ -1,0 +1,77 @@
+"""The exported switch as a simulator build: Verilog exported once per process, builds cached
+per switch, Verilog and toolchain in the user cache, one cocotb run at a time per build."""
+
+import fcntl
+import functools
+import hashlib
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = ["replay_switch", "toolchain_fingerprint", "switch_build"]
+
+
+@functools.lru_cache(maxsize=8)
+def _exported_switch(ports, lanes, slots, chunk_flits, dtypes, policy, jobs):
+    """The switch's Verilog and sidecar, exported once per process: exporting takes
+    seconds, and a run replays many windows through the same switch. (Imported here: the
+    simulator processes that import this module never export.)"""
+    from hw.export import export_switch
+    verilog, meta = export_switch(ports, lanes, slots, chunk_flits, jobs=jobs, dtypes=dtypes,
+                                  policy=policy)
+    return verilog, meta
+
+
+@functools.lru_cache(maxsize=8)
+def _exported_player(*switch):
+    """The player harness (:mod:`sim.player_rtl`) around the exported switch, with the
+    switch's own Verilog after it: ``(verilog, module)``."""
+    from sim.cosim.player_verilog import render_player
+    verilog, meta = _exported_switch(*switch)
+    harness, module = render_player(meta)
+    return harness + "\n" + verilog, module
+
+
+def replay_switch(cfg):
+    """The exported-switch parameters a replay of :class:`sim.replay.ReplayConfig` ``cfg``
+    runs on (one job entry besides job 0, its one element type)."""
+    return (cfg.ports, cfg.lanes, cfg.slots, cfg.chunk_flits, (cfg.dtype,), cfg.policy, 2)
+
+
+def toolchain_fingerprint(sim):
+    """What a cached simulator build depends on besides the Verilog: the cocotb installation
+    (its makefiles name cocotb's own files by absolute path) and the simulator's. Two virtual
+    environments sharing one cache then never reuse each other's builds, which would break
+    when the other environment is removed or upgraded."""
+    import shutil
+    import cocotb
+    from sim.flow.tools import verilator_root
+    tool = (verilator_root() or shutil.which("verilator")) if sim == "verilator" \
+        else shutil.which("iverilog")
+    return f"\ncocotb {cocotb.__version__} {Path(cocotb.__file__).parent}\n{sim} {tool}"
+
+
+@contextmanager
+def switch_build(switch, sim, build_dir=None, optimize=True, player=False):
+    """Export the switch ``switch`` describes (``(ports, lanes, slots, chunk_flits, dtypes,
+    policy, jobs)``) — inside the Verilog packet player if ``player`` — and hold its build
+    directory (default: the user cache, keyed by the Verilog and the build's optimisation)
+    for one cocotb run: runs in parallel processes take turns. Yields ``(verilog, module,
+    build_dir, scratch_dir)``."""
+    if player:
+        verilog, module = _exported_player(*switch)
+    else:
+        verilog, meta = _exported_switch(*switch)
+        module = meta["module"]
+    if build_dir is None:
+        key = hashlib.sha256((verilog + toolchain_fingerprint(sim)).encode()).hexdigest()[:16]
+        cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        flavour = "" if optimize or sim != "verilator" else "-O0"
+        build_dir = cache / "innet" / "rtl" / f"{sim}-{module}-{key}{flavour}"
+    build_dir = Path(build_dir)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with open(build_dir / ".lock", "w") as lock, \
+            tempfile.TemporaryDirectory(prefix="innet-cosim-") as scratch:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield verilog, module, build_dir, Path(scratch)

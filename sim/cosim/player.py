@@ -1,0 +1,345 @@
+"""Co-simulation with the Verilog packet player (:mod:`sim.player_rtl`): Python off the
+per-cycle path.
+
+The player harness moves every flit in Verilog; Python runs only in the cycles after a packet
+ended on some port (or at a cycle it asked for), where it does what only the GPU side can:
+the closed loop (:class:`sim.replay.ClosedLoop`, the same object the fast model and the
+per-cycle :class:`sim.cosim.ReplayDriver` use — so all three replays compare packet by
+packet), one descriptor write per new packet. The harness logs every packet it injected or
+delivered; after the run :meth:`Player.check` scoreboards that log: every memory packet
+intact (payload flag from the Verilog check, header constant over its flits, source,
+destination, length) exactly once, every reduction result's digest equal to the digest of
+the numpy golden sum (:func:`sim.reduce_model.reduce_words`) of the contributions the players
+generated (:func:`contribution_words`, the same hash the Verilog computes).
+"""
+
+import time
+
+import numpy as np
+
+from hw.packet import USER_LAYOUT, DType, Kind, encode
+from sim.model.reduce import reduce_words
+from sim.replay.config import REPLAY_JOB
+from sim.replay.loop import ClosedLoop
+from sim.replay.result import ReplayResult
+from sim.cosim.player_verilog import DESC_FIELDS
+
+__all__ = ["Player", "contribution_words", "digest", "fmix32"]
+
+_M32 = 0xFFFFFFFF
+_M64 = (1 << 64) - 1
+_FNV_INIT = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+_DTYPES = {"int32": DType.INT32, "fp32": DType.FP32, "bf16": DType.BF16}
+_USER = {name: (f.offset, (1 << f.width) - 1) for name, f in USER_LAYOUT}
+_DESC = {}
+_at = 0
+for _name, _width in DESC_FIELDS:
+    _DESC[_name] = _at
+    _at += _width
+_DESC["user"] = _at
+
+
+def fmix32(x):
+    """murmur3's 32-bit finaliser on a uint64 array holding 32-bit values."""
+    x = x ^ (x >> 16)
+    x = (x * 0x85EBCA6B) & _M32
+    x = x ^ (x >> 13)
+    x = (x * 0xC2B2AE35) & _M32
+    return x ^ (x >> 16)
+
+
+def _fp_pattern(h):
+    return ((h >> 31) << 31) | ((121 + ((h >> 23) & 7)) << 23) | (h & 0x7FFFFF)
+
+
+def contribution_words(seed, seq, port, flits, lanes, dtype):
+    """Member ``port``'s contribution to chunk ``seq`` as the Verilog player generates it:
+    ``(flits, lanes)`` uint32. int32: uniform in [-2^20, 2^20); fp32: random sign and
+    mantissa, magnitude in [2^-6, 2^2) (sums round); bf16: two such values per lane."""
+    base = (seed * 0x9E3779B1 + seq * 0x85EBCA6B + port * 0xC2B2AE35) & _M32
+    f = np.arange(flits, dtype=np.uint64)[:, None]
+    lane = np.arange(lanes, dtype=np.uint64)[None, :]
+    h = fmix32((base + f * 0x27D4EB2F + lane * 0x165667B1) & _M32)
+    if dtype == DType.INT32:
+        out = ((h & 0x1FFFFF) - 0x100000) & _M32
+    elif dtype == DType.FP32:
+        out = _fp_pattern(h)
+    else:
+        hi = _fp_pattern(fmix32(h ^ 0x5BD1E995))
+        out = (hi & 0xFFFF0000) | (_fp_pattern(h) >> 16)
+    return out.astype(np.uint32)
+
+
+def digest(rows):
+    """FNV-1a (64-bit) over a packet's 32-bit lane words, flit by flit, lane 0 first — what
+    the monitor folds each packet into."""
+    h = _FNV_INIT
+    for word in np.asarray(rows, dtype=np.uint32).ravel().tolist():
+        h = ((h ^ word) * _FNV_PRIME) & _M64
+    return h
+
+
+def _bits(mask):
+    k = 0
+    while mask:
+        if mask & 1:
+            yield k
+        mask >>= 1
+        k += 1
+
+
+class Player:
+    """One replay of ``plan`` through the player harness: the closed loop online, the
+    scoreboard on the harness's log afterwards.
+
+    Parameters
+    ----------
+    plan : sim.replay.Plan
+    seed : int
+        Seeds the contribution data and the egress stall pattern.
+    stall : float
+        Probability that an egress holds ``tready`` low in a cycle (0: never; the replay then
+        compares with the fast model).
+    """
+
+    def __init__(self, plan, seed=1, stall=0.0):
+        self.loop = ClosedLoop(plan)
+        self.plan = self.loop.plan        # the loop's copy, which grows read responses
+        self.cfg = cfg = plan.config
+        self.N = cfg.ports
+        self.seed, self.stall = seed, stall
+        self.dtype = _DTYPES[cfg.dtype]
+        self.members = [k for k in range(self.N) if plan.members >> k & 1]
+        self.tag = [0] * self.N
+        self.busy = [False] * self.N
+        self.issued = [[] for _ in range(self.N)]   # pids in the order each port started them
+        self.outstanding = [{} for _ in range(self.N)]   # seq & 0xFFFF -> seq, per member
+        self.deliver, self.results = {}, {}
+        self.inflight = 0
+        self.mismatches = []
+        self.cycle = 0
+        self.wall_s = 0.0
+
+    # -- online: the closed loop ---------------------------------------------------------
+
+    def _user(self, pid):
+        plan = self.plan
+        kind = int(plan.kind[pid])
+        if kind == Kind.REDUCE_CONTRIB.value:
+            seq = int(plan.seq[pid])
+            return seq, 1, encode(USER_LAYOUT, {
+                "kind": kind, "dtype": self.dtype, "job": REPLAY_JOB,
+                "slot": seq % self.cfg.slots, "seq": seq & 0xFFFF})
+        return pid, 0, encode(USER_LAYOUT, {"kind": kind, "dtype": DType.INT32, "job": 0,
+                                             "slot": (pid >> 16) & 0xFFFF, "seq": pid & 0xFFFF})
+
+    def _start(self, k, cycle, desc):
+        pid = self.loop.next_packet(k, cycle)
+        if pid is None:
+            return
+        plan = self.plan
+        key, contrib, user = self._user(pid)
+        if contrib:
+            self.outstanding[k][key & 0xFFFF] = key
+        self.inflight += 1
+        self.tag[k] ^= 1
+        self.busy[k] = True
+        self.issued[k].append(pid)
+        dst = 0 if contrib else int(plan.dst[pid])
+        desc[k].value = (self.tag[k] | contrib << _DESC["contrib"]
+                         | (int(plan.flits[pid]) - 1) << _DESC["last"] | dst << _DESC["dst"]
+                         | key << _DESC["key"] | user << _DESC["user"])
+
+    def _ended(self, d, user, cycle):
+        kind = user >> _USER["kind"][0] & _USER["kind"][1]
+        seq16 = user >> _USER["seq"][0] & _USER["seq"][1]
+        self.inflight -= 1
+        if kind == Kind.REDUCE_RESULT.value:
+            seq = self.outstanding[d].pop(seq16, None)
+            if seq is None:
+                self._fail(f"cycle {cycle}: egress {d}: unexpected result seq {seq16}")
+                return
+            self.results[(d, seq)] = cycle
+            self.loop.result(d, seq, cycle)
+            return
+        pid = (user >> _USER["slot"][0] & _USER["slot"][1]) << 16 | seq16
+        plan = self.plan
+        if pid >= plan.packets or int(plan.kind[pid]) != kind:
+            self._fail(f"cycle {cycle}: egress {d}: unknown {Kind(kind).name} packet {pid}")
+            return
+        if pid in self.deliver:
+            self._fail(f"cycle {cycle}: egress {d}: packet {pid} delivered twice")
+            return
+        self.deliver[pid] = cycle
+        self.loop.delivered(pid, cycle)
+
+    def _fail(self, text):
+        self.mismatches.append(text)
+
+    def done(self):
+        return self.loop.finished() and not any(self.busy)
+
+    async def play(self, dut, max_cycles=10_000_000, watchdog=100_000, progress=None):
+        """Run the replay on a player harness ``dut`` (reset and job configuration first, as
+        :func:`sim.cosim.configure_replay` does). Raises AssertionError on a deadlock
+        (no packet ended for ``watchdog`` cycles with packets outstanding), a plan that can
+        never finish, or an online scoreboard mismatch."""
+        from cocotb.triggers import FallingEdge, RisingEdge
+        from sim.cosim.pins import configure_replay
+
+        N = self.N
+        dut.run.value = 0
+        dut.flush.value = 0
+        dut.seed.value = self.seed & _M32
+        dut.dtype.value = self.dtype.value
+        dut.stall_threshold.value = min(0xFFFF, int(round(self.stall * 65536)))
+        dut.wake_at.value = _M32
+        desc = [getattr(dut, f"desc{k}") for k in range(N)]
+        for h in desc:
+            h.value = 0
+        await configure_replay(dut, self.cfg, self.plan.members, self.dtype)
+
+        ev, ev_user, attn, wake = dut.ev, dut.ev_user, dut.attn, dut.wake_at
+        mask = (1 << N) - 1
+        uw = USER_LAYOUT.size
+        umask = (1 << uw) - 1
+        falling, rising_attn = FallingEdge(dut.clk), RisingEdge(dut.attn)
+        began = time.perf_counter()
+        await falling
+        for k in range(N):
+            self._start(k, 0, desc)
+        dut.run.value = 1
+        cycle, progress_at, last_event, woke_at = 0, 20_000, 0, _M32
+        high = False
+        while not self.done():
+            # The next cycle anything can change for an idle port by time alone.
+            wakes = [self.loop.wake_time(k) for k in range(N) if not self.busy[k]]
+            wakes = [w for w in wakes if w is not None and w > cycle]
+            limits = [max_cycles + 1]
+            if any(self.busy) or self.inflight:   # the watchdog counts only with work out
+                limits.append(last_event + watchdog + 1)
+            target = max(cycle, min(wakes + limits) - 1)
+            if target != woke_at:
+                wake.value = woke_at = target
+            if not any(self.busy) and not self.inflight and not wakes:
+                raise AssertionError(f"cycle {cycle}: the plan cannot go on: nothing in flight "
+                                     f"and no message will become ready")
+            if not high:
+                await rising_attn
+            await falling
+            value = int(ev.value)
+            high = bool(attn.value)
+            ended_in, ended_out = value & mask, value >> N & mask
+            c = value >> 2 * N
+            if ended_out:
+                users = int(ev_user.value)
+                for d in _bits(ended_out):
+                    self._ended(d, users >> uw * d & umask, c)
+            for k in _bits(ended_in):
+                self.busy[k] = False
+            if ended_in or ended_out:
+                last_event = c
+            cycle = c + 1
+            started = self.loop.started
+            for k in range(N):
+                if not self.busy[k]:
+                    self._start(k, cycle, desc)
+            if self.loop.started != started:
+                last_event = cycle     # a packet started: progress, for the watchdog too
+            if self.mismatches:
+                raise AssertionError("; ".join(self.mismatches[:5]))
+            if cycle - last_event > watchdog and (any(self.busy) or self.inflight):
+                raise AssertionError(f"watchdog: no packet ended for {watchdog} cycles at cycle "
+                                     f"{cycle} with packets outstanding")
+            if cycle > max_cycles:
+                raise AssertionError(f"replay did not finish in {max_cycles} cycles")
+            if progress and cycle >= progress_at:
+                progress_at += 20_000
+                progress(cycle, self.loop.started, self.loop.total)
+        dut.flush.value = 1
+        await RisingEdge(dut.clk)
+        await falling
+        dut.flush.value = 0
+        self.cycle = cycle
+        self.wall_s = time.perf_counter() - began
+
+    # -- afterwards: the scoreboard ------------------------------------------------------
+
+    def _golden(self, seq, flits, cache):
+        if seq not in cache:
+            L = self.cfg.lanes
+            contribs = {k: contribution_words(self.seed, seq, k, flits, L, self.dtype)
+                        for k in self.members}
+            want, _ = reduce_words(contribs, self.members, self.dtype)
+            cache[seq] = digest(want)
+        return cache[seq]
+
+    def check(self, log_text):
+        """Scoreboard the harness's log; returns the injection cycles ``{pid: cycle}`` and
+        records every mismatch in :attr:`mismatches`."""
+        plan = self.plan
+        inject = {}
+        started = [iter(p) for p in self.issued]
+        chunk_flits = {int(plan.seq[p]): int(plan.flits[p]) for p in range(plan.packets)
+                       if plan.seq[p] >= 0}
+        golden = {}
+        seen = set()
+        by_arrival = {(port, s & 0xFFFF, c): s for (port, s), c in self.results.items()}
+        for line in log_text.splitlines():
+            f = line.split()
+            if f[0] == "i":
+                pid = next(started[int(f[2])], None)
+                if pid is None:
+                    self._fail(f"ingress {f[2]}: a packet started that Python never gave")
+                    continue
+                inject[pid] = int(f[1])
+                continue
+            cycle, d, user = int(f[1]), int(f[2]), int(f[3], 16)
+            src, dest, flits, pay_ok, hdr_ok, dig = (int(f[4]), int(f[5]), int(f[6]),
+                                                     f[7] == "1", f[8] == "1", int(f[9], 16))
+            kind = user >> _USER["kind"][0] & _USER["kind"][1]
+            seq16 = user >> _USER["seq"][0] & _USER["seq"][1]
+            where = f"cycle {cycle}: egress {d}"
+            if not hdr_ok:
+                self._fail(f"{where}: the header changed within a packet")
+            if kind == Kind.REDUCE_RESULT.value:
+                seq = by_arrival.get((d, seq16, cycle))
+                if seq is None or (d, seq) in seen:
+                    self._fail(f"{where}: result seq {seq16} not seen online")
+                    continue
+                seen.add((d, seq))
+                job = user >> _USER["job"][0] & _USER["job"][1]
+                if job != REPLAY_JOB or dest != d:
+                    self._fail(f"{where}: result of chunk {seq} for job {job} to {dest}")
+                if flits != chunk_flits[seq] or dig != self._golden(seq, flits, golden):
+                    self._fail(f"{where}: result of chunk {seq} differs from the golden sum")
+                continue
+            pid = (user >> _USER["slot"][0] & _USER["slot"][1]) << 16 | seq16
+            if pid >= plan.packets:
+                continue   # reported online
+            want_src, want_dst = int(plan.src[pid]), int(plan.dst[pid])
+            if d != want_dst or dest != want_dst or src != want_src:
+                self._fail(f"{where}: packet {pid} from {want_src} to {want_dst} arrived as "
+                           f"{src}->{dest}")
+            if flits != int(plan.flits[pid]) or not pay_ok:
+                self._fail(f"{where}: packet {pid} payload corrupted")
+        for k, rest in enumerate(started):
+            if next(rest, None) is not None:
+                self._fail(f"ingress {k}: packets given but never started")
+        lost = sum(1 for p in range(plan.packets) if plan.kind[p] != Kind.REDUCE_CONTRIB.value
+                   and p not in self.deliver)
+        if lost:
+            self._fail(f"{lost} memory packets never delivered")
+        if len(seen) != len(self.results):
+            self._fail(f"{len(self.results) - len(seen)} results missing from the log")
+        return inject
+
+    def result(self, inject, counters, errors, wall_s):
+        """The :class:`sim.replay.ReplayResult` of this replay (``counters``: the harness's
+        per-port flit and stall counts)."""
+        return ReplayResult.collect(
+            "rtl", self.loop, inject, self.deliver, self.results,
+            egress_flits=counters["egress_flits"], ingress_flits=counters["ingress_flits"],
+            stall_cycles=counters["stall_cycles"], errors=errors,
+            mismatches=len(self.mismatches), wall_s=wall_s)

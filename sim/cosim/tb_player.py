@@ -1,0 +1,42 @@
+"""cocotb test module behind :func:`sim.cosim.replay_rtl` with the Verilog packet player
+(:mod:`sim.player`): replays a pickled plan and pickles the :class:`sim.replay.ReplayResult`
+back.
+
+Environment: ``INNET_PLAN`` (input pickle), ``INNET_RESULT`` (output pickle), ``INNET_LOG``
+(the harness's packet log, also passed as the ``+innet_log`` plusarg), ``INNET_SEED``,
+``INNET_STALL`` (probability that an egress holds ``tready`` low in a cycle; default 0).
+"""
+
+import os
+import pickle
+import time
+from pathlib import Path
+
+import cocotb
+
+from sim.cosim.pins import read_counters
+from sim.cosim.player import Player
+
+
+def _split(value, n):
+    return [value >> 32 * k & 0xFFFFFFFF for k in range(n)]
+
+
+@cocotb.test()
+async def play(dut):
+    plan = pickle.loads(Path(os.environ["INNET_PLAN"]).read_bytes())
+    player = Player(plan, seed=int(os.environ.get("INNET_SEED", "1")),
+                    stall=float(os.environ.get("INNET_STALL", "0")))
+    began = time.perf_counter()
+    await player.play(dut)
+    inject = player.check(Path(os.environ["INNET_LOG"]).read_text())
+    wall = time.perf_counter() - began   # the simulation and the scoreboard
+    n = player.N
+    counters = {name: _split(int(getattr(dut, name).value), n)
+                for name in ("ingress_flits", "egress_flits", "stall_cycles")}
+    errors = read_counters(dut)
+    result = player.result(inject, counters, errors, wall)
+    result.extra["simulation_s"] = player.wall_s
+    Path(os.environ["INNET_RESULT"]).write_bytes(pickle.dumps(result))
+    assert not player.mismatches, player.mismatches[:5]
+    assert not any(errors.values()), f"the switch dropped packets: {errors}"

@@ -1,0 +1,56 @@
+"""cocotb test module behind :func:`sim.cosim.replay_rtl`: replays a pickled plan through the
+exported switch and pickles the :class:`sim.replay.ReplayResult` back.
+
+Environment: ``INNET_PLAN`` (input pickle), ``INNET_RESULT`` (output pickle), ``INNET_SEED``,
+``INNET_STALL`` (probability that an egress holds ``tready`` low in a cycle; default 0).
+"""
+
+import os
+import pickle
+import time
+from pathlib import Path
+
+import random
+
+import cocotb
+
+from sim.cosim.driver import ReplayDriver, replay_dut
+from sim.cosim.pins import read_counters
+
+
+@cocotb.test()
+async def replay(dut):
+    if not os.environ.get("INNET_PLAN"):
+        return   # a bare-clock benchmark run
+    plan = pickle.loads(Path(os.environ["INNET_PLAN"]).read_bytes())
+    seed = int(os.environ.get("INNET_SEED", "1"))
+    stall = float(os.environ.get("INNET_STALL", "0"))
+    driver = ReplayDriver(plan, seed=seed, stall=stall, rng=random.Random(seed))
+    began = time.perf_counter()
+    await replay_dut(dut, driver)
+    wall = time.perf_counter() - began
+    errors = read_counters(dut)
+    result = driver.result("rtl", errors, wall)
+    Path(os.environ["INNET_RESULT"]).write_bytes(pickle.dumps(result))
+    assert not driver.mismatches, driver.mismatches[:5]
+    assert not any(errors.values()), f"the switch dropped packets: {errors}"
+
+
+@cocotb.test()
+async def bare_clock(dut):
+    """The reference of ``innet bench cosim``: the same design with only the clock toggling
+    and one Python wake-up per cycle, for INNET_BARE_CYCLES cycles."""
+    from cocotb.clock import Clock
+    from cocotb.triggers import RisingEdge
+
+    cycles = int(os.environ.get("INNET_BARE_CYCLES", "0"))
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    dut.rst.value = 1
+    began = time.perf_counter()
+    edge = RisingEdge(dut.clk)
+    for _ in range(cycles):
+        await edge
+    wall = time.perf_counter() - began
+    out = os.environ.get("INNET_BARE_RESULT")
+    if out:
+        Path(out).write_text(f"{cycles} {wall}\n")

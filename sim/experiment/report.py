@@ -1,0 +1,248 @@
+"""Running an experiment's points and writing ``results/<run>/``: results.json, results.csv,
+report.md and the plots (``innet run``, ``innet sweep``).
+
+Points run on an executor: in this process (``jobs = 1``), on a local process pool
+(``concurrent.futures``), or on a Dask distributed cluster (``--dask tcp://HOST:PORT``).
+"""
+
+import csv
+import io
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from sim.experiment.config import points
+from sim.experiment.point import run_point
+from sim.cli.output import UsageError
+from sim.files import atomic_writes
+
+__all__ = ["execute", "write_results", "summary_table", "COLUMNS"]
+
+#: The table columns (key, heading, format), in report order.
+COLUMNS = [
+    ("workload", "workload", "{}"), ("bucket_mb", "bucket MiB", "{:g}"),
+    ("algo", "algorithm", "{}"), ("policy", "arbiter", "{}"),
+    ("backprop_alone_ms", "bwd alone ms", "{:.2f}"), ("backprop_ms", "bwd ms", "{:.2f}"),
+    ("backprop_slowdown", "slowdown %", "{:+.1%}"), ("slowdown_sm", "SM %", "{:.1%}"),
+    ("slowdown_hbm", "HBM %", "{:.1%}"), ("slowdown_link", "link %", "{:.1%}"),
+    ("allreduce_ms", "all-reduce ms", "{:.2f}"), ("exposed_comm_ms", "exposed ms", "{:.2f}"),
+    ("iteration_ms", "iteration ms", "{:.2f}"), ("link_utilization", "link util", "{:.2f}"),
+]
+
+
+def _row(point):
+    row = {"workload": point.workload, "bucket_mb": point.bucket_mb, "algo": point.algo,
+           "policy": point.policy}
+    row.update(point.metrics)
+    if point.validation:
+        row["rtl_window_packets"] = point.validation.get("packets")
+        row["rtl_exact_fraction"] = (point.validation.get("exact", 0) /
+                                     max(point.validation.get("deliveries", 1), 1))
+        row["rtl_mae_fraction"] = point.validation.get("mae_fraction")
+        row["rtl_makespan_error"] = point.validation.get("makespan_error")
+    return row
+
+
+def execute(config, jobs=1, dask=None, progress=None):
+    """Run every point of ``config``; returns the list of PointResult in report order."""
+    todo = points(config)
+    results = [None] * len(todo)
+    began = time.perf_counter()
+
+    def report(done):
+        if progress:
+            elapsed = time.perf_counter() - began
+            progress(f"[{done}/{len(todo)}] {elapsed:5.1f} s")
+
+    if dask:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise UsageError("--dask needs the 'distributed' package") from None
+        try:
+            client = Client(dask, timeout=10)
+        except (OSError, TimeoutError) as exc:
+            raise UsageError(f"--dask {dask}: cannot connect: {exc}") from None
+        try:
+            futures = [client.submit(run_point, config, *p, pure=False) for p in todo]
+            index = {f.key: i for i, f in enumerate(futures)}
+            from distributed import as_completed
+            for done, future in enumerate(as_completed(futures), 1):
+                results[index[future.key]] = future.result()
+                report(done)
+        finally:
+            client.close()
+    elif jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(run_point, config, *p): i for i, p in enumerate(todo)}
+            from concurrent.futures import as_completed
+            for done, future in enumerate(as_completed(futures), 1):
+                results[futures[future]] = future.result()
+                report(done)
+    else:
+        for i, p in enumerate(todo):
+            if progress:
+                progress(f"[{i}/{len(todo)}] running {' '.join(map(str, p))}")
+            results[i] = run_point(config, *p)
+        report(len(todo))
+    return results
+
+
+def summary_table(results):
+    """The summary as a Markdown table."""
+    rows = [_row(r) for r in results]
+    head = "| " + " | ".join(h for _, h, _ in COLUMNS) + " |"
+    rule = "|" + "|".join("---" for _ in COLUMNS) + "|"
+    body = ["| " + " | ".join(fmt.format(row[k]) for k, _, fmt in COLUMNS) + " |"
+            for row in rows]
+    return "\n".join([head, rule] + body)
+
+
+def write_results(config, results, out_dir, wall_s, command):
+    """Write results.json, results.csv, report.md and the plots into ``out_dir`` (all or
+    nothing)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = [_row(r) for r in results]
+    payload = {"config": config.as_dict(), "command": command, "wall_s": wall_s,
+               "points": [{**_row(r), "validation": r.validation} for r in results]}
+    buf = io.StringIO()
+    keys = list(rows[0])
+    for row in rows[1:]:
+        keys += [k for k in row if k not in keys]
+    writer = csv.DictWriter(buf, fieldnames=keys)
+    writer.writeheader()
+    writer.writerows(rows)
+    plots = _plots(results)
+    names = ["results.json", "results.csv", "report.md"] + [name for name, _ in plots]
+    with atomic_writes([out_dir / n for n in names]) as temps:
+        temps[0].write_text(json.dumps(payload, indent=2, default=float) + "\n")
+        temps[1].write_text(buf.getvalue())
+        temps[2].write_text(_report(config, results, wall_s, command, [n for n, _ in plots]))
+        for temp, (_, figure) in zip(temps[3:], plots):
+            figure.savefig(temp, format="png", dpi=110, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+    for _, figure in plots:
+        plt.close(figure)
+    return [out_dir / n for n in names]
+
+
+def _report(config, results, wall_s, command, plot_names):
+    lines = [f"# innet run: {config.name}", "",
+             f"Command: `{command}` ({wall_s:.1f} s). Configuration: {config.source}; "
+             f"{config.gpus} × {config.gpu}, switch {config.gpus} ports × {config.lanes} lanes, "
+             f"{config.slots} slots, {config.chunk_flits}-flit chunks. Metric definitions: "
+             "docs/metrics.md.", "",
+             "## Backprop slowdown and its causes", "", summary_table(results), ""]
+    checked = [r for r in results if r.validation]
+    shared = ""
+    if any(r.validation["rtl_policy"] != r.policy for r in checked):
+        shared = (". Round-robin windows run on the priority build with every priority equal, "
+                  "which is round-robin (one build for both policies; the exact-delivery "
+                  "column checks it)")
+    if checked:
+        lines += ["## RTL in the loop", "",
+                  "The first bucket window of every point replayed through the RTL switch "
+                  f"({config.sim}, cocotb) and through the fast model{shared}:", "",
+                  "| point | RTL switch | packets | RTL cycles | exact deliveries | "
+                  "delivery MAE | makespan error | RTL errors |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in checked:
+            v = r.validation
+            lines.append(f"| {r.workload} {r.algo} {r.policy} | "
+                         f"{v['rtl_switch']} | {v['packets']} | "
+                         f"{v['rtl_cycles']} | {v['exact']}/{v['deliveries']} | "
+                         f"{v['mae_fraction']:.3%} | {v['makespan_error']:.3%} | "
+                         f"{sum(v['errors'].values())} |")
+        lines.append("")
+    lines += ["## Plots", ""] + [f"![{n}]({n})" for n in plot_names] + [""]
+    return "\n".join(lines)
+
+
+def _plots(results):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plots = []
+    labels = [f"{r.workload}\n{r.algo}\n{r.policy}" + (f"\n{r.bucket_mb:g} MiB"
+                                                      if len({x.bucket_mb for x in results}) > 1
+                                                      else "") for r in results]
+    fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(results)), 4.5))
+    bottom = [0.0] * len(results)
+    for key, name, color in (("slowdown_sm", "SM", "#4c72b0"), ("slowdown_hbm", "HBM", "#dd8452"),
+                             ("slowdown_link", "link", "#55a868")):
+        values = [100 * r.metrics[key] for r in results]
+        ax.bar(range(len(results)), values, bottom=bottom, label=name, color=color)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_xticks(range(len(results)), labels, fontsize=7)
+    ax.set_ylabel("backprop slowdown, %")
+    ax.set_title("Backprop slowdown from overlapping the all-reduce, by cause")
+    ax.set_ylim(0, max(max(bottom) * 1.15, 0.1))
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    plots.append(("slowdown.png", fig))
+
+    fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(results)), 4.5))
+    ax.bar(range(len(results)), [r.metrics["exposed_comm_ms"] for r in results],
+           color="#c44e52", label="exposed communication")
+    ax.set_xticks(range(len(results)), labels, fontsize=7)
+    ax.set_ylabel("ms")
+    ax.set_title("Exposed communication per iteration")
+    fig.tight_layout()
+    plots.append(("exposed.png", fig))
+
+    buckets = sorted({r.bucket_mb for r in results})
+    if len(buckets) > 1:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for key in sorted({(r.workload, r.algo, r.policy) for r in results}):
+            pts = sorted((r.bucket_mb, r.metrics["allreduce_ms"]) for r in results
+                         if (r.workload, r.algo, r.policy) == key)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=" ".join(key))
+        ax.set_xscale("log")
+        ax.set_xlabel("bucket size, MiB")
+        ax.set_ylabel("all-reduce time per iteration, ms")
+        ax.legend(fontsize=7)
+        plots.append(("allreduce_vs_bucket.png", fig))
+
+    # Timeline: per GPU, compute vs communication, one panel per algorithm (first workload,
+    # first policy, first bucket size).
+    first = results[0]
+    chosen = [r for r in results if r.workload == first.workload and r.policy == first.policy
+              and r.bucket_mb == first.bucket_mb]
+    fig, axes = plt.subplots(len(chosen), 1, figsize=(9, 1.2 + 1.3 * len(chosen)),
+                             sharex=True, squeeze=False)
+    for ax, r in zip(axes[:, 0], chosen):
+        for g, spans in sorted(r.timeline.items(), key=lambda kv: int(kv[0])):
+            g = int(g)
+            ax.broken_barh(spans["compute"], (g - 0.4, 0.35), color="#4c72b0")
+            ax.broken_barh(spans["comm"], (g + 0.05, 0.35), color="#dd8452")
+        ax.set_ylabel(f"{r.algo}\nGPU")
+        ax.set_yticks([])
+    axes[-1, 0].set_xlabel("time, ms (blue: compute kernels; orange: gradient messages in "
+                           "the switch)")
+    axes[0, 0].set_title(f"{first.workload}: per-GPU timeline, {first.policy} arbitration")
+    plots.append(("timeline.png", fig))
+    return plots
+
+
+def progress_printer(enabled=True):
+    """A progress callback writing one updating line to stderr."""
+    if not enabled:
+        return None
+    tty = sys.stderr.isatty()
+
+    def show(text):
+        if tty:
+            sys.stderr.write("\r\033[K" + text)
+        else:
+            sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    return show
+
+
+def cpu_count():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

@@ -1,0 +1,70 @@
+"""Running SymbiYosys (``yowasp-sby``, engine ``smtbmc z3``) on innet's formal harnesses."""
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from hw.formal import ArbiterProperties, ReductionProperties, harness_rtlil
+
+from sim.flow.tools import tool_env
+
+__all__ = ["prove_arbiter", "prove_reduction", "run_sby"]
+
+_SBY = """[options]
+mode {mode}
+depth {depth}
+
+[engines]
+smtbmc z3
+
+[script]
+read_rtlil top.il
+prep -top top
+
+[files]
+top.il
+"""
+
+
+def run_sby(rtlil_text, workdir, *, mode="prove", depth=12, timeout=900):
+    """Run SymbiYosys on ``rtlil_text`` in ``workdir``.
+
+    Returns
+    -------
+    dict
+        ``{"status": "PASS"|"FAIL"|..., "mode", "depth", "seconds", "log"}``; ``log`` is the
+        tail of SymbiYosys's output (it names the failing assertion and the trace on FAIL).
+    """
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "top.il").write_text(rtlil_text)
+    (workdir / "top.sby").write_text(_SBY.format(mode=mode, depth=depth))
+    began = time.monotonic()
+    proc = subprocess.run(["yowasp-sby", "-f", "top.sby"], cwd=workdir, env=tool_env(),
+                          capture_output=True, text=True, timeout=timeout)
+    seconds = time.monotonic() - began
+    out = proc.stdout + proc.stderr
+    match = re.search(r"DONE \((\w+), rc=(\d+)\)", out)
+    status = match.group(1) if match else f"ERROR (exit {proc.returncode})"
+    return {"status": status, "mode": mode, "depth": depth, "seconds": round(seconds, 1),
+            "log": "\n".join(out.splitlines()[-25:])}
+
+
+def prove_arbiter(ports, policy, workdir, *, depth=12, mode="prove", starvation_bound=None):
+    """Prove :class:`hw.formal.ArbiterProperties` for one arbiter configuration."""
+    harness = ArbiterProperties(ports, policy, starvation_bound=starvation_bound)
+    result = run_sby(harness_rtlil(harness), workdir, mode=mode, depth=depth)
+    result.update({"block": "arbiter", "ports": ports, "policy": str(policy)})
+    return result
+
+
+def prove_reduction(workdir, *, ports=3, lanes=1, slots=2, chunk_flits=2, jobs=2, depth=12,
+                    mode="prove", claim_unreachable=False):
+    """Prove :class:`hw.formal.ReductionProperties` for one reduction-unit size."""
+    harness = ReductionProperties(ports, lanes, slots, chunk_flits, jobs,
+                                  claim_unreachable=claim_unreachable)
+    result = run_sby(harness_rtlil(harness), workdir, mode=mode, depth=depth)
+    result.update({"block": "reduce", "ports": ports, "lanes": lanes, "slots": slots,
+                   "chunk_flits": chunk_flits, "jobs": jobs})
+    return result

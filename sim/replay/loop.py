@@ -1,0 +1,146 @@
+"""The GPUs' side of a replay: which packet each GPU port starts next, given what the switch
+has delivered (:class:`ClosedLoop`). Every backend drives the same loop, so their delivery
+cycles compare packet by packet."""
+
+import heapq
+
+from hw.packet import Kind
+from sim.replay.plan import Message
+
+__all__ = ["ClosedLoop"]
+
+
+class ClosedLoop:
+    """Which packet each GPU port starts next, given what has been delivered.
+
+    Both backends call :meth:`next_packet` when a port is free to start a packet at ``cycle``
+    and report every delivery (:meth:`delivered`, :meth:`result`). A message is eligible once
+    ``cycle ≥ issue`` and its dependency was delivered at an earlier cycle; among eligible
+    messages a port takes them in (issue, id) order, skipping one whose next packet is a
+    contribution still waiting for its slot's credit.
+    """
+
+    def __init__(self, plan):
+        plan = plan.copy()
+        self.plan = plan
+        slots = plan.config.slots
+        self.slots = slots
+        n = plan.config.ports
+        self.future = [[] for _ in range(n)]     # heap of (issue, mid) not yet eligible by time
+        self.active = [[] for _ in range(n)]     # sorted (issue, mid) eligible messages
+        self.next_index = {}                     # mid -> next packet position
+        self.remaining = {}                      # mid -> packets (or results) not yet delivered
+        self.waiting = {}                        # dep mid -> [mid]
+        self.done_at = {}                        # mid -> delivery cycle
+        self.result_at = {}                      # (port, seq) -> cycle the result arrived
+        self.chunk_msg = {}                      # (port, seq) -> message id of the contribution
+        for m in plan.messages:
+            self.remaining[m.mid] = len(m.packets)
+            for p in m.packets:
+                if plan.seq[p] >= 0:
+                    self.chunk_msg[(m.src, int(plan.seq[p]))] = m.mid
+            if m.dep >= 0:
+                self.waiting.setdefault(m.dep, []).append(m.mid)
+            else:
+                heapq.heappush(self.future[m.src], (m.issue, m.mid))
+        self.started = 0
+        self.total = plan.packets
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def next_packet(self, port, cycle):
+        """The packet ``port`` starts at ``cycle``, or None."""
+        fut, act = self.future[port], self.active[port]
+        while fut and fut[0][0] <= cycle:
+            entry = heapq.heappop(fut)
+            _insort(act, entry)
+        plan = self.plan
+        for i, (_, mid) in enumerate(act):
+            m = plan.messages[mid]
+            pos = self.next_index.get(mid, 0)
+            p = m.packets[pos]
+            s = plan.seq[p]
+            if s >= self.slots:
+                got = self.result_at.get((port, int(s) - self.slots))
+                if got is None or got >= cycle:
+                    continue
+            pos += 1
+            self.next_index[mid] = pos
+            if pos == len(m.packets):
+                del act[i]
+            self.started += 1
+            return int(p)
+        return None
+
+    def wake_time(self, port):
+        """The next cycle a message of ``port`` becomes eligible by time alone (or None)."""
+        fut = self.future[port]
+        return fut[0][0] if fut else None
+
+    def finished(self):
+        return len(self.done_at) == len(self.plan.messages)
+
+    # -- events ----------------------------------------------------------------------------
+
+    def delivered(self, pid, cycle):
+        """A memory packet's last flit left the switch at ``cycle``. Returns the ports whose
+        eligibility may have changed."""
+        plan = self.plan
+        mid = int(plan.msg[pid])
+        self.remaining[mid] -= 1
+        if self.remaining[mid] == 0:
+            m = plan.messages[mid]
+            if m.kind == Kind.MEM_READ_REQ and m.response_flits:
+                return self._respond(m, cycle)
+            if m.kind == Kind.MEM_READ_RESP:
+                # The response completes the read: the request message is done.
+                return self._done(m.response_to, cycle) + self._done(mid, cycle)
+            return self._done(mid, cycle)
+        return []
+
+    def result(self, port, seq, cycle):
+        """The result of chunk ``seq`` arrived at ``port`` at ``cycle``."""
+        self.result_at[(port, seq)] = cycle
+        mid = self.chunk_msg[(port, seq)]
+        self.remaining[mid] -= 1
+        woken = [port]   # a credit came back
+        if self.remaining[mid] == 0:
+            woken += self._done(mid, cycle)
+        return woken
+
+    def _respond(self, request, cycle):
+        plan = self.plan
+        mid = len(plan.messages)
+        resp = Message(mid, request.dst, Kind.MEM_READ_RESP, request.src, cycle + 1, -1,
+                       request.record)
+        resp.response_to = request.mid
+        cfg = plan.config
+        for offset in range(0, request.response_flits, cfg.mtu_flits):
+            resp.packets.append(plan.add_packet(request.dst, request.src, Kind.MEM_READ_RESP,
+                                                min(cfg.mtu_flits,
+                                                    request.response_flits - offset), mid))
+        plan.messages.append(resp)
+        self.remaining[mid] = len(resp.packets)
+        self.total = plan.packets
+        heapq.heappush(self.future[resp.src], (resp.issue, mid))
+        return [resp.src]
+
+    def _done(self, mid, cycle):
+        self.done_at[mid] = cycle
+        woken = []
+        for w in self.waiting.pop(mid, []):
+            m = self.plan.messages[w]
+            heapq.heappush(self.future[m.src], (max(m.issue, cycle + 1), w))
+            woken.append(m.src)
+        return woken
+
+
+def _insort(items, entry):
+    lo, hi = 0, len(items)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if items[mid] < entry:
+            lo = mid + 1
+        else:
+            hi = mid
+    items.insert(lo, entry)

@@ -1,0 +1,184 @@
+"""Trace replay through a switch: the packet plan and the closed loop both backends share.
+
+A GPU trace (:mod:`sim.trace`) is turned into a **plan**: per GPU port, messages (a memory
+write, a memory read, a gradient message to a peer, or a gradient contribution to the switch)
+cut into switch packets, each with the cycle it is issued at and the message it depends on.
+:class:`ClosedLoop` then decides, cycle by cycle, which packet each GPU starts next, exactly as
+a GPU would: a message waits for its issue cycle and for the message it depends on to have been
+delivered (ring step k+1 waits for step k), a contribution to slot ``seq mod S`` waits until the
+result of chunk ``seq - S`` came back (the result is the credit, SwitchML-style), and a read
+request's response is sent by the peer once the request arrived.
+
+The RTL backend (:mod:`sim.cosim`, cocotb) and the fast model (:mod:`sim.switch_model`) drive
+the same :class:`ClosedLoop`, so their per-packet delivery cycles are directly comparable.
+
+Time: one switch cycle moves one flit (``4 × lanes`` bytes) per port. The replay maps trace
+nanoseconds to cycles so that a port's line rate equals the GPU's link bandwidth, with one
+simulated flit standing for ``flit_scale`` real flits (``flit_scale = 1`` is the real switch;
+larger values shrink a long iteration into a tractable number of flits, keeping every
+bandwidth ratio; see docs/metrics.md)."""
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hw.packet import Kind
+from sim.replay.config import ReplayConfig
+from sim.trace.format import GRAD, MEM, MEM_OPS, NO_DEP, SWITCH_PORT
+
+__all__ = ["Plan", "Message", "build_plan", "PlanError", "MEM_KINDS", "scale_for"]
+
+
+MEM_KINDS = (Kind.MEM_WRITE, Kind.MEM_READ_REQ, Kind.MEM_READ_RESP)
+
+
+class PlanError(ValueError):
+    """The trace cannot be replayed on this switch (one line: what and where)."""
+
+
+@dataclass
+class Message:
+    """One trace message: the packets a GPU sends for one record."""
+
+    mid: int
+    src: int
+    kind: Kind
+    dst: int                  # egress port; -1 for contributions
+    issue: int                # cycle
+    dep: int                  # message id it waits for, or -1
+    record: int               # trace record id
+    packets: list = field(default_factory=list)   # packet ids
+    response_flits: int = 0   # read requests: size of the response
+    response_to: int = -1     # read responses: the request's message id
+
+
+@dataclass
+class Plan:
+    """Packets and messages of a replay. Packet arrays are indexed by packet id."""
+
+    config: ReplayConfig
+    gpus: int
+    messages: list
+    src: np.ndarray
+    dst: np.ndarray           # egress port, -1 for contributions
+    kind: np.ndarray
+    flits: np.ndarray
+    msg: np.ndarray
+    seq: np.ndarray           # contributions: chunk sequence number; else -1
+    members: int              # in-switch job member bitmap (0 if none)
+    chunks: int               # in-switch chunks in the job
+    meta: dict
+
+    @property
+    def packets(self):
+        return len(self.src)
+
+    def copy(self):
+        """A copy a replay may extend (read responses are added as they are sent)."""
+        messages = [Message(**{**m.__dict__, "packets": list(m.packets)}) for m in self.messages]
+        return Plan(self.config, self.gpus, messages, self.src.copy(), self.dst.copy(),
+                    self.kind.copy(), self.flits.copy(), self.msg.copy(), self.seq.copy(),
+                    self.members, self.chunks, dict(self.meta))
+
+    def packet_key(self, pid):
+        """A name for packet ``pid`` that does not depend on timing: (trace record, packet
+        kind, index within its message)."""
+        m = self.messages[int(self.msg[pid])]
+        return (m.record, int(self.kind[pid]), m.packets.index(pid))
+
+    def add_packet(self, src, dst, kind, flits, msg, seq=-1):
+        """Append a packet (read responses are created while the replay runs)."""
+        self.src = np.append(self.src, src)
+        self.dst = np.append(self.dst, dst)
+        self.kind = np.append(self.kind, Kind(kind).value)
+        self.flits = np.append(self.flits, flits)
+        self.msg = np.append(self.msg, msg)
+        self.seq = np.append(self.seq, seq)
+        return len(self.src) - 1
+
+
+def build_plan(meta, records, config, path="trace"):
+    """Cut the trace's ``mem`` and ``grad`` records into switch packets.
+
+    Kernel records are not switch traffic and are skipped. Raises :class:`PlanError` when the
+    trace does not fit the switch (more GPUs than ports, in-switch pieces not sent by every
+    member).
+    """
+    gpus = int(meta["gpus"])
+    if gpus > config.ports:
+        raise PlanError(f"{path}: the trace has {gpus} GPUs but the switch has "
+                        f"{config.ports} ports")
+    cycle_ns = config.cycle_ns
+    fb = config.flit_bytes
+    messages, by_record = [], {}
+    src, dst, kind, flits, msg, seq = [], [], [], [], [], []
+    contrib = []   # (message, record) of in-switch pieces, numbered after the loop
+
+    def packet(s, d, k, n, m, q=-1):
+        src.append(s), dst.append(d), kind.append(Kind(k).value), flits.append(n), msg.append(m)
+        seq.append(q)
+        return len(src) - 1
+
+    for r in records:
+        if r.rtype not in (MEM, GRAD):
+            continue
+        dep = -1
+        if r.b != NO_DEP:
+            if r.b not in by_record:
+                raise PlanError(f"{path}: record {r.id}: dependency {r.b} is not a message")
+            dep = by_record[r.b]
+        if r.peer == r.gpu:
+            # The switch drops a packet to its sender's own port (hw/switch.py).
+            raise PlanError(f"{path}: record {r.id}: GPU {r.gpu} sends to itself")
+        issue = int(r.time_ns / cycle_ns)
+        n_flits = max(1, -(-r.a // fb))
+        mid = len(messages)
+        if r.rtype == GRAD and r.peer == SWITCH_PORT:
+            m = Message(mid, r.gpu, Kind.REDUCE_CONTRIB, -1, issue, dep, r.id)
+            contrib.append((m, r))
+        elif r.rtype == MEM and MEM_OPS[r.op] == "read":
+            m = Message(mid, r.gpu, Kind.MEM_READ_REQ, r.peer, issue, dep, r.id,
+                        response_flits=n_flits)
+            m.packets.append(packet(r.gpu, r.peer, Kind.MEM_READ_REQ, 1, mid))
+        else:
+            m = Message(mid, r.gpu, Kind.MEM_WRITE, r.peer, issue, dep, r.id)
+            for offset in range(0, n_flits, config.mtu_flits):
+                m.packets.append(packet(r.gpu, r.peer, Kind.MEM_WRITE,
+                                        min(config.mtu_flits, n_flits - offset), mid))
+        messages.append(m)
+        by_record[r.id] = mid
+
+    # In-switch pieces: every member sends the same pieces (bucket, piece) in the same order;
+    # chunk c of the job is contribution seq c on every member.
+    members, chunks = 0, 0
+    if contrib:
+        keys = {}
+        for m, r in contrib:
+            keys.setdefault((r.slot, r.aux), []).append((m, r))
+            members |= 1 << r.gpu
+        order = sorted(keys, key=lambda k: (min(r.time_ns for _, r in keys[k]), k))
+        for key in order:
+            group = keys[key]
+            senders = sum(1 << r.gpu for _, r in group)
+            if senders != members or len(group) != bin(members).count("1"):
+                _, r = group[0]
+                raise PlanError(f"{path}: record {r.id}: in-switch piece bucket={key[0]} "
+                                f"chunk={key[1]} is not sent exactly once by every member")
+            size = max(r.a for _, r in group)
+            n_chunks = max(1, -(-size // config.chunk_bytes))
+            for m, r in group:
+                for c in range(n_chunks):
+                    m.packets.append(packet(r.gpu, -1, Kind.REDUCE_CONTRIB, config.chunk_flits,
+                                            m.mid, chunks + c))
+            chunks += n_chunks
+        if bin(members).count("1") < 2:
+            raise PlanError(f"{path}: in-switch reduction needs at least 2 members")
+    as_array = lambda v: np.array(v, dtype=np.int64)   # noqa: E731
+    return Plan(config, gpus, messages, as_array(src), as_array(dst), as_array(kind),
+                as_array(flits), as_array(msg), as_array(seq), members, chunks, dict(meta))
+
+
+def scale_for(total_bytes, lanes, target_flits):
+    """The smallest flit scale that brings ``total_bytes`` per port under ``target_flits``."""
+    return max(1, math.ceil(total_bytes / (lanes * 4 * target_flits)))

@@ -1,0 +1,157 @@
+"""What a replay measured (:class:`ReplayResult`), and comparing two replays of one plan."""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hw.packet import Kind
+from sim.replay.plan import Plan
+
+__all__ = ["ReplayResult", "compare", "slot_occupancy"]
+
+
+@dataclass
+class ReplayResult:
+    """What a replay measured. Cycles count from the first cycle of the replay.
+
+    ``inject[p]``: cycle packet p's first flit entered the switch; ``deliver[p]``: cycle its
+    last flit left (memory packets); ``results[(port, seq)]``: cycle the last flit of chunk
+    ``seq``'s result left towards ``port``. ``egress_flits[d]``, ``ingress_flits[k]``: flits
+    moved; ``stall_cycles[k]``: cycles port k had a flit to send but the switch refused it.
+    ``errors``: drop counters by cause (the RTL's; the model drops nothing).
+    """
+
+    backend: str
+    plan: Plan
+    cycles: int
+    inject: np.ndarray
+    deliver: np.ndarray
+    results: dict
+    egress_flits: list
+    ingress_flits: list
+    stall_cycles: list
+    slot_peak: int
+    slot_mean: float
+    message_done: dict
+    errors: dict = field(default_factory=dict)
+    mismatches: int = 0
+    wall_s: float = 0.0
+    extra: dict = field(default_factory=dict)   # how it ran: driver, build, timings
+
+    @classmethod
+    def collect(cls, backend, loop, inject, deliver, results, **counters):
+        """Build a result from a backend's per-packet dicts (``inject``, ``deliver``: pid →
+        cycle; ``results``: (port, seq) → cycle) and its ``loop``; ``counters`` are the
+        remaining fields (flit counts, stalls, errors, mismatches, wall_s)."""
+        plan = loop.plan
+        arrays = []
+        for cycles in (inject, deliver):
+            a = np.full(plan.packets, -1, dtype=np.int64)
+            if cycles:
+                a[list(cycles)] = list(cycles.values())
+            arrays.append(a)
+        return cls.build(backend, plan, loop.done_at, *arrays, results, **counters)
+
+    @classmethod
+    def build(cls, backend, plan, message_done, inject, deliver, results, **counters):
+        """Build a result from per-packet arrays (``inject``, ``deliver``: cycle or -1, indexed
+        by pid), ``results`` ((port, seq) → cycle) and ``message_done`` (mid → cycle)."""
+        last = max([int(deliver.max(initial=-1))] + list(results.values()))
+        peak, mean = slot_occupancy(plan, inject, results)
+        return cls(backend=backend, plan=plan, cycles=last + 1, inject=inject, deliver=deliver,
+                   results=dict(results), slot_peak=peak, slot_mean=mean,
+                   message_done=dict(message_done), **counters)
+
+    def delivery_cycles(self):
+        """Every delivery as ``{key: cycle}``: ``("p", pid)`` for memory packets and
+        ``("r", port, seq)`` for reduction results; the keys both backends share."""
+        out = {("p",) + self.plan.packet_key(p): int(c)
+               for p, c in enumerate(self.deliver) if c >= 0}
+        out.update({("r", port, seq): c for (port, seq), c in self.results.items()})
+        return out
+
+    def summary(self):
+        plan = self.plan
+        cfg = plan.config
+        mem = [p for p in range(plan.packets) if plan.kind[p] != Kind.REDUCE_CONTRIB.value
+               and self.deliver[p] >= 0]
+        lat = [int(self.deliver[p] - self.inject[p]) for p in mem]
+        span = max(self.cycles, 1)
+        return {
+            "backend": self.backend,
+            "cycles": int(self.cycles),
+            "real_time_us": self.cycles * cfg.cycle_ns / 1e3,
+            "packets": int(plan.packets),
+            "memory_packets": len(mem),
+            "reduction_chunks": int(plan.chunks),
+            "results_delivered": len(self.results),
+            "latency_cycles": _stats(lat),
+            "egress_utilization": [round(f / span, 4) for f in self.egress_flits],
+            "ingress_utilization": [round(f / span, 4) for f in self.ingress_flits],
+            "stall_cycles": [int(s) for s in self.stall_cycles],
+            "slot_occupancy": {"peak": int(self.slot_peak), "mean": round(self.slot_mean, 3),
+                               "slots": cfg.slots},
+            "errors": dict(self.errors),
+            "mismatches": int(self.mismatches),
+            "wall_s": round(self.wall_s, 3),
+        }
+
+
+def _stats(values):
+    if not values:
+        return {"count": 0}
+    a = np.asarray(values, dtype=np.float64)
+    return {"count": int(a.size), "mean": round(float(a.mean()), 3), "min": int(a.min()),
+            "p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99)),
+            "max": int(a.max())}
+
+
+def compare(reference, other):
+    """Per-delivery agreement of two replays of the same plan (``reference`` = RTL).
+
+    Returns the mean absolute delivery-cycle error as a fraction of the mean delivery cycle,
+    the same error over latency (delivery − injection of the reference), and the makespan
+    error.
+    """
+    a, b = reference.delivery_cycles(), other.delivery_cycles()
+    missing = set(a) ^ set(b)
+    keys = sorted(set(a) & set(b))
+    if not keys:
+        return {"deliveries": 0, "missing": len(missing)}
+    ra = np.array([a[k] for k in keys], dtype=np.float64)
+    rb = np.array([b[k] for k in keys], dtype=np.float64)
+    diff = np.abs(ra - rb)
+    return {
+        "deliveries": len(keys),
+        "missing": len(missing),
+        "exact": int((diff == 0).sum()),
+        "mae_cycles": round(float(diff.mean()), 3),
+        "max_error_cycles": int(diff.max()),
+        "mae_fraction": float(diff.mean() / max(ra.mean(), 1.0)),
+        "makespan_error": abs(reference.cycles - other.cycles) / max(reference.cycles, 1),
+    }
+
+
+def slot_occupancy(plan, inject, results):
+    """Peak and mean number of chunks in flight (first contribution in → last result out),
+    an upper bound on the slots held."""
+    if not plan.chunks:
+        return 0, 0.0
+    start = np.full(plan.chunks, np.iinfo(np.int64).max, dtype=np.int64)
+    end = np.full(plan.chunks, -1, dtype=np.int64)
+    contrib = np.nonzero(plan.seq >= 0)[0]
+    np.minimum.at(start, plan.seq[contrib], inject[contrib])
+    if results:
+        seqs = np.fromiter((seq for _, seq in results), dtype=np.int64, count=len(results))
+        np.maximum.at(end, seqs, np.fromiter(results.values(), np.int64, len(results)))
+    done = end >= 0
+    if not done.any():
+        return 0, 0.0
+    events = np.concatenate([np.stack([start[done], np.ones(done.sum(), np.int64)], 1),
+                             np.stack([end[done] + 1, -np.ones(done.sum(), np.int64)], 1)])
+    events = events[np.lexsort((events[:, 1], events[:, 0]))]
+    level = np.cumsum(events[:, 1])
+    times = events[:, 0]
+    span = times[-1] - times[0]
+    mean = float((level[:-1] * np.diff(times)).sum() / span) if span else float(level.max())
+    return int(level.max()), mean
