@@ -30,15 +30,60 @@ META = {"gpus": 4, "model": "test"}
 
 def sample_records():
     return [
-        TraceRecord(KERNEL, op=1, gpu=0, id=0, time_ns=10, a=500, aux=108, b=1024),
-        TraceRecord(GRAD, op=0, gpu=0, peer=1, id=1, time_ns=20, a=65536, slot=3, aux=7, b=NO_DEP),
-        TraceRecord(GRAD, op=3, gpu=1, peer=SWITCH_PORT, id=2, time_ns=30, a=4096, job=2, b=1),
-        TraceRecord(MEM, op=1, gpu=2, peer=3, id=3, time_ns=40, a=256, slot=9, b=NO_DEP),
+        TraceRecord.kernel(gpu=0, id=0, start_ns=10, duration_ns=500, phase="bwd", sms=108,
+                           hbm_kib=1024),
+        TraceRecord.grad(gpu=0, peer=1, id=1, time_ns=20, bytes=65536, algo="ring", bucket=3,
+                         chunk=7),
+        TraceRecord.grad(gpu=1, peer=SWITCH_PORT, id=2, time_ns=30, bytes=4096,
+                         algo="inswitch", job=2, dependency=1),
+        TraceRecord.mem(gpu=2, peer=3, id=3, time_ns=40, bytes=256, op="write", tag=9),
     ]
 
 
 def test_record_is_32_bytes():
     assert RECORD.size == 32
+
+
+def test_constructors_fill_the_documented_fields():
+    """docs/trace-format.md's table: which raw field each named value occupies, per type."""
+    assert sample_records() == [
+        TraceRecord(KERNEL, op=1, gpu=0, id=0, time_ns=10, a=500, aux=108, b=1024),
+        TraceRecord(GRAD, op=0, gpu=0, peer=1, id=1, time_ns=20, a=65536, slot=3, aux=7, b=NO_DEP),
+        TraceRecord(GRAD, op=3, gpu=1, peer=SWITCH_PORT, id=2, time_ns=30, a=4096, job=2, b=1),
+        TraceRecord(MEM, op=1, gpu=2, peer=3, id=3, time_ns=40, a=256, slot=9, b=NO_DEP),
+    ]
+    # the binary encoding of the kernel record, offset by offset
+    assert sample_records()[0].pack() == struct.pack("<BBHHHHHIQII", 1, 1, 0, 0, 0, 0, 108, 0,
+                                                     10, 500, 1024)
+
+
+def test_accessors_read_the_documented_fields():
+    kernel, ring, contribution, mem = sample_records()
+    assert (kernel.start_ns, kernel.duration_ns, kernel.end_ns) == (10, 500, 510)
+    assert (kernel.sms, kernel.hbm_kib, kernel.phase) == (108, 1024, "bwd")
+    assert (ring.bytes, ring.bucket, ring.chunk, ring.algo) == (65536, 3, 7, "ring")
+    assert ring.dependency is None and not ring.to_switch
+    assert (contribution.dependency, contribution.algo, contribution.job) == (1, "inswitch", 2)
+    assert contribution.to_switch
+    assert (mem.bytes, mem.tag, mem.mem_op, mem.dependency) == (256, 9, "write", None)
+    assert ring.with_dependency(0).dependency == 0
+    assert contribution.with_dependency(None).dependency is None
+
+
+@pytest.mark.parametrize("index, accessor", [
+    (0, "bytes"), (0, "dependency"), (0, "bucket"), (1, "duration_ns"), (1, "tag"),
+    (3, "chunk"), (3, "bucket"), (3, "sms"), (1, "phase"), (3, "algo"),
+])
+def test_accessor_of_another_record_type_raises(index, accessor):
+    with pytest.raises(TypeError, match=f"record has no {accessor}"):
+        getattr(sample_records()[index], accessor)
+
+
+def test_constructor_rejects_unknown_names():
+    with pytest.raises(ValueError, match="phase: 'sideways' is not one of"):
+        TraceRecord.kernel(gpu=0, id=0, start_ns=0, duration_ns=1, phase="sideways")
+    with pytest.raises(TypeError, match="kernel record has no dependency"):
+        sample_records()[0].with_dependency(None)
 
 
 @pytest.mark.parametrize("suffix", [".itr", ".txt"])
@@ -65,7 +110,7 @@ def test_inswitch_trace_sends_each_gradient_once(tmp_path):
     meta, records, result = generate_trace(resnet50(16), gpu_preset("a100"), 4, "inswitch")
     grads = [r for r in records if r.rtype == GRAD]
     assert all(r.peer == SWITCH_PORT for r in grads)
-    assert sum(r.a for r in grads) == 4 * sum(result.bucket_bytes)
+    assert sum(r.bytes for r in grads) == 4 * sum(result.bucket_bytes)
 
 
 def test_reading_streams(tmp_path):
@@ -159,4 +204,4 @@ def test_p2p_memory_records(tmp_path):
     write_trace(tmp_path / "p.itr", meta, records)
     mem = [r for r in read_trace(tmp_path / "p.itr")[1] if r.rtype == MEM]
     assert len(mem) == 4 * 3 and all(r.peer == (r.gpu + 1) % 4 for r in mem)
-    assert sum(r.a for r in mem) == 4 * (3 << 20)
+    assert sum(r.bytes for r in mem) == 4 * (3 << 20)

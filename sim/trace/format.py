@@ -15,6 +15,11 @@ Binary form (``.itr``)::
 Text form (``.txt``): a first line ``innet-trace 1 <metadata JSON>``, then one record per line,
 ``<type> key=value ...`` with the keys of that type (blank lines and ``#`` comments allowed).
 
+Code outside this module reads a record through the accessors named by meaning on
+:class:`TraceRecord` (``bytes``, ``dependency``, ``bucket``, ``chunk``, ``duration_ns``, ...)
+and builds one with :meth:`TraceRecord.kernel`, :meth:`TraceRecord.mem` or
+:meth:`TraceRecord.grad`; only this module knows which raw field holds what.
+
 Readers stream: :func:`read_trace` yields records one at a time and validates each as it goes,
 raising :class:`TraceError` with ``file:record: field: problem`` (record = 1-based record
 number; in the text form, the line number).
@@ -24,7 +29,7 @@ import json
 import os
 import struct
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sim.files import current_umask
@@ -64,15 +69,48 @@ _LIMITS = {"op": 0xFF, "gpu": 0xFFFF, "peer": 0xFFFF, "job": 0xFFFF, "slot": 0xF
            "b": 0xFFFFFFFF}
 
 
+def _enum_index(names, field, name):
+    if name not in names:
+        raise ValueError(f"{field}: {name!r} is not one of {', '.join(names)}")
+    return names.index(name)
+
+
+def _dep_field(dependency):
+    return NO_DEP if dependency is None else dependency
+
+
 @dataclass(frozen=True)
 class TraceRecord:
-    """One trace record (see the module doc for what each field means per type).
+    """One trace record: the 32-byte layout :data:`RECORD`, field for field.
 
-    kernel: ``gpu``, ``id``, ``time_ns`` = start, ``a`` = duration ns, ``aux`` = SMs,
-    ``b`` = HBM KiB, ``op`` = phase. mem: ``gpu`` → ``peer``, ``a`` = bytes, ``op`` = read/write,
-    ``slot`` = tag, ``b`` = dependency. grad: ``gpu`` → ``peer`` (or ``SWITCH_PORT``), ``a`` =
-    bytes, ``job``, ``slot``, ``aux`` = chunk, ``b`` = dependency (a record id or ``NO_DEP``),
-    ``op`` = algorithm.
+    The raw fields (``rtype``, ``op``, ``gpu``, ``peer``, ``job``, ``slot``, ``aux``, ``id``,
+    ``time_ns``, ``a``, ``b``) are the wire format; what ``op``, ``slot``, ``aux``, ``a`` and
+    ``b`` mean depends on the record type (docs/trace-format.md). Code outside this module
+    reads records through the accessors named by meaning and builds them with
+    :meth:`kernel`, :meth:`mem` and :meth:`grad`:
+
+    ========================  ==========  ==========  =====================================
+    accessor                  kernel      mem         grad
+    ========================  ==========  ==========  =====================================
+    ``start_ns``              ``time_ns``
+    ``duration_ns``           ``a``
+    ``end_ns``                start + duration
+    ``sms``                   ``aux``
+    ``hbm_kib``               ``b``
+    ``phase``                 ``op``
+    ``bytes``                             ``a``       ``a``
+    ``dependency``                        ``b``       ``b``
+    ``tag``                               ``slot``
+    ``mem_op``                            ``op``
+    ``bucket``                                        ``slot``
+    ``chunk``                                         ``aux``
+    ``algo``                                          ``op``
+    ``to_switch``                                     ``peer == SWITCH_PORT``
+    ========================  ==========  ==========  =====================================
+
+    An accessor read on a record type it does not apply to raises :class:`TypeError` (a
+    kernel has no byte count; a grad record has no duration), so a consumer never reads a
+    field of another type by mistake.
     """
 
     rtype: int
@@ -86,6 +124,136 @@ class TraceRecord:
     time_ns: int = 0
     a: int = 0
     b: int = 0
+
+    # -- constructors named by meaning ------------------------------------------------------
+
+    @classmethod
+    def kernel(cls, *, gpu, id, start_ns, duration_ns, phase="fwd", sms=0, hbm_kib=0, job=0):
+        """A compute or collective kernel on ``gpu``: ``start_ns`` and ``duration_ns`` in ns,
+        ``phase`` one of :data:`PHASES`, ``sms`` SMs used, ``hbm_kib`` HBM traffic in KiB
+        (2^10 bytes)."""
+        return cls(KERNEL, op=_enum_index(PHASES, "phase", phase), gpu=gpu, id=id,
+                   time_ns=start_ns, a=duration_ns, aux=sms, b=hbm_kib, job=job)
+
+    @classmethod
+    def mem(cls, *, gpu, peer, id, time_ns, bytes, op="write", tag=0, dependency=None, job=0):
+        """A remote ``read`` or ``write`` (``op``, one of :data:`MEM_OPS`) of ``bytes`` bytes
+        from ``gpu`` to GPU ``peer``, issued at ``time_ns``; it waits for record
+        ``dependency`` (a record id, or ``None``)."""
+        return cls(MEM, op=_enum_index(MEM_OPS, "op", op), gpu=gpu, peer=peer, id=id,
+                   time_ns=time_ns, a=bytes, slot=tag, b=_dep_field(dependency), job=job)
+
+    @classmethod
+    def grad(cls, *, gpu, peer, id, time_ns, bytes, algo, bucket=0, chunk=0, dependency=None,
+             job=0):
+        """A gradient message piece of ``bytes`` bytes from ``gpu`` to GPU ``peer`` (or
+        :data:`SWITCH_PORT`: an in-switch contribution), issued at ``time_ns``, of collective
+        ``algo`` (one of :data:`ALGOS`), bucket (switch slot) ``bucket`` and piece ``chunk``;
+        it waits for record ``dependency`` (a record id, or ``None``)."""
+        return cls(GRAD, op=_enum_index(ALGOS, "algo", algo), gpu=gpu, peer=peer, id=id,
+                   time_ns=time_ns, a=bytes, slot=bucket, aux=chunk, b=_dep_field(dependency),
+                   job=job)
+
+    def with_dependency(self, dependency):
+        """This mem or grad record waiting for record ``dependency`` instead (``None``:
+        nothing)."""
+        self._require((MEM, GRAD), "dependency")
+        return replace(self, b=_dep_field(dependency))
+
+    # -- accessors named by meaning ---------------------------------------------------------
+
+    def _require(self, types, accessor):
+        if self.rtype not in types:
+            kinds = " and ".join(TYPE_NAMES[t] for t in types)
+            raise TypeError(f"a {TYPE_NAMES.get(self.rtype, self.rtype)} record has no "
+                            f"{accessor} (only {kinds} records do)")
+
+    @property
+    def start_ns(self):
+        """Kernel: start time, ns."""
+        self._require((KERNEL,), "start_ns")
+        return self.time_ns
+
+    @property
+    def duration_ns(self):
+        """Kernel: duration, ns."""
+        self._require((KERNEL,), "duration_ns")
+        return self.a
+
+    @property
+    def end_ns(self):
+        """Kernel: end time (start + duration), ns."""
+        self._require((KERNEL,), "end_ns")
+        return self.time_ns + self.a
+
+    @property
+    def sms(self):
+        """Kernel: SMs it used."""
+        self._require((KERNEL,), "sms")
+        return self.aux
+
+    @property
+    def hbm_kib(self):
+        """Kernel: HBM traffic, KiB (2^10 bytes)."""
+        self._require((KERNEL,), "hbm_kib")
+        return self.b
+
+    @property
+    def phase(self):
+        """Kernel: its phase, one of :data:`PHASES`."""
+        self._require((KERNEL,), "phase")
+        return PHASES[self.op]
+
+    @property
+    def bytes(self):
+        """Mem and grad: payload size, bytes."""
+        self._require((MEM, GRAD), "bytes")
+        return self.a
+
+    @property
+    def dependency(self):
+        """Mem and grad: id of the record this one waits for, or ``None``."""
+        self._require((MEM, GRAD), "dependency")
+        return None if self.b == NO_DEP else self.b
+
+    @property
+    def tag(self):
+        """Mem: the requester's tag."""
+        self._require((MEM,), "tag")
+        return self.slot
+
+    @property
+    def mem_op(self):
+        """Mem: ``"read"`` or ``"write"``."""
+        self._require((MEM,), "mem_op")
+        return MEM_OPS[self.op]
+
+    @property
+    def bucket(self):
+        """Grad: the gradient bucket, which is also the switch slot of in-switch pieces."""
+        self._require((GRAD,), "bucket")
+        return self.slot
+
+    @property
+    def chunk(self):
+        """Grad: the piece's number within its bucket; the in-switch pieces with equal
+        (``bucket``, ``chunk``) on every member are reduced together."""
+        self._require((GRAD,), "chunk")
+        return self.aux
+
+    @property
+    def algo(self):
+        """Grad: the collective algorithm, one of :data:`ALGOS`."""
+        self._require((GRAD,), "algo")
+        return ALGOS[self.op]
+
+    @property
+    def to_switch(self):
+        """Grad: whether the piece is an in-switch contribution (``peer`` is the switch)."""
+        self._require((GRAD,), "to_switch")
+        return self.peer == SWITCH_PORT
+
+    # -- encoding ---------------------------------------------------------------------------
 
     def pack(self):
         return RECORD.pack(self.rtype, self.op, self.gpu, self.peer, self.job, self.slot,
@@ -341,15 +509,15 @@ def trace_summary(path):
     for rec in records:
         counts[TYPE_NAMES[rec.rtype]] += 1
         per_gpu[rec.gpu] += 1
-        end = rec.time_ns + (rec.a if rec.rtype == KERNEL else 0)
+        end = rec.end_ns if rec.rtype == KERNEL else rec.time_ns
         first = rec.time_ns if first is None else min(first, rec.time_ns)
         last = max(last, end)
         if rec.rtype == GRAD:
-            grad_bytes += rec.a
+            grad_bytes += rec.bytes
         elif rec.rtype == MEM:
-            mem_bytes += rec.a
+            mem_bytes += rec.bytes
         else:
-            kernel_ns += rec.a
+            kernel_ns += rec.duration_ns
     return {"file": str(path), "metadata": meta, "records": sum(counts.values()),
             "by_type": counts, "records_per_gpu": per_gpu, "grad_bytes": grad_bytes,
             "mem_bytes": mem_bytes, "kernel_ns": kernel_ns,
