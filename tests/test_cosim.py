@@ -15,7 +15,7 @@ from sim.replay.plan import PlanError, build_plan
 from sim.replay.result import compare
 from hw.reduce import pipeline_depth
 from sim.model.switch import INGRESS_LATENCY, replay_model
-from sim.trace.format import ALGOS, GRAD, MEM, NO_DEP, SWITCH_PORT, TraceRecord
+from sim.trace.format import SWITCH_PORT, TraceRecord
 from sim.trace.synthetic import stress_trace
 
 from .conftest import require_simulator
@@ -23,13 +23,14 @@ from .conftest import require_simulator
 SMALL = dict(lanes=2, slots=8, chunk_flits=4, flit_scale=1, link_gbps=8.0, mtu_flits=16)
 
 
-def write(rid, gpu, peer, nbytes, t=0, dep=NO_DEP):
-    return TraceRecord(MEM, op=1, gpu=gpu, peer=peer, id=rid, time_ns=t, a=nbytes, b=dep)
+def write(rid, gpu, peer, nbytes, t=0, dep=None):
+    return TraceRecord.mem(gpu=gpu, peer=peer, id=rid, time_ns=t, bytes=nbytes, op="write",
+                           dependency=dep)
 
 
 def contrib(rid, gpu, nbytes, t=0, piece=0):
-    return TraceRecord(GRAD, op=ALGOS.index("inswitch"), gpu=gpu, peer=SWITCH_PORT, id=rid,
-                       slot=piece, time_ns=t, a=nbytes, b=NO_DEP)
+    return TraceRecord.grad(gpu=gpu, peer=SWITCH_PORT, id=rid, time_ns=t, bytes=nbytes,
+                            algo="inswitch", bucket=piece)
 
 
 @pytest.mark.slow

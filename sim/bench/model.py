@@ -15,7 +15,7 @@ import time
 from sim.gpu.contention import KernelSpec
 from sim.gpu.presets import gpu_preset
 from sim.gpu.iteration import IterationConfig, simulate_iteration, simulate_streams
-from sim.trace.format import KERNEL, TraceRecord
+from sim.trace.format import TraceRecord
 from sim.gpu.workloads import resnet50
 
 __all__ = ["bench_model"]
@@ -33,8 +33,8 @@ def _synthetic(gpu, n, speeds=None):
     for entry in result.timeline:   # every GPU's records, as a trace writer would emit them
         ci, _stream, _name, start, end, _tag, hbm = entry
         for g in gpus_of[ci]:
-            TraceRecord(KERNEL, gpu=g, id=records, time_ns=int(start * 1e9),
-                   a=max(1, int((end - start) * 1e9)))
+            TraceRecord.kernel(gpu=g, id=records, start_ns=int(start * 1e9),
+                               duration_ns=max(1, int((end - start) * 1e9)))
             records += 1
     return {"gpus": n, "model_s": simulated, "total_s": time.perf_counter() - began,
             "records": records, "iteration_s": result.iteration_s,

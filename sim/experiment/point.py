@@ -98,7 +98,7 @@ def run_point(config, workload_name, bucket_mb, algo, policy, rtl_dir=None):
     windows = {}
     for m in grad_msgs:
         if m.packets and m.mid in replay.message_done:
-            bucket = records_by_id[m.record].slot
+            bucket = records_by_id[m.record].bucket
             lo, hi = windows.get(bucket, (1 << 62, -1))
             windows[bucket] = (min(lo, int(replay.inject[m.packets[0]])),
                                max(hi, replay.message_done[m.mid]))
@@ -148,11 +148,11 @@ def run_point(config, workload_name, bucket_mb, algo, policy, rtl_dir=None):
 
 def _timeline(records, replay, grad_msgs, records_by_id, cycle_ns, n):
     """Per GPU: compute kernels and the spans its gradient messages were in the switch (ms)."""
-    from sim.trace.format import KERNEL, PHASES
+    from sim.trace.format import KERNEL
     out = {g: {"compute": [], "comm": []} for g in range(n)}
     for r in records:
-        if r.rtype == KERNEL and PHASES[r.op] != "comm":
-            out[r.gpu]["compute"].append((r.time_ns / 1e6, r.a / 1e6))
+        if r.rtype == KERNEL and r.phase != "comm":
+            out[r.gpu]["compute"].append((r.start_ns / 1e6, r.duration_ns / 1e6))
     for m in grad_msgs:
         if not m.packets:
             continue
@@ -186,9 +186,9 @@ def _validate_window(config, meta, records, rcfg, result, rtl_dir):
     from sim.replay.plan import build_plan
     from sim.replay.result import compare
     from sim.model.switch import replay_model
-    from sim.trace.format import GRAD, MEM, NO_DEP
+    from sim.trace.format import GRAD, MEM
 
-    grads = [r for r in records if r.rtype == GRAD and r.slot == 0]
+    grads = [r for r in records if r.rtype == GRAD and r.bucket == 0]
     if not grads:
         return {}
     begin = min(r.time_ns for r in grads)
@@ -198,7 +198,8 @@ def _validate_window(config, meta, records, rcfg, result, rtl_dir):
     window = sorted(grads + mem, key=lambda r: r.id)
     keep |= {r.id for r in mem}
     # Dependencies outside the window are already satisfied.
-    window = [r if r.b == NO_DEP or r.b in keep else replace(r, b=NO_DEP) for r in window]
+    window = [r if r.dependency is None or r.dependency in keep else r.with_dependency(None)
+              for r in window]
     shift = begin
     window = [replace(r, time_ns=r.time_ns - shift) for r in window]
     plan = build_plan(meta, window, rcfg)

@@ -25,7 +25,7 @@ import numpy as np
 
 from hw.packet import Kind
 from sim.replay.config import ReplayConfig
-from sim.trace.format import GRAD, MEM, MEM_OPS, NO_DEP, SWITCH_PORT
+from sim.trace.format import GRAD, MEM
 
 __all__ = ["Plan", "Message", "build_plan", "PlanError", "MEM_KINDS", "scale_for"]
 
@@ -124,20 +124,21 @@ def build_plan(meta, records, config, path="trace"):
         if r.rtype not in (MEM, GRAD):
             continue
         dep = -1
-        if r.b != NO_DEP:
-            if r.b not in by_record:
-                raise PlanError(f"{path}: record {r.id}: dependency {r.b} is not a message")
-            dep = by_record[r.b]
+        if r.dependency is not None:
+            if r.dependency not in by_record:
+                raise PlanError(f"{path}: record {r.id}: dependency {r.dependency} is not a "
+                                f"message")
+            dep = by_record[r.dependency]
         if r.peer == r.gpu:
             # The switch drops a packet to its sender's own port (hw/switch.py).
             raise PlanError(f"{path}: record {r.id}: GPU {r.gpu} sends to itself")
         issue = int(r.time_ns / cycle_ns)
-        n_flits = max(1, -(-r.a // fb))
+        n_flits = max(1, -(-r.bytes // fb))
         mid = len(messages)
-        if r.rtype == GRAD and r.peer == SWITCH_PORT:
+        if r.rtype == GRAD and r.to_switch:
             m = Message(mid, r.gpu, Kind.REDUCE_CONTRIB, -1, issue, dep, r.id)
             contrib.append((m, r))
-        elif r.rtype == MEM and MEM_OPS[r.op] == "read":
+        elif r.rtype == MEM and r.mem_op == "read":
             m = Message(mid, r.gpu, Kind.MEM_READ_REQ, r.peer, issue, dep, r.id,
                         response_flits=n_flits)
             m.packets.append(packet(r.gpu, r.peer, Kind.MEM_READ_REQ, 1, mid))
@@ -155,7 +156,7 @@ def build_plan(meta, records, config, path="trace"):
     if contrib:
         keys = {}
         for m, r in contrib:
-            keys.setdefault((r.slot, r.aux), []).append((m, r))
+            keys.setdefault((r.bucket, r.chunk), []).append((m, r))
             members |= 1 << r.gpu
         order = sorted(keys, key=lambda k: (min(r.time_ns for _, r in keys[k]), k))
         for key in order:
@@ -165,7 +166,7 @@ def build_plan(meta, records, config, path="trace"):
                 _, r = group[0]
                 raise PlanError(f"{path}: record {r.id}: in-switch piece bucket={key[0]} "
                                 f"chunk={key[1]} is not sent exactly once by every member")
-            size = max(r.a for _, r in group)
+            size = max(r.bytes for _, r in group)
             n_chunks = max(1, -(-size // config.chunk_bytes))
             for m, r in group:
                 for c in range(n_chunks):

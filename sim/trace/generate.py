@@ -4,17 +4,7 @@ from dataclasses import replace
 
 from sim.gpu.collectives import SWITCH, expand_collective
 from sim.gpu.iteration import IterationConfig, simulate_iteration
-from sim.trace.format import (
-    ALGOS,
-    GRAD,
-    KERNEL,
-    MEM,
-    MEM_OPS,
-    NO_DEP,
-    PHASES,
-    SWITCH_PORT,
-    TraceRecord,
-)
+from sim.trace.format import PHASES, SWITCH_PORT, TraceRecord
 
 __all__ = ["generate_trace"]
 
@@ -59,16 +49,18 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
         ci, stream, name, start, end, tag, hbm = entry
         start_ns, dur_ns = int(round(start * 1e9)), max(1, int(round((end - start) * 1e9)))
         if stream == "compute":
-            phase = PHASES.index(tag) if tag in PHASES else PHASES.index("other")
+            phase = tag if tag in PHASES else "other"
             sms = gpu.sms
         else:
-            phase = PHASES.index("comm")
+            phase = "comm"
             sms = result.comm_sms[tag]
             comm_windows[tag] = (start, end)
         for g in gpus_of_class[ci]:
-            records.append(TraceRecord(KERNEL, op=phase, gpu=g, id=new_id(), time_ns=start_ns,
-                                  a=min(dur_ns, 0xFFFFFFFF), aux=min(sms, 0xFFFF),
-                                  b=min(int(hbm // 1024), 0xFFFFFFFF), job=job))
+            records.append(TraceRecord.kernel(gpu=g, id=new_id(), start_ns=start_ns,
+                                              duration_ns=min(dur_ns, 0xFFFFFFFF), phase=phase,
+                                              sms=min(sms, 0xFFFF),
+                                              hbm_kib=min(int(hbm // 1024), 0xFFFFFFFF),
+                                              job=job))
     if p2p_bytes > 0:
         bwd = [e for e in result.timeline if e[1] == "compute" and e[5] == "bwd"]
         if bwd:
@@ -80,14 +72,13 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
                 for g in gpus_of_class[ci]:
                     for k in range(-(-p2p_bytes // chunk_bytes)):
                         size = min(chunk_bytes, p2p_bytes - k * chunk_bytes)
-                        records.append(TraceRecord(MEM, op=MEM_OPS.index("write"), gpu=g,
-                                              peer=(g + 1) % n_gpus, job=job, slot=k & 0xFFFF,
-                                              time_ns=boundary_ns, a=size, b=NO_DEP))
+                        records.append(TraceRecord.mem(gpu=g, peer=(g + 1) % n_gpus, id=new_id(),
+                                                       time_ns=boundary_ns, bytes=size,
+                                                       op="write", tag=k & 0xFFFF, job=job))
     records.sort(key=lambda r: (r.time_ns, r.gpu))
     records = [replace(r, id=i) for i, r in enumerate(records)]   # ids in time order
     next_id = len(records)
 
-    algo_code = ALGOS.index(config.algo)
     for bucket, nbytes in enumerate(result.bucket_bytes):
         begin, end = comm_windows.get(bucket, (0.0, 0.0))
         messages = expand_collective(config.algo, n_gpus, nbytes)
@@ -105,16 +96,18 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
                 size = min(chunk_bytes, m.nbytes - k * chunk_bytes) if m.nbytes else 0
                 if size <= 0:
                     continue
-                dep = NO_DEP
+                dep = None
                 if m.dep >= 0:
                     dep_pieces = piece_ids[m.dep]
-                    dep = dep_pieces[min(k, len(dep_pieces) - 1)] if dep_pieces else NO_DEP
+                    dep = dep_pieces[min(k, len(dep_pieces) - 1)] if dep_pieces else None
                 rid = new_id()
                 ids.append(rid)
                 peer = SWITCH_PORT if m.dst == SWITCH else m.dst
-                records.append(TraceRecord(GRAD, op=algo_code, gpu=m.src, peer=peer, job=job,
-                                      slot=bucket & 0xFFFF, aux=(m.chunk * 4096 + k) & 0xFFFF,
-                                      id=rid, time_ns=issue_ns, a=size, b=dep))
+                records.append(TraceRecord.grad(gpu=m.src, peer=peer, id=rid, time_ns=issue_ns,
+                                                bytes=size, algo=config.algo,
+                                                bucket=bucket & 0xFFFF,
+                                                chunk=(m.chunk * 4096 + k) & 0xFFFF,
+                                                dependency=dep, job=job))
             piece_ids.append(ids)
     meta = {"gpus": n_gpus, "model": workload.name, "batch": workload.batch, "gpu": gpu.name,
             "algo": config.algo, "bucket_cap_bytes": config.bucket_cap_bytes,

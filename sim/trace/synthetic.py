@@ -8,8 +8,9 @@ at once, ingress FIFOs fill, and contributions wait for slot credits.
 """
 
 import random
+from dataclasses import replace
 
-from sim.trace.format import ALGOS, GRAD, MEM, MEM_OPS, NO_DEP, SWITCH_PORT, TraceRecord
+from sim.trace.format import SWITCH_PORT, TraceRecord
 
 __all__ = ["stress_trace"]
 
@@ -24,34 +25,30 @@ def stress_trace(gpus=4, messages=40, pieces=6, max_bytes=4096, piece_bytes=2048
         g = rng.randrange(gpus)
         peer = rng.choice([p for p in range(gpus) if p != g])
         op = "read" if reads and rng.random() < 0.15 else "write"
-        dep = NO_DEP
+        dep = None
         if received[g] and rng.random() < 0.3:
             dep = rng.choice(received[g])
         rid = len(records)
-        records.append(TraceRecord(MEM, op=MEM_OPS.index(op), gpu=g, peer=peer, id=rid,
-                                   time_ns=rng.randrange(span_ns), a=rng.randrange(1, max_bytes),
-                                   b=dep))
+        records.append(TraceRecord.mem(gpu=g, peer=peer, id=rid, time_ns=rng.randrange(span_ns),
+                                       bytes=rng.randrange(1, max_bytes), op=op, dependency=dep))
         received[peer].append(rid)
     for piece in range(pieces):
         t0 = rng.randrange(span_ns)
         for g in range(gpus):
-            records.append(TraceRecord(GRAD, op=ALGOS.index("inswitch"), gpu=g,
-                                       peer=SWITCH_PORT, id=len(records), slot=piece, aux=0,
-                                       time_ns=t0 + rng.randrange(200), a=piece_bytes,
-                                       b=NO_DEP))
+            records.append(TraceRecord.grad(gpu=g, peer=SWITCH_PORT, id=len(records),
+                                            time_ns=t0 + rng.randrange(200), bytes=piece_bytes,
+                                            algo="inswitch", bucket=piece, chunk=0))
     # Dependencies must name earlier records: order by time, keep each dependency before its
     # dependant by issuing the dependant no earlier than what it waits for.
-    by_id = {r.id: r for r in records}
     order = sorted(records, key=lambda r: (r.time_ns, r.id))
     position = {r.id: i for i, r in enumerate(order)}
     fixed = []
     for r in order:
-        if r.b != NO_DEP and position[r.b] > position[r.id]:
-            r = TraceRecord(**{**r.__dict__, "b": NO_DEP})
+        if r.dependency is not None and position[r.dependency] > position[r.id]:
+            r = r.with_dependency(None)
         fixed.append(r)
     renumber = {r.id: i for i, r in enumerate(fixed)}
-    out = [TraceRecord(**{**r.__dict__, "id": renumber[r.id],
-                          "b": r.b if r.b == NO_DEP else renumber[r.b]}) for r in fixed]
-    del by_id
+    out = [replace(r, id=renumber[r.id]).with_dependency(
+               None if r.dependency is None else renumber[r.dependency]) for r in fixed]
     meta = {"gpus": gpus, "generator": "sim.trace.synthetic.stress_trace", "seed": seed}
     return meta, out
