@@ -7,7 +7,7 @@ traces (``tests/test_cosim.py``, ``innet bench cosim``):
   t + ``INGRESS_LATENCY``. The source writes one flit per cycle while the FIFO has room, so a
   packet whose head waits for a busy egress fills the FIFO and then stalls its source (the
   stall cycles are counted).
-* **Egress** d: a packet-atomic arbiter (:class:`sim.arbiter_model.ArbiterModel`, the RTL's
+* **Egress** d: a packet-atomic arbiter (:class:`sim.model.arbiter.ArbiterModel`, the RTL's
   golden model) over N requesters: memory traffic from every other ingress, and the reduction
   results in the place of d's own ingress (as hw/switch.py); a granted packet leaves at one
   flit per cycle, and the next packet can start the cycle after its last flit (zero bubble).
@@ -76,341 +76,18 @@ class FastSwitch:
             for d in range(N)]
 
     def run(self, plan, max_cycles=None, progress=None):
-        cfg, N, D = self.config, self.N, self.depth
+        """Replay ``plan`` closed-loop (:class:`sim.replay.loop.ClosedLoop`): the events of a
+        :class:`_SwitchRun`, in (cycle, kind, order) order, up to ``max_cycles`` if given.
+        ``progress(cycle, started, total)`` is called every 200,000 events."""
         began = time.perf_counter()
         loop = ClosedLoop(plan)
-        plan = loop.plan   # the loop's copy, which grows read responses
-        events = []
-        order = 0
-
-        def at(t, kind, arg):
-            nonlocal order
-            order += 1
-            heapq.heappush(events, (t, kind, order, arg))
-
-        inject, deliver, results = {}, {}, {}
-        fifo = [deque() for _ in range(N)]        # packets not yet granted, head first
-        hist = [deque() for _ in range(N)]        # granted packets whose reads may matter
-        written = [0] * N                         # flits ever started into ingress k
-        prev_last_read = [-1] * N                 # last read of the latest granted packet
-        src_busy = [False] * N                    # a packet is being written
-        src_free = [0] * N                        # first cycle the source may start another
-        src_tries = [set() for _ in range(N)]     # cycles of pending try events
-        pending = [None] * N                      # packet whose writes wait for FIFO room
-        stall = [0] * N
-        in_flits = [0] * N
-        out_flits = [0] * N
-        egress_free = [0] * N
-        egress_armed = [None] * N
-        heads = [[None] * N for _ in range(N)]   # per egress, per requester: visible head
-        result_q = [deque() for _ in range(N)]   # per egress: result packets queued
-        result_last_read = [-1] * N
-        arrivals = {}                            # seq -> members still to arrive
-        arrived_at = {}                          # seq -> last member's last read
-        members = bin(plan.members).count("1")
-        engine = []                              # heap of (ready, slot, seq)
-        engine_free = 0
-        engine_armed = [None]
-        engine_blocked = [False]                 # waiting for a result FIFO read time
-        now = [0]                                # the cycle being handled
-        eng_cur = {"packets": None}              # result packets of the chunk being issued
-        streaming = [None] * N                   # result packet each egress is sending
-        result_members = [d for d in range(N) if plan.members >> d & 1]
-        result_count = [0] * N                   # result flits ever issued towards egress d
-        result_hist = [deque() for _ in range(N)]
-
-        def read_time(k, j):
-            """Cycle flit j of ingress k is read; None while unknown."""
-            if j < 0:
-                return -1
-            for pk in fifo[k]:
-                if pk.j0 <= j < pk.j0 + pk.flits:
-                    return None
-            for pk in hist[k]:
-                if pk.j0 <= j < pk.j0 + pk.flits:
-                    return pk.grant + (j - pk.j0)
-            return -1   # read before anything still remembered
-
-        def try_source(k, t):
-            if t in src_tries[k]:
-                return
-            src_tries[k].add(t)
-            at(t, _SOURCE, k)
-
-        def arm_egress(d, t):
-            if streaming[d] is not None:
-                return   # re-armed when the result packet it is sending ends
-            t = max(t, egress_free[d])
-            if egress_armed[d] is None or egress_armed[d] > t:
-                egress_armed[d] = t
-                at(t, _EGRESS, d)
-
-        def resolve_writes(k):
-            """Fill in the write times of ingress k's newest packet once the reads they wait
-            for are known; free the source when its last flit is in."""
-            pk = pending[k]
-            if pk is None:
-                return
-            if pk.a0 is None:
-                r = read_time(k, pk.j0 - D)
-                if r is None:
-                    return
-                pk.a0 = max(pk.start, r + 1)
-                inject[pk.pid] = pk.a0
-                update_visible(k)
-                if pending[k] is not pk:
-                    return   # a contribution at the head: update_visible finished it already
-            r = read_time(k, pk.j0 + pk.flits - 1 - D)
-            if r is None:
-                return
-            pk.a_last = max(pk.a0 + pk.flits - 1, r + 1)
-            stall[k] += pk.a_last - (pk.start + pk.flits - 1)
-            pending[k] = None
-            src_free[k] = pk.a_last + 1
-            src_busy[k] = False
-            try_source(k, pk.a_last + 1)
-
-        def update_visible(k):
-            """Set the head-visibility time of ingress k's head packet if it can be known."""
-            if not fifo[k]:
-                return
-            pk = fifo[k][0]
-            if pk.visible is not None or pk.a0 is None:
-                return
-            pk.visible = max(pk.a0 + INGRESS_LATENCY, prev_last_read[k] + 1)
-            if pk.dst < 0:
-                # Contribution: the reduction unit takes it at once.
-                grant_contribution(k, pk)
-            else:
-                heads[pk.dst][k] = pk
-                arm_egress(pk.dst, pk.visible)
-
-        def leave_fifo(k, pk):
-            """Packet pk's reads are known: retire it and expose the next one."""
-            prev_last_read[k] = pk.grant + pk.flits - 1
-            hist[k].append(fifo[k].popleft())
-            update_visible(k)
-            resolve_writes(k)
-
-        def grant_contribution(k, pk):
-            pk.grant = pk.visible
-            in_flits[k] += pk.flits
-            last = pk.grant + pk.flits - 1
-            seq = pk.seq
-            left = arrivals.get(seq, members) - 1
-            arrived_at[seq] = max(arrived_at.get(seq, -1), last)
-            if left == 0:
-                arrivals.pop(seq, None)
-                ready = arrived_at.pop(seq) + ENGINE_PICK_LATENCY
-                heapq.heappush(engine, (ready, seq % cfg.slots, seq))
-                arm_engine()
-            else:
-                arrivals[seq] = left
-            leave_fifo(k, pk)
-
-        def arm_engine():
-            if engine:
-                arm_engine_at(max(min(e[0] for e in engine), engine_free))
-
-        def result_read(d, n):
-            """Cycle result flit n (counted per egress) is read at egress d; None while not
-            known yet (its packet not granted, or its flit not issued)."""
-            if n < 0:
-                return -1
-            for rp in result_hist[d]:
-                if rp.j0 <= n < rp.j0 + rp.flits:
-                    i = n - rp.j0
-                    return rp.reads[i] if i < len(rp.reads) else None
-            return -1
-
-        def room_time(i):
-            """Earliest cycle the engine may issue flit i of the current chunk: the RTL checks
-            ``level + in flight < depth - 1`` on every member's result FIFO, i.e. that flit
-            n - (depth - 1) of that egress has been read. None while unknown."""
-            need = -1
-            for rp in eng_cur["packets"]:
-                r = result_read(rp.dst, rp.j0 + i - (self.result_depth - 1))
-                if r is None:
-                    return None
-                need = max(need, r + 1)
-            return need
-
-        def run_engine(t):
-            """Issue chunks' flits: the lowest complete slot first, one flit per cycle while
-            every member's result FIFO has room."""
-            engine_armed[0] = None
-            engine_blocked[0] = False
-            P = cfg.chunk_flits
-            if eng_cur["packets"] is None:
-                if t < engine_free:
-                    arm_engine()
-                    return
-                ready = [e for e in engine if e[0] <= t]
-                if not ready:
-                    arm_engine()
-                    return
-                choice = min(ready, key=lambda e: e[1])
-                # Room for the first flit decides the start (the RTL re-picks every cycle).
-                eng_cur["packets"] = [_Packet(-1, P, d, choice[2], result=True)
-                                      for d in result_members]
-                for rp in eng_cur["packets"]:
-                    rp.j0 = result_count[rp.dst]
-                need = room_time(0)
-                if need is None or need > t:
-                    eng_cur["packets"] = None
-                    if need is None:
-                        engine_blocked[0] = True
-                    else:
-                        arm_engine_at(need)
-                    return
-                engine.remove(choice)
-                heapq.heapify(engine)
-                for rp in eng_cur["packets"]:
-                    rp.reads, rp.issues = [], [t]
-                    result_count[rp.dst] += P
-                    result_q[rp.dst].append(rp)
-                    result_hist[rp.dst].append(rp)
-                    while len(result_hist[rp.dst]) > 4 + self.result_depth // P:
-                        result_hist[rp.dst].popleft()
-                    rp.a0 = t + self.result_lag
-                    if len(result_q[rp.dst]) == 1:
-                        expose_result(rp.dst)
-            continue_engine()
-
-        def continue_engine():
-            nonlocal engine_free
-            packets = eng_cur["packets"]
-            P = cfg.chunk_flits
-            issues = packets[0].issues
-            while len(issues) < P:
-                need = room_time(len(issues))
-                if need is None:
-                    engine_blocked[0] = True
-                    return
-                when = max(issues[-1] + 1, need)
-                for rp in packets:
-                    if rp is not packets[0]:
-                        rp.issues.append(when)
-                issues.append(when)
-                for rp in packets:
-                    if streaming[rp.dst] is rp:
-                        stream_result(rp.dst)
-            engine_free = issues[-1] + 1
-            eng_cur["packets"] = None
-            arm_engine()
-
-        def stream_result(d):
-            """Extend the read times of the result packet egress d is sending, as far as its
-            flits have been issued; finish it when all are read."""
-            rp = streaming[d]
-            while len(rp.reads) < len(rp.issues):
-                i = len(rp.reads)
-                avail = rp.issues[i] + self.result_lag
-                rp.reads.append(max(avail, rp.grant + i if i == 0 else rp.reads[-1] + 1))
-            if engine_blocked[0]:
-                arm_engine_at(now[0])   # a read time it waited for may be known now
-                engine_blocked[0] = False
-            if len(rp.reads) < rp.flits:
-                return
-            streaming[d] = None
-            last = rp.reads[-1]
-            egress_free[d] = last + 1
-            out_flits[d] += rp.flits
-            result_q[d].popleft()
-            result_last_read[d] = last
-            results[(d, rp.seq)] = last
-            for k in loop.result(d, rp.seq, last):
-                try_source(k, last + 1)
-            if result_q[d]:
-                expose_result(d)
-            arm_egress(d, last + 1)
-
-        def expose_result(d):
-            rp = result_q[d][0]
-            rp.visible = max(rp.a0, result_last_read[d] + 1)
-            heads[d][d] = rp
-            arm_egress(d, rp.visible)
-
-        def arm_engine_at(t):
-            if engine_armed[0] is None or engine_armed[0] > t:
-                engine_armed[0] = t
-                at(t, _EGRESS, -1)
-
-        def egress(d, t):
-            egress_armed[d] = None
-            if streaming[d] is not None:
-                return
-            if t < egress_free[d]:
-                arm_egress(d, egress_free[d])
-                return
-            cand = heads[d]
-            valid = [p is not None and p.visible <= t for p in cand]
-            if not any(valid):
-                nxt = [p.visible for p in cand if p is not None]
-                if nxt:
-                    arm_egress(d, min(nxt))
-                return
-            arb = self.arbiters[d]
-            sel, _ = arb.step(valid, [cand[i].flits == 1 if valid[i] else False
-                                      for i in range(N)], True)
-            pk = cand[sel]
-            cand[sel] = None
-            if pk.flits > 1:
-                arb.busy = False
-                if arb.policy.value == "drr":
-                    arb._set_deficit(sel, arb.deficit[sel] - (pk.flits - 1))
-            pk.grant = t
-            if pk.result:
-                # Held until its last flit is read; the engine may still be issuing it.
-                egress_free[d] = 1 << 62
-                streaming[d] = pk
-                stream_result(d)
-                return
-            last = t + pk.flits - 1
-            egress_free[d] = last + 1
-            out_flits[d] += pk.flits
-            in_flits[sel] += pk.flits
-            deliver[pk.pid] = last
-            for w in loop.delivered(pk.pid, last):
-                wake(w)
-            leave_fifo(sel, pk)
-            arm_egress(d, last + 1)
-
-        def wake(k):
-            t = loop.wake_time(k)
-            if t is not None:
-                try_source(k, max(t, src_free[k]))
-
-        def source(k, t):
-            src_tries[k].discard(t)
-            if src_busy[k] or t < src_free[k]:
-                return
-            pid = loop.next_packet(k, t)
-            if pid is None:
-                wake(k)
-                return
-            flits = int(plan.flits[pid])
-            dst = int(plan.dst[pid])
-            pk = _Packet(pid, flits, dst, int(plan.seq[pid]))
-            pk.j0 = written[k]
-            pk.start = t
-            h = hist[k]
-            while h and h[0].j0 + h[0].flits <= pk.j0 - D:
-                h.popleft()
-            written[k] += flits
-            fifo[k].append(pk)
-            src_busy[k] = True
-            pending[k] = pk
-            resolve_writes(k)
-            if len(fifo[k]) == 1:
-                update_visible(k)
-
-        for k in range(N):
-            try_source(k, 0)
-        handled = 0
+        s = _SwitchRun(self, loop)
+        for k in range(self.N):
+            s.try_source(k, 0)
+        events, source, run_engine, egress = s.events, s.source, s.run_engine, s.egress
         while events:
             t, kind, _, arg = heapq.heappop(events)
-            now[0] = t
+            s.now = t
             if max_cycles is not None and t > max_cycles:
                 break
             if kind == _SOURCE:
@@ -419,21 +96,451 @@ class FastSwitch:
                 run_engine(t)
             else:
                 egress(arg, t)
-            handled += 1
-            if progress and handled % 200000 == 0:
+            s.handled += 1
+            if progress and s.handled % 200000 == 0:
                 progress(t, loop.started, loop.total)
         return ReplayResult.collect(
-            "model", loop, inject, deliver, results, egress_flits=out_flits,
-            ingress_flits=in_flits, stall_cycles=stall, wall_s=time.perf_counter() - began,
+            "model", loop, s.inject, s.deliver, s.results, egress_flits=s.out_flits,
+            ingress_flits=s.in_flits, stall_cycles=s.stall, wall_s=time.perf_counter() - began,
             extra={"core": "python"})
+
+
+class _SwitchRun:
+    """The state of one :meth:`FastSwitch.run`, and the handlers of its events.
+
+    ``switch_core.c`` is this class in C: its ``SwitchRun`` struct has these fields (grouped
+    and named alike) and its functions are these methods, of the same names and in the same
+    order, statement for statement. Where the data structures differ the C header says how.
+
+    Attributes
+    ----------
+    N, D, P, S : int
+        Ports, ingress FIFO depth (flits), chunk length (flits), reduction slots.
+    result_lag, result_depth : int
+        Cycles from the engine reading a flit to it reaching the egress arbiters; depth of
+        each egress's result FIFO (flits).
+    ingress_latency, pick_latency : int
+        :data:`INGRESS_LATENCY`, :data:`ENGINE_PICK_LATENCY` (cycles).
+    mem_ports, nmembers, hist_limit : list of int, int, int
+        Ports of the reduction's members and their number; result packets remembered per
+        egress for :meth:`result_read`.
+    arbiters, all_last : list of ArbiterModel, tuple of bool
+        Per egress (the C core's ``arb_*`` arrays, ``policy``, ``priority``, ``weight``);
+        the ``last`` input they are stepped with: True for every requester.
+    loop, plan : ClosedLoop, Plan
+        The GPUs' side (the C core's ``loop_*`` functions) and its growing copy of the plan.
+    inject, deliver, results : dict
+        pid → first write cycle, pid → last read cycle, (egress, seq) → last read cycle.
+    out_flits, in_flits, stall : list of int
+        Per egress flits sent; per ingress flits received and source stall cycles.
+    fifo, hist : list of deque of _Packet
+        Per ingress, packets not yet granted (head first), and granted ones whose read times
+        later writes may wait for (the C core's ``ing[k]`` split at ``hist_head``, ``fifo_head``).
+    written, prev_last_read, src_busy, src_free, pending, src_tries : list
+        Per ingress: flits ever started; last read of the latest granted packet; a packet is
+        being written; first cycle the source may start another; the packet whose writes wait
+        for FIFO room (or None); cycles of pending source events.
+    egress_free, egress_armed, streaming, result_last_read : list
+        Per egress: first cycle it may start a packet; cycle of its pending event (or None);
+        the result packet it is sending (or None); last read of its latest result packet.
+    heads : list of list of _Packet
+        Per egress, per requester: the visible head (the C core's ``head_mem``; ``heads[d][d]``
+        is ``head_res[d]``, the reduction results).
+    result_q, result_hist, result_count : list
+        Per egress: result packets not yet sent, result packets remembered, result flits ever
+        issued towards it (the C core's ``res[d]`` from ``rq_head``, from ``rh_head``, its
+        length × P).
+    arrivals, arrived_at : dict
+        seq → members still to arrive, seq → last read of the latest arrived member.
+    engine : list of (int, int, int)
+        Complete chunks as (ready cycle, slot, seq).
+    engine_free, engine_armed, engine_blocked : int, int or None, bool
+        First cycle the engine may start a chunk; cycle of its pending event; it waits for a
+        result FIFO read time not known yet.
+    eng_active, eng_r : bool, list of _Packet
+        A chunk is being issued; its result packets, one per member (the C core's
+        ``eng_nissues`` and ``eng_last_issue`` are their ``issues``' length and last entry).
+    events, order, now, handled : list, int, int, int
+        Heap of (cycle, kind, order, port or -1 for the engine); events ever scheduled; the
+        cycle being handled; events handled.
+    """
+
+    __slots__ = (
+        "N", "D", "P", "S", "result_lag", "result_depth", "ingress_latency", "pick_latency",
+        "mem_ports", "nmembers", "hist_limit", "arbiters", "all_last",
+        "loop", "plan",
+        "inject", "deliver", "results", "out_flits", "in_flits", "stall",
+        "fifo", "hist", "written", "prev_last_read", "src_busy", "src_free", "pending",
+        "src_tries",
+        "egress_free", "egress_armed", "heads", "streaming", "result_last_read", "result_q",
+        "result_hist", "result_count",
+        "arrivals", "arrived_at", "engine", "engine_free", "engine_armed", "engine_blocked",
+        "eng_active", "eng_r",
+        "events", "order", "now", "handled")
+
+    def __init__(self, model, loop):
+        N, plan = model.N, loop.plan   # the loop's copy, which grows read responses
+        cfg = model.config
+        # configuration
+        self.N, self.D, self.P, self.S = N, model.depth, cfg.chunk_flits, cfg.slots
+        self.result_lag, self.result_depth = model.result_lag, model.result_depth
+        self.ingress_latency, self.pick_latency = INGRESS_LATENCY, ENGINE_PICK_LATENCY
+        self.mem_ports = [d for d in range(N) if plan.members >> d & 1]
+        self.nmembers = bin(plan.members).count("1")
+        self.hist_limit = 4 + self.result_depth // self.P
+        self.arbiters = model.arbiters
+        self.all_last = (True,) * N   # the arbiters see every packet as one flit
+        # closed loop
+        self.loop, self.plan = loop, plan
+        # outputs
+        self.inject, self.deliver, self.results = {}, {}, {}
+        self.out_flits, self.in_flits, self.stall = [0] * N, [0] * N, [0] * N
+        # ingress state
+        self.fifo = [deque() for _ in range(N)]
+        self.hist = [deque() for _ in range(N)]
+        self.written = [0] * N
+        self.prev_last_read = [-1] * N
+        self.src_busy = [False] * N
+        self.src_free = [0] * N
+        self.pending = [None] * N
+        self.src_tries = [set() for _ in range(N)]
+        # egress state
+        self.egress_free = [0] * N
+        self.egress_armed = [None] * N
+        self.heads = [[None] * N for _ in range(N)]
+        self.streaming = [None] * N
+        self.result_last_read = [-1] * N
+        self.result_q = [deque() for _ in range(N)]
+        self.result_hist = [deque() for _ in range(N)]
+        self.result_count = [0] * N
+        # reduction unit
+        self.arrivals, self.arrived_at = {}, {}
+        self.engine = []
+        self.engine_free, self.engine_armed, self.engine_blocked = 0, None, False
+        self.eng_active, self.eng_r = False, None
+        # events
+        self.events, self.order, self.now, self.handled = [], 0, 0, 0
+
+    # -- the arbiter (the C core's arbitrate) ----------------------------------------------
+
+    def arbitrate(self, d, valid):
+        """Grant one packet at egress d among ``valid`` (requester d: the reduction results),
+        or None. Packet-atomic with the output ready: the arbiter picks afresh at every start
+        (it sees each packet as one flit; :meth:`egress` charges DRR for the rest)."""
+        return self.arbiters[d].step(valid, self.all_last, True)[0]
+
+    # -- the model -------------------------------------------------------------------------
+
+    def at(self, t, kind, arg):
+        self.order += 1
+        heapq.heappush(self.events, (t, kind, self.order, arg))
+
+    def try_source(self, k, t):
+        tries = self.src_tries[k]
+        if t in tries:
+            return
+        tries.add(t)
+        self.at(t, _SOURCE, k)
+
+    def arm_egress(self, d, t):
+        if self.streaming[d] is not None:
+            return   # re-armed when the result packet it is sending ends
+        t = max(t, self.egress_free[d])
+        armed = self.egress_armed
+        if armed[d] is None or armed[d] > t:
+            armed[d] = t
+            self.at(t, _EGRESS, d)
+
+    def arm_engine_at(self, t):
+        if self.engine_armed is None or self.engine_armed > t:
+            self.engine_armed = t
+            self.at(t, _EGRESS, -1)
+
+    def arm_engine(self):
+        if self.engine:
+            self.arm_engine_at(max(min(e[0] for e in self.engine), self.engine_free))
+
+    def read_time(self, k, j):
+        """Cycle flit j of ingress k is read; None while unknown."""
+        if j < 0:
+            return -1
+        for pk in self.fifo[k]:
+            if pk.j0 <= j < pk.j0 + pk.flits:
+                return None
+        for pk in self.hist[k]:
+            if pk.j0 <= j < pk.j0 + pk.flits:
+                return pk.grant + (j - pk.j0)
+        return -1   # read before anything still remembered
+
+    def resolve_writes(self, k):
+        """Fill in the write times of ingress k's newest packet once the reads they wait
+        for are known; free the source when its last flit is in."""
+        pending = self.pending
+        pk = pending[k]
+        if pk is None:
+            return
+        D = self.D
+        if pk.a0 is None:
+            r = self.read_time(k, pk.j0 - D)
+            if r is None:
+                return
+            pk.a0 = max(pk.start, r + 1)
+            self.inject[pk.pid] = pk.a0
+            self.update_visible(k)
+            if pending[k] is not pk:
+                return   # a contribution at the head: update_visible finished it already
+        r = self.read_time(k, pk.j0 + pk.flits - 1 - D)
+        if r is None:
+            return
+        pk.a_last = max(pk.a0 + pk.flits - 1, r + 1)
+        self.stall[k] += pk.a_last - (pk.start + pk.flits - 1)
+        pending[k] = None
+        self.src_free[k] = pk.a_last + 1
+        self.src_busy[k] = False
+        self.try_source(k, pk.a_last + 1)
+
+    def leave_fifo(self, k, pk):
+        """Packet pk's reads are known: retire it and expose the next one."""
+        self.prev_last_read[k] = pk.grant + pk.flits - 1
+        self.hist[k].append(self.fifo[k].popleft())
+        self.update_visible(k)
+        self.resolve_writes(k)
+
+    def grant_contribution(self, k, pk):
+        pk.grant = pk.visible
+        self.in_flits[k] += pk.flits
+        last = pk.grant + pk.flits - 1
+        seq = pk.seq
+        arrivals, arrived_at = self.arrivals, self.arrived_at
+        left = arrivals.get(seq, self.nmembers) - 1
+        arrived_at[seq] = max(arrived_at.get(seq, -1), last)
+        if left == 0:
+            arrivals.pop(seq, None)
+            ready = arrived_at.pop(seq) + self.pick_latency
+            heapq.heappush(self.engine, (ready, seq % self.S, seq))
+            self.arm_engine()
+        else:
+            arrivals[seq] = left
+        self.leave_fifo(k, pk)
+
+    def update_visible(self, k):
+        """Set the head-visibility time of ingress k's head packet if it can be known."""
+        fifo = self.fifo[k]
+        if not fifo:
+            return
+        pk = fifo[0]
+        if pk.visible is not None or pk.a0 is None:
+            return
+        pk.visible = max(pk.a0 + self.ingress_latency, self.prev_last_read[k] + 1)
+        if pk.dst < 0:
+            # Contribution: the reduction unit takes it at once.
+            self.grant_contribution(k, pk)
+        else:
+            self.heads[pk.dst][k] = pk
+            self.arm_egress(pk.dst, pk.visible)
+
+    def result_read(self, d, n):
+        """Cycle result flit n (counted per egress) is read at egress d; None while not
+        known yet (its packet not granted, or its flit not issued)."""
+        if n < 0:
+            return -1
+        for rp in self.result_hist[d]:
+            if rp.j0 <= n < rp.j0 + rp.flits:
+                i = n - rp.j0
+                return rp.reads[i] if i < len(rp.reads) else None
+        return -1
+
+    def room_time(self, i, tentative):
+        """Earliest cycle the engine may issue flit i of the current chunk: the RTL checks
+        ``level + in flight < depth - 1`` on every member's result FIFO, i.e. that flit
+        n - (depth - 1) of that egress has been read. None while unknown. ``tentative``: the
+        chunk's result packets are not made yet; each would start at its egress's count."""
+        need = -1
+        for m, d in enumerate(self.mem_ports):
+            j0 = self.result_count[d] if tentative else self.eng_r[m].j0
+            r = self.result_read(d, j0 + i - (self.result_depth - 1))
+            if r is None:
+                return None
+            need = max(need, r + 1)
+        return need
+
+    def expose_result(self, d):
+        rp = self.result_q[d][0]
+        rp.visible = max(rp.a0, self.result_last_read[d] + 1)
+        self.heads[d][d] = rp
+        self.arm_egress(d, rp.visible)
+
+    def stream_result(self, d):
+        """Extend the read times of the result packet egress d is sending, as far as its
+        flits have been issued; finish it when all are read."""
+        rp = self.streaming[d]
+        reads, issues, lag = rp.reads, rp.issues, self.result_lag
+        while len(reads) < len(issues):
+            i = len(reads)
+            avail = issues[i] + lag
+            reads.append(max(avail, rp.grant + i if i == 0 else reads[-1] + 1))
+        if self.engine_blocked:
+            self.arm_engine_at(self.now)   # a read time it waited for may be known now
+            self.engine_blocked = False
+        if len(reads) < rp.flits:
+            return
+        self.streaming[d] = None
+        last = reads[-1]
+        self.egress_free[d] = last + 1
+        self.out_flits[d] += rp.flits
+        self.result_q[d].popleft()
+        self.result_last_read[d] = last
+        self.results[(d, rp.seq)] = last
+        for k in self.loop.result(d, rp.seq, last):
+            self.try_source(k, last + 1)
+        if self.result_q[d]:
+            self.expose_result(d)
+        self.arm_egress(d, last + 1)
+
+    def continue_engine(self):
+        """Issue the current chunk's flits, one a cycle while every member's result FIFO has
+        room; finish the chunk when all are issued."""
+        packets, P = self.eng_r, self.P
+        issues = packets[0].issues
+        while len(issues) < P:
+            need = self.room_time(len(issues), False)
+            if need is None:
+                self.engine_blocked = True
+                return
+            when = max(issues[-1] + 1, need)
+            for rp in packets:
+                if rp is not packets[0]:
+                    rp.issues.append(when)
+            issues.append(when)
+            for rp in packets:
+                if self.streaming[rp.dst] is rp:
+                    self.stream_result(rp.dst)
+        self.engine_free = issues[-1] + 1
+        self.eng_active, self.eng_r = False, None
+        self.arm_engine()
+
+    def run_engine(self, t):
+        """Issue chunks' flits: the lowest complete slot first, one flit per cycle while
+        every member's result FIFO has room."""
+        self.engine_armed = None
+        self.engine_blocked = False
+        if not self.eng_active:
+            if t < self.engine_free:
+                self.arm_engine()
+                return
+            engine = self.engine
+            ready = [e for e in engine if e[0] <= t]
+            if not ready:
+                self.arm_engine()
+                return
+            choice = min(ready, key=_slot)
+            # Room for the first flit decides the start (the RTL re-picks every cycle).
+            need = self.room_time(0, True)
+            if need is None or need > t:
+                if need is None:
+                    self.engine_blocked = True
+                else:
+                    self.arm_engine_at(need)
+                return
+            engine.remove(choice)
+            heapq.heapify(engine)
+            P, seq = self.P, choice[2]
+            self.eng_active, self.eng_r = True, []
+            for d in self.mem_ports:
+                rp = _Packet(-1, P, d, seq, result=True)
+                rp.j0 = self.result_count[d]
+                rp.reads, rp.issues = [], [t]
+                rp.a0 = t + self.result_lag
+                self.eng_r.append(rp)
+                self.result_count[d] += P
+                self.result_q[d].append(rp)
+                hist = self.result_hist[d]
+                hist.append(rp)
+                while len(hist) > self.hist_limit:
+                    hist.popleft()
+                if len(self.result_q[d]) == 1:
+                    self.expose_result(d)
+        self.continue_engine()
+
+    def wake(self, k):
+        t = self.loop.wake_time(k)
+        if t is not None:
+            self.try_source(k, max(t, self.src_free[k]))
+
+    def egress(self, d, t):
+        self.egress_armed[d] = None
+        if self.streaming[d] is not None:
+            return
+        if t < self.egress_free[d]:
+            self.arm_egress(d, self.egress_free[d])
+            return
+        cand = self.heads[d]
+        valid = [p is not None and p.visible <= t for p in cand]
+        if not any(valid):
+            nxt = [p.visible for p in cand if p is not None]
+            if nxt:
+                self.arm_egress(d, min(nxt))
+            return
+        sel = self.arbitrate(d, valid)
+        if sel is None:
+            return   # only when every valid requester has weight 0
+        pk = cand[sel]
+        cand[sel] = None
+        arb = self.arbiters[d]
+        if arb.policy.value == "drr" and pk.flits > 1:
+            arb._set_deficit(sel, arb.deficit[sel] - (pk.flits - 1))
+        pk.grant = t
+        if pk.result:
+            # Held until its last flit is read; the engine may still be issuing it.
+            self.egress_free[d] = 1 << 62
+            self.streaming[d] = pk
+            self.stream_result(d)
+            return
+        last = t + pk.flits - 1
+        self.egress_free[d] = last + 1
+        self.out_flits[d] += pk.flits
+        self.in_flits[sel] += pk.flits
+        self.deliver[pk.pid] = last
+        for w in self.loop.delivered(pk.pid, last):
+            self.wake(w)
+        self.leave_fifo(sel, pk)
+        self.arm_egress(d, last + 1)
+
+    def source(self, k, t):
+        self.src_tries[k].discard(t)
+        if self.src_busy[k] or t < self.src_free[k]:
+            return
+        pid = self.loop.next_packet(k, t)
+        if pid is None:
+            self.wake(k)
+            return
+        plan = self.plan
+        pk = _Packet(pid, int(plan.flits[pid]), int(plan.dst[pid]), int(plan.seq[pid]))
+        pk.j0 = self.written[k]
+        pk.start = t
+        h, edge = self.hist[k], pk.j0 - self.D
+        while h and h[0].j0 + h[0].flits <= edge:
+            h.popleft()
+        self.written[k] += pk.flits
+        fifo = self.fifo[k]
+        fifo.append(pk)
+        self.src_busy[k] = True
+        self.pending[k] = pk
+        self.resolve_writes(k)
+        if len(fifo) == 1:
+            self.update_visible(k)
+
+
+def _slot(entry):
+    return entry[1]
 
 
 def replay_model(plan, progress=None, core="auto"):
     """Replay ``plan`` through the fast model.
 
-    ``core``: ``"c"`` runs the compiled core (:mod:`sim.switch_core`, identical results, about
-    30 times faster), ``"python"`` this module's model, ``"auto"`` the compiled core when this
-    machine can build it and this module otherwise (with a warning saying why).
+    ``core``: ``"c"`` runs the compiled core (:mod:`sim.model.switch_core`, identical results,
+    about 30 times faster), ``"python"`` this module's model, ``"auto"`` the compiled core when
+    this machine can build it and this module otherwise (with a warning saying why).
     ``progress(cycle, started, total)`` is called on long Python replays.
     """
     if core not in ("auto", "c", "python"):
