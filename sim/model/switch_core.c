@@ -1,19 +1,29 @@
 /* The fast switch model's compiled core.
  *
- * The same event-driven model as sim/switch_model.py (FastSwitch.run) and the same closed
- * loop as sim/replay.py (ClosedLoop), statement for statement, so that both produce identical
+ * The same event-driven model as sim/model/switch.py and the same closed loop as
+ * sim/replay/loop.py (ClosedLoop), statement for statement, so that both produce identical
  * results: tests/test_switch_core.py replays random traces through both and demands every
  * injection, delivery, result, stall and flit count equal. The Python model is the readable
- * reference; read it first. This file only changes the data structures:
+ * reference; read it first. Its class _SwitchRun is the struct SwitchRun below, field for field,
+ * and its methods are the functions of the section "The model", of the same names and in the
+ * same order (arbitrate stands for ArbiterModel.step, loop_* for ClosedLoop's methods). This
+ * file only changes the data structures:
  *
  *   - a packet is an index (pid) into flat arrays; an ingress's packets are one growing list of
- *     pids, its FIFO the tail [fifo_head, n) and its history [hist_head, fifo_head);
- *   - a result packet is an index into per-result arrays; an egress's result packets are one
- *     list whose packet i holds result flits [i*P, (i+1)*P), so a flit's packet is found by
- *     division and the per-flit issue and read cycles live in per-egress arrays;
+ *     pids, its FIFO (Python's fifo[k]) the tail [fifo_head, n) and its history (hist[k])
+ *     [hist_head, fifo_head);
+ *   - a result packet is an index into per-result arrays (r_*); an egress's result packets are
+ *     one list res[d] whose packet i holds result flits [i*P, (i+1)*P), so a flit's packet is
+ *     found by division and the per-flit issue and read cycles live in per-egress arrays;
+ *     Python's result_q[d] is res[d] from rq_head, result_hist[d] from rh_head, and
+ *     result_count[d] is res[d].n * P;
+ *   - the visible heads are head_mem (per egress, per ingress) and head_res (per egress), where
+ *     Python has one table heads with the results at heads[d][d];
+ *   - the chunk being issued is eng_r (its result packets, one per member) with eng_nissues
+ *     and eng_last_issue standing for the length and last entry of Python's issues list;
  *   - "None" is NONE (INT64_MIN).
  *
- * Built by sim/switch_core.py with the system C compiler and called through ctypes.
+ * Built by sim/model/switch_core.py with the system C compiler and called through ctypes.
  */
 
 #include <setjmp.h>
@@ -45,6 +55,11 @@ static void *grow(void *p, i64 *cap, i64 need, size_t size) {
 
 static void push(vec *a, i64 x) {
     a->v = grow(a->v, &a->cap, a->n + 1, sizeof(i64));
+    a->v[a->n++] = x;
+}
+
+static void tpush(tvec *a, trip x) {
+    a->v = grow(a->v, &a->cap, a->n + 1, sizeof(trip));
     a->v[a->n++] = x;
 }
 
@@ -104,7 +119,8 @@ enum { EV_SOURCE, EV_EGRESS };
 
 typedef struct {
     /* configuration */
-    i64 N, D, lag, rdepth, P, S, policy, quantum, dbits, members, nmembers, chunks, mtu;
+    i64 N, D, result_lag, result_depth, P, S, policy, quantum, dbits, members, nmembers;
+    i64 chunks, mtu;
     i64 ingress_latency, pick_latency, hist_limit;
     const i64 *priority, *weight;
     /* plan: packets (growing with read responses) */
@@ -135,23 +151,23 @@ typedef struct {
     i64 *arb_ptr, *arb_count, *arb_deficit;
     /* reduction unit */
     i64 *arrivals, *arrived_at;
-    vec eng_ready, eng_slot, eng_seq;
+    tvec engine;   /* complete chunks: (ready cycle, slot, seq) */
     i64 engine_free, engine_armed, engine_blocked;
-    i64 eng_active, eng_seq_cur, eng_nissues, eng_last_issue, *eng_r, *mem_ports;
+    i64 eng_active, eng_nissues, eng_last_issue, *eng_r, *mem_ports;
     /* events */
     tvec events;
     i64 order, now, handled;
     i64 *valid, *scratch;
-} Sw;
+} SwitchRun;
 
 /* ------------------------------------------------------------------------------------------ */
-/* The closed loop (sim/replay.py ClosedLoop).                                                */
+/* The closed loop (sim/replay/loop.py ClosedLoop).                                           */
 
-static void loop_push_future(Sw *s, i64 port, i64 issue, i64 mid) {
+static void loop_push_future(SwitchRun *s, i64 port, i64 issue, i64 mid) {
     heap_push(&s->future[port], (trip){issue, mid, 0});
 }
 
-static i64 loop_next_packet(Sw *s, i64 port, i64 cycle) {
+static i64 loop_next_packet(SwitchRun *s, i64 port, i64 cycle) {
     tvec *fut = &s->future[port], *act = &s->active[port];
     while (fut->n && fut->v[0].a <= cycle) sorted_insert(act, heap_pop(fut));
     for (i64 i = 0; i < act->n; i++) {
@@ -172,12 +188,12 @@ static i64 loop_next_packet(Sw *s, i64 port, i64 cycle) {
     return NONE;
 }
 
-static i64 loop_wake_time(Sw *s, i64 port) {
+static i64 loop_wake_time(SwitchRun *s, i64 port) {
     return s->future[port].n ? s->future[port].v[0].a : NONE;
 }
 
 /* _done: appends the woken ports to s->woken. Only the plan's own messages have dependants. */
-static void loop_done(Sw *s, i64 mid, i64 cycle) {
+static void loop_done(SwitchRun *s, i64 mid, i64 cycle) {
     s->done_at[mid] = cycle;
     if (mid >= s->nmsg0) return;
     for (i64 i = s->wait_off[mid]; i < s->wait_off[mid + 1]; i++) {
@@ -187,7 +203,7 @@ static void loop_done(Sw *s, i64 mid, i64 cycle) {
     }
 }
 
-static void loop_respond(Sw *s, i64 req, i64 cycle) {
+static void loop_respond(SwitchRun *s, i64 req, i64 cycle) {
     i64 mid = s->nmsg++;
     s->m_src[mid] = s->m_dst[req];
     s->m_dst[mid] = s->m_src[req];
@@ -212,7 +228,7 @@ static void loop_respond(Sw *s, i64 req, i64 cycle) {
     push(&s->woken, s->m_src[mid]);
 }
 
-static void loop_delivered(Sw *s, i64 pid, i64 cycle) {
+static void loop_delivered(SwitchRun *s, i64 pid, i64 cycle) {
     s->woken.n = 0;
     i64 mid = s->pk_msg[pid];
     if (--s->remaining[mid] != 0) return;
@@ -226,7 +242,7 @@ static void loop_delivered(Sw *s, i64 pid, i64 cycle) {
     }
 }
 
-static void loop_result(Sw *s, i64 port, i64 seq, i64 cycle) {
+static void loop_result(SwitchRun *s, i64 port, i64 seq, i64 cycle) {
     s->woken.n = 0;
     s->result_at[port * s->chunks + seq] = cycle;
     i64 mid = s->chunk_msg[port * s->chunks + seq];
@@ -235,7 +251,7 @@ static void loop_result(Sw *s, i64 port, i64 seq, i64 cycle) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* The arbiter (sim/arbiter_model.py), as the model uses it: packet-atomic, output ready.     */
+/* The arbiter (sim/model/arbiter.py), as the model uses it: packet-atomic, output ready.    */
 
 static i64 first_after(const i64 *mask, i64 n, i64 ptr) {
     for (i64 off = 1; off <= n; off++) {
@@ -245,7 +261,7 @@ static i64 first_after(const i64 *mask, i64 n, i64 ptr) {
     return NONE;
 }
 
-static void set_deficit(Sw *s, i64 *deficit, i64 k, i64 value) {
+static void set_deficit(SwitchRun *s, i64 *deficit, i64 k, i64 value) {
     i64 lo = -((i64)1 << (s->dbits - 1)), hi = ((i64)1 << (s->dbits - 1)) - 1;
     deficit[k] = value < lo ? lo : value > hi ? hi : value;
 }
@@ -253,7 +269,7 @@ static void set_deficit(Sw *s, i64 *deficit, i64 k, i64 value) {
 /* Grant one packet at egress d among valid[0..N) (requester d: the reduction results). The
  * caller charges a DRR requester for the rest of a multi-flit packet (the model's
  * ArbiterModel.step sees only its first flit). */
-static i64 arbitrate(Sw *s, i64 d, const i64 *valid) {
+static i64 arbitrate(SwitchRun *s, i64 d, const i64 *valid) {
     i64 n = s->N, ptr = s->arb_ptr[d], sel, new_turn = 1;
     i64 *mask = s->scratch, *deficit = s->arb_deficit + d * n;
     const i64 *priority = s->priority + d * n, *weight = s->weight + d * n;
@@ -303,14 +319,14 @@ static i64 arbitrate(Sw *s, i64 d, const i64 *valid) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* The model (sim/switch_model.py FastSwitch.run).                                            */
+/* The model (sim/model/switch.py _SwitchRun).                                                */
 
-static void at(Sw *s, i64 t, i64 kind, i64 arg) {
+static void at(SwitchRun *s, i64 t, i64 kind, i64 arg) {
     s->order++;
     heap_push(&s->events, (trip){t, (kind << KIND_SHIFT) | s->order, arg});
 }
 
-static void try_source(Sw *s, i64 k, i64 t) {
+static void try_source(SwitchRun *s, i64 k, i64 t) {
     vec *tries = &s->src_tries[k];
     for (i64 i = 0; i < tries->n; i++)
         if (tries->v[i] == t) return;
@@ -318,7 +334,7 @@ static void try_source(Sw *s, i64 k, i64 t) {
     at(s, t, EV_SOURCE, k);
 }
 
-static void arm_egress(Sw *s, i64 d, i64 t) {
+static void arm_egress(SwitchRun *s, i64 d, i64 t) {
     if (s->streaming[d] >= 0) return;
     t = max64(t, s->egress_free[d]);
     if (s->egress_armed[d] == NONE || s->egress_armed[d] > t) {
@@ -327,22 +343,22 @@ static void arm_egress(Sw *s, i64 d, i64 t) {
     }
 }
 
-static void arm_engine_at(Sw *s, i64 t) {
+static void arm_engine_at(SwitchRun *s, i64 t) {
     if (s->engine_armed == NONE || s->engine_armed > t) {
         s->engine_armed = t;
         at(s, t, EV_EGRESS, -1);
     }
 }
 
-static void arm_engine(Sw *s) {
-    if (!s->eng_ready.n) return;
-    i64 lo = s->eng_ready.v[0];
-    for (i64 i = 1; i < s->eng_ready.n; i++)
-        if (s->eng_ready.v[i] < lo) lo = s->eng_ready.v[i];
+static void arm_engine(SwitchRun *s) {
+    if (!s->engine.n) return;
+    i64 lo = s->engine.v[0].a;
+    for (i64 i = 1; i < s->engine.n; i++)
+        if (s->engine.v[i].a < lo) lo = s->engine.v[i].a;
     arm_engine_at(s, max64(lo, s->engine_free));
 }
 
-static i64 read_time(Sw *s, i64 k, i64 j) {
+static i64 read_time(SwitchRun *s, i64 k, i64 j) {
     if (j < 0) return -1;
     vec *ing = &s->ing[k];
     for (i64 i = ing->n - 1; i >= s->hist_head[k]; i--) {
@@ -353,9 +369,9 @@ static i64 read_time(Sw *s, i64 k, i64 j) {
     return -1;
 }
 
-static void update_visible(Sw *s, i64 k);
+static void update_visible(SwitchRun *s, i64 k);
 
-static void resolve_writes(Sw *s, i64 k) {
+static void resolve_writes(SwitchRun *s, i64 k) {
     i64 p = s->pending[k];
     if (p < 0) return;
     if (s->a0[p] == NONE) {
@@ -376,14 +392,14 @@ static void resolve_writes(Sw *s, i64 k) {
     try_source(s, k, s->a_last[p] + 1);
 }
 
-static void leave_fifo(Sw *s, i64 k, i64 p) {
+static void leave_fifo(SwitchRun *s, i64 k, i64 p) {
     s->prev_last_read[k] = s->grant[p] + s->pk_flits[p] - 1;
     s->fifo_head[k]++;
     update_visible(s, k);
     resolve_writes(s, k);
 }
 
-static void grant_contribution(Sw *s, i64 k, i64 p) {
+static void grant_contribution(SwitchRun *s, i64 k, i64 p) {
     s->grant[p] = s->visible[p];
     s->in_flits[k] += s->pk_flits[p];
     i64 last = s->grant[p] + s->pk_flits[p] - 1, seq = s->pk_seq[p];
@@ -391,15 +407,13 @@ static void grant_contribution(Sw *s, i64 k, i64 p) {
     s->arrived_at[seq] = max64(s->arrived_at[seq], last);
     s->arrivals[seq] = left;
     if (left == 0) {
-        push(&s->eng_ready, s->arrived_at[seq] + s->pick_latency);
-        push(&s->eng_slot, seq % s->S);
-        push(&s->eng_seq, seq);
+        tpush(&s->engine, (trip){s->arrived_at[seq] + s->pick_latency, seq % s->S, seq});
         arm_engine(s);
     }
     leave_fifo(s, k, p);
 }
 
-static void update_visible(Sw *s, i64 k) {
+static void update_visible(SwitchRun *s, i64 k) {
     if (s->fifo_head[k] == s->ing[k].n) return;
     i64 p = s->ing[k].v[s->fifo_head[k]];
     if (s->visible[p] != NONE || s->a0[p] == NONE) return;
@@ -412,7 +426,7 @@ static void update_visible(Sw *s, i64 k) {
     }
 }
 
-static i64 result_read(Sw *s, i64 d, i64 n) {
+static i64 result_read(SwitchRun *s, i64 d, i64 n) {
     if (n < 0) return -1;
     i64 idx = n / s->P;
     if (idx < s->rh_head[d] || idx >= s->res[d].n) return -1;
@@ -422,31 +436,31 @@ static i64 result_read(Sw *s, i64 d, i64 n) {
 
 /* Earliest issue of flit i of the engine's chunk; `tentative`: its packets are not made yet
  * and would start at each egress's result count. */
-static i64 room_time(Sw *s, i64 i, int tentative) {
+static i64 room_time(SwitchRun *s, i64 i, int tentative) {
     i64 need = -1;
     for (i64 m = 0; m < s->nmembers; m++) {
         i64 d = s->mem_ports[m];
         i64 j0 = tentative ? s->res[d].n * s->P : s->r_j0.v[s->eng_r[m]];
-        i64 r = result_read(s, d, j0 + i - (s->rdepth - 1));
+        i64 r = result_read(s, d, j0 + i - (s->result_depth - 1));
         if (r == NONE) return NONE;
         need = max64(need, r + 1);
     }
     return need;
 }
 
-static void expose_result(Sw *s, i64 d) {
+static void expose_result(SwitchRun *s, i64 d) {
     i64 r = s->res[d].v[s->rq_head[d]];
     s->r_visible.v[r] = max64(s->r_a0.v[r], s->result_last_read[d] + 1);
     s->head_res[d] = r;
     arm_egress(s, d, s->r_visible.v[r]);
 }
 
-static void stream_result(Sw *s, i64 d) {
+static void stream_result(SwitchRun *s, i64 d) {
     i64 r = s->streaming[d], j0 = s->r_j0.v[r];
     i64 *reads = s->res_read[d].v, *issues = s->res_issue[d].v;
     while (s->r_nreads.v[r] < s->r_nissues.v[r]) {
         i64 i = s->r_nreads.v[r];
-        i64 avail = issues[j0 + i] + s->lag;
+        i64 avail = issues[j0 + i] + s->result_lag;
         reads[j0 + i] = max64(avail, i == 0 ? s->r_grant.v[r] : reads[j0 + i - 1] + 1);
         s->r_nreads.v[r]++;
     }
@@ -468,7 +482,7 @@ static void stream_result(Sw *s, i64 d) {
     arm_egress(s, d, last + 1);
 }
 
-static void continue_engine(Sw *s) {
+static void continue_engine(SwitchRun *s) {
     while (s->eng_nissues < s->P) {
         i64 need = room_time(s, s->eng_nissues, 0);
         if (need == NONE) {
@@ -490,7 +504,7 @@ static void continue_engine(Sw *s) {
     arm_engine(s);
 }
 
-static void run_engine(Sw *s, i64 t) {
+static void run_engine(SwitchRun *s, i64 t) {
     s->engine_armed = NONE;
     s->engine_blocked = 0;
     if (!s->eng_active) {
@@ -499,9 +513,9 @@ static void run_engine(Sw *s, i64 t) {
             return;
         }
         i64 choice = -1;
-        for (i64 i = 0; i < s->eng_ready.n; i++)
-            if (s->eng_ready.v[i] <= t &&
-                (choice < 0 || s->eng_slot.v[i] < s->eng_slot.v[choice])) choice = i;
+        trip *engine = s->engine.v;
+        for (i64 i = 0; i < s->engine.n; i++)
+            if (engine[i].a <= t && (choice < 0 || engine[i].b < engine[choice].b)) choice = i;
         if (choice < 0) {
             arm_engine(s);
             return;
@@ -512,13 +526,9 @@ static void run_engine(Sw *s, i64 t) {
             if (need == NONE) s->engine_blocked = 1; else arm_engine_at(s, need);
             return;
         }
-        i64 seq = s->eng_seq.v[choice], last = s->eng_ready.n - 1;
-        s->eng_ready.v[choice] = s->eng_ready.v[last];
-        s->eng_slot.v[choice] = s->eng_slot.v[last];
-        s->eng_seq.v[choice] = s->eng_seq.v[last];
-        s->eng_ready.n = s->eng_slot.n = s->eng_seq.n = last;
+        i64 seq = engine[choice].c;
+        engine[choice] = engine[--s->engine.n];
         s->eng_active = 1;
-        s->eng_seq_cur = seq;
         s->eng_nissues = 1;
         s->eng_last_issue = t;
         for (i64 m = 0; m < s->nmembers; m++) {
@@ -526,7 +536,7 @@ static void run_engine(Sw *s, i64 t) {
             push(&s->r_dst, d);
             push(&s->r_seq, seq);
             push(&s->r_j0, j0);
-            push(&s->r_a0, t + s->lag);
+            push(&s->r_a0, t + s->result_lag);
             push(&s->r_visible, NONE);
             push(&s->r_grant, NONE);
             push(&s->r_nissues, 1);
@@ -544,12 +554,12 @@ static void run_engine(Sw *s, i64 t) {
     continue_engine(s);
 }
 
-static void wake(Sw *s, i64 k) {
+static void wake(SwitchRun *s, i64 k) {
     i64 t = loop_wake_time(s, k);
     if (t != NONE) try_source(s, k, max64(t, s->src_free[k]));
 }
 
-static void egress(Sw *s, i64 d, i64 t) {
+static void egress(SwitchRun *s, i64 d, i64 t) {
     s->egress_armed[d] = NONE;
     if (s->streaming[d] >= 0) return;
     if (t < s->egress_free[d]) {
@@ -597,7 +607,7 @@ static void egress(Sw *s, i64 d, i64 t) {
     arm_egress(s, d, last + 1);
 }
 
-static void source(Sw *s, i64 k, i64 t) {
+static void source(SwitchRun *s, i64 k, i64 t) {
     vec *tries = &s->src_tries[k];
     for (i64 i = 0; i < tries->n; i++)
         if (tries->v[i] == t) {
@@ -649,14 +659,14 @@ int innet_switch_run(const i64 *prm, const i64 *priority, const i64 *weight,  /*
                      i64 *pk_list, const i64 *wait_off, const i64 *wait_list, const i64 *chunk_msg,
                      i64 *inject, i64 *deliver, i64 *results, i64 *done_at,
                      i64 *out_flits, i64 *in_flits, i64 *stall, i64 *counters) {
-    Sw sw, *s = &sw;
+    SwitchRun sw, *s = &sw;
     memset(s, 0, sizeof(sw));
     int status = 1;
     i64 N = prm[P_PORTS];
     s->N = N;
     s->D = prm[P_DEPTH];
-    s->lag = prm[P_RESULT_LAG];
-    s->rdepth = prm[P_RESULT_DEPTH];
+    s->result_lag = prm[P_RESULT_LAG];
+    s->result_depth = prm[P_RESULT_DEPTH];
     s->P = prm[P_CHUNK_FLITS];
     s->S = prm[P_SLOTS];
     s->policy = prm[P_POLICY];
@@ -671,7 +681,7 @@ int innet_switch_run(const i64 *prm, const i64 *priority, const i64 *weight,  /*
     s->msg_cap = prm[P_MESSAGE_CAP];
     s->ingress_latency = prm[P_INGRESS_LATENCY];
     s->pick_latency = prm[P_PICK_LATENCY];
-    s->hist_limit = 4 + s->rdepth / s->P;
+    s->hist_limit = 4 + s->result_depth / s->P;
     s->priority = priority;
     s->weight = weight;
     s->pk_flits = pk_flits, s->pk_dst = pk_dst, s->pk_seq = pk_seq, s->pk_msg = pk_msg;
@@ -762,9 +772,9 @@ fail:
         if (s->res_read) free(s->res_read[k].v);
     }
     vec *vs[] = {&s->woken, &s->r_dst, &s->r_seq, &s->r_j0, &s->r_a0, &s->r_visible,
-                 &s->r_grant, &s->r_nissues, &s->r_nreads, &s->eng_ready, &s->eng_slot,
-                 &s->eng_seq};
+                 &s->r_grant, &s->r_nissues, &s->r_nreads};
     for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) free(vs[i]->v);
+    free(s->engine.v);
     free(s->events.v);
     void *ps[] = {s->future, s->active, s->next_index, s->remaining, s->result_at, s->j0,
                   s->start, s->a0, s->a_last, s->grant, s->visible, s->ing, s->fifo_head,
