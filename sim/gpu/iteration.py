@@ -144,19 +144,51 @@ class IterationResult:
 
 
 class _Class:
-    """The GPUs sharing one speed factor."""
+    """The GPUs sharing one speed factor: their compute stream, and what it has done so far
+    (times in seconds of simulated time)."""
 
-    def __init__(self, speed, gpus):
+    __slots__ = ("bwd_alone_s", "bwd_end", "bwd_start", "comm_pos", "compute", "done_at",
+                 "extra", "fwd_end", "gap", "gpus", "kernel_start", "opt_end", "opt_start", "pos",
+                 "prev_phase", "progress", "queue_end", "speed")
+
+    def __init__(self, speed, gpus, queue):
         self.speed = speed
         self.gpus = gpus
-        self.compute = []        # queue of (name, KernelSpec, phase)
-        self.pos = 0
-        self.progress = 0.0      # fraction of the current compute kernel done
-        self.gap = 0.0           # remaining launch gap before the current kernel
+        self.compute = list(queue)   # (name, KernelSpec, phase); the optimizer is appended
+        self.pos = 0                 # the current compute kernel
+        self.progress = 0.0          # fraction of the current compute kernel done
+        self.gap = 0.0               # remaining launch gap before the current kernel
         self.kernel_start = None
-        self.comm_pos = 0        # next collective to launch on this class
-        self.extra = {"sm": 0.0, "hbm": 0.0}
+        self.comm_pos = 0            # next collective to launch on this class
+        self.extra = {"sm": 0.0, "hbm": 0.0}   # backward time lost to each cause
         self.done_at = None
+        # What the metrics are read from.
+        self.fwd_end = None
+        self.bwd_start = None        # the last backward pass (the one reported) ...
+        self.bwd_end = None
+        self.bwd_alone_s = 0.0       # ... and its length alone: kernels and launch gaps
+        self.prev_phase = None
+        self.queue_end = 0.0         # the last queued kernel (before the optimizer) ended
+        self.opt_start = None
+        self.opt_end = None
+
+
+class _Collective:
+    """One collective of ``launches``; they run one at a time on the communication stream."""
+
+    __slots__ = ("after", "begin", "cost", "end", "index", "latency_left", "launched", "name",
+                 "progress")
+
+    def __init__(self, index, after, name, cost):
+        self.index = index
+        self.after = after           # the compute kernel after which a GPU launches it
+        self.name = name
+        self.cost = cost             # a CollectiveCost: alone, per GPU
+        self.launched = set()        # classes that launched it (their SMs are held)
+        self.latency_left = cost.latency_s
+        self.progress = 0.0          # fraction streamed
+        self.begin = None            # every class has launched it and the stream is free
+        self.end = None
 
 
 def simulate_iteration(workload, gpu, config=None, record=True):
@@ -205,140 +237,193 @@ def simulate_streams(gpu, n, queue, launches, *, algo="ring", speed=None, channe
 
     Returns an :class:`IterationResult` (``buckets``/``bucket_bytes`` left empty).
     """
-    speeds = speed or [1.0] * n
-    groups = {}
-    for g, s in enumerate(speeds):
-        groups.setdefault(float(s), []).append(g)
-    classes = [_Class(s, gpus) for s, gpus in sorted(groups.items())]
-    for c in classes:
-        c.compute = list(queue)
+    streams = _Streams(gpu, n, queue, launches, algo=algo, speed=speed, channels=channels,
+                       overlap=overlap, final=final, record=record, op=op, cycle_s=cycle_s)
+    streams.run()
+    return streams.result()
 
-    comm_costs = [collective_cost(gpu, n, nbytes, op, algo, channels)
-                  for _, nbytes, _ in launches]
-    coll = [{"launched": set(), "latency_left": c.latency_s, "progress": 0.0, "start": None,
-             "begin": None, "stream_start": None, "end": None} for c in comm_costs]
-    timeline = []
-    t = 0.0
-    current_coll = 0   # collectives run one at a time on the communication stream
-    bwd_span = {c: [None, None] for c in range(len(classes))}
-    fwd_end = {c: None for c in range(len(classes))}
-    opt_span = {c: [None, None] for c in range(len(classes))}
-    queue_end = {c: 0.0 for c in range(len(classes))}
-    prev_phase = {c: None for c in range(len(classes))}
-    bwd_alone_acc = {c: 0.0 for c in range(len(classes))}
-    queue_len = len(queue)
 
-    ready_tick = {}   # (class, collective) -> time of the fusion cycle that launches it
+_MAX_STEPS = 50_000_000
 
-    def launchable(ci, b):
-        after = launches[b][0] if overlap else queue_len - 1
-        if classes[ci].pos <= after:
+
+class _Streams:
+    """The event loop of :func:`simulate_streams`.
+
+    Each step launches the collectives whose data is ready, sets every running kernel's rate
+    from what else runs on its GPU, moves to the next event (a kernel, a launch gap, a
+    collective's latency or transfer ends, or a fusion cycle ticks), and retires what
+    finished. When nothing can progress, the classes whose collectives are all done start
+    the optimizer (``final``), or the iteration is over.
+    """
+
+    def __init__(self, gpu, n, queue, launches, *, algo, speed, channels, overlap, final,
+                 record, op, cycle_s):
+        groups = {}
+        for g, s in enumerate(speed or [1.0] * n):
+            groups.setdefault(float(s), []).append(g)
+        self.classes = [_Class(s, gpus, queue) for s, gpus in sorted(groups.items())]
+        self.colls = [_Collective(b, after, name,
+                                  collective_cost(gpu, n, nbytes, op, algo, channels))
+                      for b, (after, nbytes, name) in enumerate(launches)]
+        self.gpu = gpu
+        self.n = n
+        self.algo = algo
+        self.overlap = overlap
+        self.final = final
+        self.record = record
+        self.cycle_s = cycle_s
+        self.queue_len = len(queue)
+        self.t = 0.0
+        self.current = 0        # the collective on the stream; len(colls) once all are done
+        self.ready_tick = {}    # (class, collective) -> time of the fusion cycle launching it
+        self.timeline = []
+
+    def run(self):
+        for _ in range(_MAX_STEPS):
+            self._launch_ready()
+            coll = self.colls[self.current] if self.current < len(self.colls) else None
+            all_launched = coll is not None and len(coll.launched) == len(self.classes)
+            if all_launched and coll.begin is None:
+                coll.begin = self.t   # every member has launched and the stream is free
+            streaming = all_launched and coll.latency_left <= 0
+            compute_rates, coll_rate = self._rates(coll, streaming)
+            moving = coll if all_launched else None
+            dt = self._next_event(compute_rates, moving, coll_rate)
+            if dt == math.inf:
+                if self._start_optimizer():
+                    continue
+                self._check_finished()
+                return
+            self._advance_compute(compute_rates, dt)
+            if moving is not None:
+                self._advance_collective(moving, coll_rate, dt)
+            self.t += dt
+            self._retire_kernels()
+            if coll is not None and coll.progress >= 1.0 - 1e-12:
+                self._retire_collective(coll)
+        raise RuntimeError("iteration simulation did not converge")
+
+    # -- the stages of a step -----------------------------------------------------------------
+
+    def _launchable(self, ci, b):
+        """Whether class ``ci`` launches collective ``b`` now (its data is ready and, with
+        Horovod's fusion cycle, the cycle has ticked)."""
+        after = self.colls[b].after if self.overlap else self.queue_len - 1
+        if self.classes[ci].pos <= after:
             return False
-        if cycle_s is None:
+        if self.cycle_s is None:
             return True
-        if (ci, b) not in ready_tick:
-            ready_tick[(ci, b)] = math.ceil(t / cycle_s - 1e-9) * cycle_s
-        return t >= ready_tick[(ci, b)] - 1e-12
+        if (ci, b) not in self.ready_tick:
+            self.ready_tick[(ci, b)] = math.ceil(self.t / self.cycle_s - 1e-9) * self.cycle_s
+        return self.t >= self.ready_tick[(ci, b)] - 1e-12
 
-    guard = 0
-    while True:
-        guard += 1
-        if guard > 50_000_000:
-            raise RuntimeError("iteration simulation did not converge")
-        # Launch collectives whose data is ready (in order, one stream per GPU).
-        for ci, c in enumerate(classes):
-            while c.comm_pos < len(coll) and launchable(ci, c.comm_pos):
-                b = c.comm_pos
-                coll[b]["launched"].add(ci)
-                if coll[b]["start"] is None:
-                    coll[b]["start"] = t
+    def _launch_ready(self):
+        """Launch the collectives whose data is ready (in order, one stream per GPU)."""
+        colls = self.colls
+        for ci, c in enumerate(self.classes):
+            while c.comm_pos < len(colls) and self._launchable(ci, c.comm_pos):
+                colls[c.comm_pos].launched.add(ci)
                 c.comm_pos += 1
-        active = None
-        if current_coll < len(coll):
-            active = current_coll
 
-        # Rates on each class.
-        all_launched = active is not None and len(coll[active]["launched"]) == len(classes)
-        if all_launched and coll[active]["begin"] is None:
-            coll[active]["begin"] = t   # every member has launched and the stream is free
-        streaming = all_launched and coll[active]["latency_left"] <= 0
+    def _rates(self, coll, streaming):
+        """Each class's compute rate and the collective's streaming rate, until the next event.
+
+        Returns ``(compute_rates, coll_rate)``: per class ``None`` (no kernel running) or
+        ``(rate, alone_s, sm_s, hbm_s)`` — the fraction of the kernel done per second, its
+        time alone, and its time slowed by the collective's SMs only or HBM traffic only (for
+        the attribution); ``coll_rate`` is the fraction of ``coll`` streamed per second (the
+        slowest member's rate; 0 while not streaming).
+        """
+        gpu = self.gpu
         comm_rates = []
         compute_rates = []
-        for ci, c in enumerate(classes):
+        for ci, c in enumerate(self.classes):
             kernel = None
             if c.pos < len(c.compute) and c.gap <= 0:
                 kernel = c.compute[c.pos][1]
-            holds = active is not None and ci in coll[active]["launched"]
+            holds = coll is not None and ci in coll.launched
             alone = kernel_time(gpu, kernel) / c.speed if kernel is not None else None
             if kernel is not None and holds and streaming:
-                comp_s, comm_s, share, k_hbm, _ = rates_during(gpu, kernel, comm_costs[active])
+                comp_s, comm_s, share, k_hbm, _ = rates_during(gpu, kernel, coll.cost)
                 comp_s /= c.speed
-                comm_rates.append(1.0 / comm_s if comm_s else float("inf"))
+                comm_rates.append(1.0 / comm_s if comm_s else math.inf)
                 # single-cause slowdowns for attribution
                 sm_s = kernel_time(gpu, kernel, share) / c.speed
                 hbm_s = kernel_time(gpu, kernel, 1.0, k_hbm) / c.speed if k_hbm else alone
-                compute_rates.append((1.0 / comp_s if comp_s else float("inf"), alone,
+                compute_rates.append((1.0 / comp_s if comp_s else math.inf, alone,
                                       sm_s, hbm_s))
             elif kernel is not None and holds:
-                share = sm_share_during(gpu, comm_costs[active].sms)
+                share = sm_share_during(gpu, coll.cost.sms)
                 comp_s = kernel_time(gpu, kernel, share) / c.speed
-                compute_rates.append((1.0 / comp_s if comp_s else float("inf"), alone, comp_s,
+                compute_rates.append((1.0 / comp_s if comp_s else math.inf, alone, comp_s,
                                       alone))
                 if streaming:
-                    comm_rates.append(float("inf"))
+                    comm_rates.append(math.inf)
             else:
                 if kernel is not None:
-                    compute_rates.append((1.0 / alone if alone else float("inf"), alone, alone,
+                    compute_rates.append((1.0 / alone if alone else math.inf, alone, alone,
                                           alone))
                 else:
                     compute_rates.append(None)
                 if holds and streaming:
-                    _, comm_s, _, _, _ = rates_during(gpu, None, comm_costs[active])
-                    comm_rates.append(1.0 / comm_s if comm_s else float("inf"))
+                    _, comm_s, _, _, _ = rates_during(gpu, None, coll.cost)
+                    comm_rates.append(1.0 / comm_s if comm_s else math.inf)
         coll_rate = min(comm_rates) if streaming and comm_rates else 0.0
+        return compute_rates, coll_rate
 
-        # Next event.
-        dt = float("inf")
-        for (ci, b), tick in ready_tick.items():
-            if tick > t and classes[ci].comm_pos == b:
+    def _next_event(self, compute_rates, moving, coll_rate):
+        """Seconds to the next event (``inf``: nothing can progress). ``moving`` is the
+        collective on the stream once every class has launched it, else None."""
+        t = self.t
+        dt = math.inf
+        for (ci, b), tick in self.ready_tick.items():
+            if tick > t and self.classes[ci].comm_pos == b:
                 dt = min(dt, tick - t)
-        for ci, c in enumerate(classes):
+        for ci, c in enumerate(self.classes):
             if c.gap > 0:
                 dt = min(dt, c.gap)
             elif compute_rates[ci] is not None:
                 rate = compute_rates[ci][0]
-                dt = min(dt, (1.0 - c.progress) / rate if rate != float("inf") else 0.0)
-        if active is not None and all_launched:
-            if coll[active]["latency_left"] > 0:
-                dt = min(dt, coll[active]["latency_left"])
+                dt = min(dt, (1.0 - c.progress) / rate if rate != math.inf else 0.0)
+        if moving is not None:
+            if moving.latency_left > 0:
+                dt = min(dt, moving.latency_left)
             elif coll_rate > 0:
-                dt = min(dt, (1.0 - coll[active]["progress"]) / coll_rate
-                         if coll_rate != float("inf") else 0.0)
-        if dt == float("inf"):
-            # Nothing can progress: either done, or waiting for the optimizer precondition.
-            progressed = False
-            for ci, c in enumerate(classes):
-                if c.pos == len(c.compute) and c.done_at is None:
-                    if current_coll >= len(coll) and final is None:
-                        c.done_at = t
-                        progressed = True
-                    elif current_coll >= len(coll) and len(c.compute) == queue_len:
-                        c.compute.append(final)
-                        opt_span[ci][0] = t
-                        c.gap = KERNEL_GAP_S
-                        c.kernel_start = None
-                        progressed = True
-            if not progressed:
-                if all(c.done_at is not None for c in classes):
-                    break
-                if any(c.pos == len(c.compute) and c.done_at is None for c in classes) and \
-                        current_coll < len(coll):
-                    raise RuntimeError("deadlock: a collective cannot start")
-                break
-            continue
+                dt = min(dt, (1.0 - moving.progress) / coll_rate
+                         if coll_rate != math.inf else 0.0)
+        return dt
 
-        # Advance.
-        for ci, c in enumerate(classes):
+    def _start_optimizer(self):
+        """With nothing able to progress: a class whose queue is done and whose collectives
+        are all done starts ``final`` (or, without one, is done). Returns whether any did."""
+        if self.current < len(self.colls):
+            return False
+        progressed = False
+        for c in self.classes:
+            if c.pos == len(c.compute) and c.done_at is None:
+                if self.final is None:
+                    c.done_at = self.t
+                    progressed = True
+                elif len(c.compute) == self.queue_len:
+                    c.compute.append(self.final)
+                    c.opt_start = self.t
+                    c.gap = KERNEL_GAP_S
+                    c.kernel_start = None
+                    progressed = True
+        return progressed
+
+    def _check_finished(self):
+        """Nothing can progress and nothing starts: every class is done, or it is a deadlock."""
+        if all(c.done_at is not None for c in self.classes):
+            return
+        if any(c.pos == len(c.compute) and c.done_at is None for c in self.classes) and \
+                self.current < len(self.colls):
+            raise RuntimeError("deadlock: a collective cannot start")
+
+    def _advance_compute(self, compute_rates, dt):
+        """Run every class's compute stream for ``dt`` seconds (a launch gap, or the current
+        kernel at its rate), charging backward time lost to contention to its causes."""
+        for ci, c in enumerate(self.classes):
             if c.gap > 0:
                 c.gap -= dt
                 continue
@@ -347,100 +432,105 @@ def simulate_streams(gpu, n, queue, launches, *, algo="ring", speed=None, channe
                 continue
             rate, alone, sm_s, hbm_s = rates
             if c.kernel_start is None:
-                c.kernel_start = t
-            if rate != float("inf"):
+                c.kernel_start = self.t
+            if rate != math.inf:
                 c.progress += rate * dt
             else:
                 c.progress = 1.0
-            if alone and rate != float("inf"):
+            if alone and rate != math.inf:
                 actual_s = 1.0 / rate
                 extra = dt * (1.0 - alone / actual_s) if actual_s > alone else 0.0
                 if extra > 0 and c.compute[c.pos][2] == "bwd":
                     parts = {"sm": max(0.0, sm_s - alone), "hbm": max(0.0, hbm_s - alone)}
                     weight = sum(parts.values())
-                    for key in parts:
-                        c.extra[key] += extra * (parts[key] / weight if weight else 0.5)
-        if active is not None and all_launched:
-            if coll[active]["latency_left"] > 0:
-                coll[active]["latency_left"] -= dt
-                if coll[active]["latency_left"] <= 1e-15:
-                    coll[active]["latency_left"] = 0.0
-                    coll[active]["stream_start"] = t + dt
-            elif coll_rate > 0:
-                coll[active]["progress"] += coll_rate * dt if coll_rate != float("inf") else 1.0
-        t += dt
+                    for key, part in parts.items():
+                        c.extra[key] += extra * (part / weight if weight else 0.5)
 
-        # Completions.
-        for ci, c in enumerate(classes):
+    def _advance_collective(self, coll, coll_rate, dt):
+        """Run the collective every class has launched for ``dt``: latency, then transfer."""
+        if coll.latency_left > 0:
+            coll.latency_left -= dt
+            if coll.latency_left <= 1e-15:
+                coll.latency_left = 0.0
+        elif coll_rate > 0:
+            coll.progress += coll_rate * dt if coll_rate != math.inf else 1.0
+
+    def _retire_kernels(self):
+        """Retire the compute kernels that finished, noting what the metrics need."""
+        t = self.t
+        for ci, c in enumerate(self.classes):
             if c.gap <= 1e-15 and c.gap != 0:
                 c.gap = 0.0
             if c.gap == 0 and c.pos < len(c.compute) and c.progress >= 1.0 - 1e-12:
                 name, spec, phase = c.compute[c.pos]
-                if record:
-                    timeline.append((ci, "compute", name, c.kernel_start, t, phase,
-                                     spec.hbm_bytes))
+                if self.record:
+                    self.timeline.append((ci, "compute", name, c.kernel_start, t, phase,
+                                          spec.hbm_bytes))
                 if phase == "bwd":
-                    alone_s = kernel_time(gpu, spec) / c.speed
-                    if bwd_span[ci][0] is None or prev_phase[ci] != "bwd":
+                    alone_s = kernel_time(self.gpu, spec) / c.speed
+                    if c.bwd_start is None or c.prev_phase != "bwd":
                         # a new backward pass (the last one is the one reported)
-                        bwd_span[ci][0] = c.kernel_start
-                        bwd_alone_acc[ci] = alone_s
+                        c.bwd_start = c.kernel_start
+                        c.bwd_alone_s = alone_s
                     else:
-                        bwd_alone_acc[ci] += KERNEL_GAP_S + alone_s
-                    bwd_span[ci][1] = t
-                prev_phase[ci] = phase
+                        c.bwd_alone_s += KERNEL_GAP_S + alone_s
+                    c.bwd_end = t
+                c.prev_phase = phase
                 if phase == "fwd":
-                    fwd_end[ci] = t
-                if c.pos == queue_len - 1:
-                    queue_end[ci] = t
+                    c.fwd_end = t
+                if c.pos == self.queue_len - 1:
+                    c.queue_end = t
                 if phase == "opt":
-                    opt_span[ci][1] = t
+                    c.opt_end = t
                     c.done_at = t
                 c.pos += 1
                 c.progress = 0.0
                 c.kernel_start = None
                 if c.pos < len(c.compute):
                     c.gap = KERNEL_GAP_S
-        if active is not None and coll[active]["progress"] >= 1.0 - 1e-12:
-            coll[active]["end"] = t
-            if record:
-                for ci in range(len(classes)):
-                    timeline.append((ci, "comm", launches[active][2], coll[active]["begin"],
-                                     t, active, comm_costs[active].hbm_bytes))
-            current_coll += 1
-        # A GPU whose compute stream is empty and whose collectives are done runs the
-        # optimizer (handled when nothing else can progress).
 
-    # Metrics from the slowest class (the iteration ends when every GPU is done).
-    iteration = max(c.done_at for c in classes)
-    worst = max(range(len(classes)), key=lambda ci: classes[ci].done_at)
-    c = classes[worst]
-    bwd_alone = bwd_alone_acc[worst]
-    bwd_actual = (bwd_span[worst][1] - bwd_span[worst][0]) if bwd_span[worst][0] is not None \
-        else 0.0
-    slowdown = bwd_actual / bwd_alone - 1 if bwd_alone else 0.0
-    total_extra = sum(c.extra.values())
-    attribution = {k: (slowdown * v / total_extra if total_extra else 0.0)
-                   for k, v in c.extra.items()}
-    attribution["link"] = 0.0
-    # Exposed communication: the compute stream idles between its last queued kernel and the
-    # optimizer (or the end), waiting for collectives.
-    exposed_s = max(0.0, (opt_span[worst][0] if opt_span[worst][0] is not None else
-                          c.done_at) - queue_end[worst])
-    allreduce = sum((x["end"] - x["begin"]) for x in coll if x["end"] is not None)
-    alone_comm = sum(cost.time_s for cost in comm_costs)
-    return IterationResult(
-        n_gpus=n, algo=algo,
-        forward_s=fwd_end[worst] or 0.0,
-        backward_alone_s=bwd_alone, backward_s=bwd_actual,
-        backprop_slowdown=slowdown, slowdown_attribution=attribution,
-        allreduce_s=allreduce, allreduce_alone_s=alone_comm,
-        exposed_comm_s=exposed_s,
-        optimizer_s=(opt_span[worst][1] - opt_span[worst][0]) if opt_span[worst][0] else 0.0,
-        iteration_s=iteration, buckets=0, bucket_bytes=[],
-        link_utilization=(sum(cost.link_bytes for cost in comm_costs) /
-                          (gpu.link_effective_gbps * 1e9 * iteration)) if iteration else 0.0,
-        timeline=timeline,
-        classes={str(cl.speed): list(cl.gpus) for cl in classes},
-        comm_sms=[cost.sms for cost in comm_costs],
-    )
+    def _retire_collective(self, coll):
+        """The collective on the stream finished: the next one may take the stream."""
+        coll.end = self.t
+        if self.record:
+            for ci in range(len(self.classes)):
+                self.timeline.append((ci, "comm", coll.name, coll.begin, self.t, coll.index,
+                                      coll.cost.hbm_bytes))
+        self.current += 1
+
+    # -- the metrics ----------------------------------------------------------------------------
+
+    def result(self):
+        """The :class:`IterationResult`, read from the slowest class (the iteration ends when
+        every GPU is done)."""
+        gpu, classes, colls = self.gpu, self.classes, self.colls
+        iteration = max(c.done_at for c in classes)
+        c = max(classes, key=lambda c: c.done_at)
+        bwd_alone = c.bwd_alone_s
+        bwd_actual = (c.bwd_end - c.bwd_start) if c.bwd_start is not None else 0.0
+        slowdown = bwd_actual / bwd_alone - 1 if bwd_alone else 0.0
+        total_extra = sum(c.extra.values())
+        attribution = {k: (slowdown * v / total_extra if total_extra else 0.0)
+                       for k, v in c.extra.items()}
+        attribution["link"] = 0.0
+        # Exposed communication: the compute stream idles between its last queued kernel and
+        # the optimizer (or the end), waiting for collectives.
+        exposed_s = max(0.0, (c.opt_start if c.opt_start is not None else c.done_at) -
+                        c.queue_end)
+        allreduce = sum((x.end - x.begin) for x in colls if x.end is not None)
+        alone_comm = sum(x.cost.time_s for x in colls)
+        return IterationResult(
+            n_gpus=self.n, algo=self.algo,
+            forward_s=c.fwd_end or 0.0,
+            backward_alone_s=bwd_alone, backward_s=bwd_actual,
+            backprop_slowdown=slowdown, slowdown_attribution=attribution,
+            allreduce_s=allreduce, allreduce_alone_s=alone_comm,
+            exposed_comm_s=exposed_s,
+            optimizer_s=(c.opt_end - c.opt_start) if c.opt_start else 0.0,
+            iteration_s=iteration, buckets=0, bucket_bytes=[],
+            link_utilization=(sum(x.cost.link_bytes for x in colls) /
+                              (gpu.link_effective_gbps * 1e9 * iteration)) if iteration else 0.0,
+            timeline=self.timeline,
+            classes={str(cl.speed): list(cl.gpus) for cl in classes},
+            comm_sms=[x.cost.sms for x in colls],
+        )
