@@ -10,10 +10,14 @@ One **point** is (workload, bucket size, algorithm, arbiter policy). For each po
    the point-to-point traffic, so the difference is the link contention backprop sees;
 3. with ``rtl = true``, the first bucket window (its gradient messages and the memory traffic
    issued meanwhile) is replayed through the RTL switch under cocotb and through the model,
-   and their per-packet delivery cycles are compared."""
+   and their per-packet delivery cycles are compared.
+
+The metrics themselves are the functions of :mod:`sim.experiment.metrics`; this module only
+runs the models and hands their results to them."""
 
 from dataclasses import dataclass, field, replace
 
+from sim.experiment import metrics
 from sim.experiment.config import MiB
 
 __all__ = ["PointResult", "run_point", "rtl_config", "rtl_switch_label"]
@@ -44,7 +48,7 @@ def run_point(config, workload_name, bucket_mb, algo, policy, rtl_dir=None):
     from sim.gpu.iteration import IterationConfig, simulate_iteration
     from sim.replay.plan import build_plan, scale_for
     from sim.model.switch import replay_model
-    from sim.trace.format import GRAD, MEM
+    from sim.trace.format import MEM
     from sim.trace.generate import generate_trace
     from sim.gpu.workloads import build_workload
 
@@ -65,95 +69,55 @@ def run_point(config, workload_name, bucket_mb, algo, policy, rtl_dir=None):
                                            config=it_config, p2p_bytes=p2p_bytes)
     plan = build_plan(meta, records, rcfg, path=f"{workload_name}/{algo}")
     replay = replay_model(plan)
-    p2p_records = [r for r in records if r.rtype == MEM]
-    cycle_ns = rcfg.cycle_ns
-
-    def p2p_done(rep):
-        """Per GPU: cycle the last p2p packet it sent was delivered."""
-        done = {}
-        p = rep.plan
-        for pid in range(p.packets):
-            m = p.messages[int(p.msg[pid])]
-            if m.kind.name == "MEM_WRITE" and rep.deliver[pid] >= 0 and \
-                    records_by_id[m.record].rtype == MEM:
-                done[m.src] = max(done.get(m.src, 0), int(rep.deliver[pid]))
-        return done
-
     records_by_id = {r.id: r for r in records}
+    cycle_ns = rcfg.cycle_ns
+    # Link delay: the point-to-point traffic replayed with the gradients and alone.
     link_delay_ns = 0.0
+    p2p_records = [r for r in records if r.rtype == MEM]
     if p2p_records:
-        alone_plan = build_plan(meta, p2p_records, rcfg)
-        alone_replay = replay_model(alone_plan)
-        with_traffic, without = p2p_done(replay), p2p_done(alone_replay)
-        link_delay_ns = max((with_traffic[g] - without.get(g, with_traffic[g])) * cycle_ns
-                            for g in with_traffic)
-        link_delay_ns = max(0.0, link_delay_ns)
+        alone_replay = replay_model(build_plan(meta, p2p_records, rcfg))
+        link_delay_ns = metrics.p2p_link_delay_ns(replay, alone_replay, records_by_id, cycle_ns)
 
-    # Gradient traffic as the switch delivered it.
-    grad_msgs = [m for m in replay.plan.messages if records_by_id[m.record].rtype == GRAD]
-    first_grad = min((int(replay.inject[m.packets[0]]) for m in grad_msgs if m.packets),
-                     default=0)
-    last_grad = max((replay.message_done.get(m.mid, 0) for m in grad_msgs), default=0)
-    # All-reduce time: the union of the buckets' windows (first piece in, last piece out).
-    windows = {}
-    for m in grad_msgs:
-        if m.packets and m.mid in replay.message_done:
-            bucket = records_by_id[m.record].bucket
-            lo, hi = windows.get(bucket, (1 << 62, -1))
-            windows[bucket] = (min(lo, int(replay.inject[m.packets[0]])),
-                               max(hi, replay.message_done[m.mid]))
-    allreduce_ns, reach = 0.0, -1
-    for lo, hi in sorted(windows.values()):
-        lo = max(lo, reach + 1)
-        if hi >= lo:
-            allreduce_ns += (hi - lo + 1) * cycle_ns
-        reach = max(reach, hi)
-    bwd_end_ns = (result.forward_s + result.backward_s) * 1e9
-    backward_ns = result.backward_s * 1e9 + link_delay_ns
-    exposed_ns = max(0.0, last_grad * cycle_ns - (bwd_end_ns + link_delay_ns))
-    iteration_ns = max(bwd_end_ns + link_delay_ns, last_grad * cycle_ns) + \
-        result.optimizer_s * 1e9
-    base = result.backward_alone_s * 1e9
-    window = max(last_grad - first_grad + 1, 1)
-    util = [f / window for f in replay.egress_flits]
-    summary = replay.summary()
-    metrics = {
-        "backprop_alone_ms": base / 1e6,
-        "backprop_ms": backward_ns / 1e6,
-        "backprop_slowdown": backward_ns / base - 1,
-        "slowdown_sm": result.slowdown_attribution.get("sm", 0.0),
-        "slowdown_hbm": result.slowdown_attribution.get("hbm", 0.0),
-        "slowdown_link": link_delay_ns / base,
-        "allreduce_ms": allreduce_ns / 1e6,
-        "exposed_comm_ms": exposed_ns / 1e6,
-        "iteration_ms": iteration_ns / 1e6,
-        "link_utilization": sum(util) / len(util),
-        "link_utilization_max": max(util),
-        "stall_cycles": sum(summary["stall_cycles"]),
-        "slot_peak": summary["slot_occupancy"]["peak"],
-        "slot_mean": summary["slot_occupancy"]["mean"],
-        "packets": summary["packets"],
+    first_grad, last_grad = metrics.gradient_window_cycles(replay, records_by_id)
+    util_mean, util_max = metrics.link_utilization(replay, first_grad, last_grad)
+    slot_peak, slot_mean = metrics.slot_occupancy(replay)
+    values = {
+        "backprop_alone_ms": metrics.backprop_alone_ms(result),
+        "backprop_ms": metrics.backprop_ms(result, link_delay_ns),
+        "backprop_slowdown": metrics.backprop_slowdown(result, link_delay_ns),
+        "slowdown_sm": metrics.slowdown_sm(result),
+        "slowdown_hbm": metrics.slowdown_hbm(result),
+        "slowdown_link": metrics.slowdown_link(result, link_delay_ns),
+        "allreduce_ms": metrics.allreduce_ms(replay, records_by_id, cycle_ns),
+        "exposed_comm_ms": metrics.exposed_comm_ms(result, link_delay_ns, last_grad, cycle_ns),
+        "iteration_ms": metrics.iteration_ms(result, link_delay_ns, last_grad, cycle_ns),
+        "link_utilization": util_mean,
+        "link_utilization_max": util_max,
+        "stall_cycles": metrics.stall_cycles(replay),
+        "slot_peak": slot_peak,
+        "slot_mean": slot_mean,
+        "packets": int(replay.plan.packets),
         "flit_scale": flit_scale,
         "cycle_ns": cycle_ns,
         "model_wall_s": replay.wall_s,
         "gpu_model_slowdown": result.backprop_slowdown,
     }
-    timeline = _timeline(records, replay, grad_msgs, records_by_id, cycle_ns, n)
+    timeline = _timeline(records, replay, records_by_id, cycle_ns, n)
     validation = {}
     if config.rtl:
         validation = _validate_window(config, meta, records, rcfg, result, rtl_dir)
-        metrics["rtl_errors"] = sum(validation.get("errors", {}).values())
-    return PointResult(workload_name, bucket_mb, algo, policy, metrics, timeline, validation)
+        values["rtl_errors"] = metrics.rtl_errors(validation.get("errors", {}))
+    return PointResult(workload_name, bucket_mb, algo, policy, values, timeline, validation)
 
 
-def _timeline(records, replay, grad_msgs, records_by_id, cycle_ns, n):
+def _timeline(records, replay, records_by_id, cycle_ns, n):
     """Per GPU: compute kernels and the spans its gradient messages were in the switch (ms)."""
     from sim.trace.format import KERNEL
     out = {g: {"compute": [], "comm": []} for g in range(n)}
     for r in records:
         if r.rtype == KERNEL and r.phase != "comm":
             out[r.gpu]["compute"].append((r.start_ns / 1e6, r.duration_ns / 1e6))
-    for m in grad_msgs:
+    for m in metrics.gradient_messages(replay, records_by_id):
         if not m.packets:
             continue
         start = int(replay.inject[m.packets[0]])
