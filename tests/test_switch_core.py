@@ -1,6 +1,8 @@
-"""The fast model's C core (sim/switch_core.c) against the Python model it was written from:
-identical results on random traces, every policy, reads, reductions and dependency chains."""
+"""The fast model's C core (sim/model/switch_core.c) against the Python model it was written
+from: identical results on random traces, every policy, reads, reductions and dependency chains;
+the entry point's argument struct as the library describes it against its ctypes mirror."""
 
+import ctypes
 import json
 import shutil
 import subprocess
@@ -84,6 +86,64 @@ def test_core_source_compiles_without_warnings(tmp_path):
                            "-o", str(tmp_path / "core.o"), str(switch_core.SOURCE)],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_core_args_match_library():
+    """The ctypes mirror of the entry point's argument struct is the compiled library's own
+    description of it: the same names in the same order, as many, int64 and pointer alike,
+    the same size."""
+    fields, size = switch_core.library_args(switch_core.library())
+    ours = switch_core.SwitchArgs._fields_
+    assert [name for name, _ in fields] == [name for name, _ in ours]
+    assert len(fields) == len(ours) == len(switch_core.PARAMS) + len(switch_core.ARRAYS)
+    assert [name for name, kind in fields if kind == "i64"] == list(switch_core.PARAMS)
+    assert [name for name, kind in fields if kind == "pointer"] == list(switch_core.ARRAYS)
+    assert fields[:len(switch_core.PARAMS)] == [(name, "i64") for name in switch_core.PARAMS]
+    assert size == ctypes.sizeof(switch_core.SwitchArgs)
+
+
+def _mirror(fields):
+    return type("Mirror", (ctypes.Structure,), {"_fields_": fields})
+
+
+def test_core_args_mismatch():
+    """A mirror that differs from the library, by order, count or type, is named exactly."""
+    lib = switch_core.library()
+    fields = list(switch_core.SwitchArgs._fields_)
+    switch_core.check_args(lib, _mirror(fields))
+    swapped = fields[:2] + [fields[3], fields[2]] + fields[4:]
+    with pytest.raises(switch_core.CoreUnavailable,
+                       match="differ at field 2: result_lag i64 in C, result_depth i64 in "
+                             "Python"):
+        switch_core.check_args(lib, _mirror(swapped))
+    with pytest.raises(switch_core.CoreUnavailable,
+                       match=f"differ in length: {len(fields)} fields in C, "
+                             f"{len(fields) - 1} in Python"):
+        switch_core.check_args(lib, _mirror(fields[:-1]))
+    narrow = [(name, ctypes.c_int32 if name == "slots" else ctype) for name, ctype in fields]
+    with pytest.raises(switch_core.CoreUnavailable,
+                       match="differ at field 5: slots i64 in C, slots c_int in Python"):
+        switch_core.check_args(lib, _mirror(narrow))
+
+
+def test_core_args_mismatch_is_unavailable(monkeypatch):
+    """A library whose argument struct is not the mirror is not used: ``core="c"`` raises,
+    ``"auto"`` falls back to the Python model and says why."""
+    fields = list(switch_core.SwitchArgs._fields_)
+    monkeypatch.setattr(switch_core, "SwitchArgs", _mirror(fields[1:] + fields[:1]))
+    switch_core.library.cache_clear()
+    cfg = ReplayConfig(ports=2, lanes=2, slots=2, chunk_flits=2, link_gbps=32.0)
+    meta, records = stress_trace(gpus=2, seed=1, messages=5, pieces=2, span_ns=2_000)
+    plan = build_plan(meta, records, cfg)
+    try:
+        with pytest.raises(switch_core.CoreUnavailable,
+                           match="SwitchArgs and switch_core.py's Mirror differ at field 0: "
+                                 "ports i64 in C, depth i64 in Python"):
+            replay_model(plan, core="c")
+        with pytest.warns(RuntimeWarning, match="Mirror differ at field 0"):
+            assert replay_model(plan).extra["core"] == "python"
+    finally:
+        switch_core.library.cache_clear()
 
 
 @pytest.fixture

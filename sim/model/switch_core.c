@@ -107,11 +107,36 @@ static void sorted_insert(tvec *s, trip x) {
 static i64 max64(i64 a, i64 b) { return a > b ? a : b; }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Parameters (the order of innet_switch_run's prm array; sim/switch_core.py names them).    */
+/* The entry point's argument: one struct, SwitchArgs, whose fields are listed once, here.    */
+/* innet_switch_args() names them in order with their types, and innet_switch_args_size()     */
+/* gives the struct's size, so that sim/model/switch_core.py checks its ctypes mirror against */
+/* the library it loaded instead of trusting an argument order.                               */
 
-enum { P_PORTS, P_DEPTH, P_RESULT_LAG, P_RESULT_DEPTH, P_CHUNK_FLITS, P_SLOTS, P_POLICY,
-       P_QUANTUM, P_DEFICIT_BITS, P_MEMBERS, P_CHUNKS, P_MTU, P_PACKETS, P_PACKET_CAP,
-       P_MESSAGES, P_MESSAGE_CAP, P_INGRESS_LATENCY, P_PICK_LATENCY, P_COUNT };
+#define SWITCH_ARGS(X)                                                                         \
+    /* parameters */                                                                           \
+    X(i64, ports) X(i64, depth) X(i64, result_lag) X(i64, result_depth) X(i64, chunk_flits)    \
+    X(i64, slots) X(i64, policy) X(i64, quantum) X(i64, deficit_bits) X(i64, members)          \
+    X(i64, chunks) X(i64, mtu) X(i64, packets) X(i64, packet_cap) X(i64, messages)             \
+    X(i64, message_cap) X(i64, ingress_latency) X(i64, pick_latency)                           \
+    /* arbiter inputs, per egress, per requester: ports x ports */                             \
+    X(const i64 *, priority) X(const i64 *, weight)                                            \
+    /* the plan's packets (packet_cap) and messages (message_cap), grown by read responses */  \
+    X(i64 *, pk_flits) X(i64 *, pk_dst) X(i64 *, pk_seq) X(i64 *, pk_msg)                      \
+    X(i64 *, m_src) X(i64 *, m_dst) X(i64 *, m_issue) X(i64 *, m_kind)                         \
+    X(i64 *, m_resp_flits) X(i64 *, m_resp_to) X(const i64 *, m_dep)                           \
+    X(i64 *, m_pk_off) X(i64 *, m_pk_len) X(i64 *, pk_list)                                    \
+    /* dependants of each message (offsets: messages + 1); contribution per (port, chunk) */   \
+    X(const i64 *, wait_off) X(const i64 *, wait_list) X(const i64 *, chunk_msg)               \
+    /* outputs: per packet, per (port, chunk), per message, per port; counters[4] */           \
+    X(i64 *, inject) X(i64 *, deliver) X(i64 *, results) X(i64 *, done_at)                     \
+    X(i64 *, out_flits) X(i64 *, in_flits) X(i64 *, stall) X(i64 *, counters)
+
+typedef struct {
+#define FIELD(type, name) type name;
+    SWITCH_ARGS(FIELD)
+#undef FIELD
+} SwitchArgs;
+
 enum { RR, PRIO, WRR, DRR };
 enum { K_OTHER, K_READ_REQ, K_READ_RESP };
 enum { EV_SOURCE, EV_EGRESS };
@@ -251,7 +276,7 @@ static void loop_result(SwitchRun *s, i64 port, i64 seq, i64 cycle) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* The arbiter (sim/model/arbiter.py), as the model uses it: packet-atomic, output ready.    */
+/* The arbiter (sim/model/arbiter.py), as the model uses it: packet-atomic, output ready.     */
 
 static i64 first_after(const i64 *mask, i64 n, i64 ptr) {
     for (i64 off = 1; off <= n; off++) {
@@ -637,8 +662,9 @@ static void source(SwitchRun *s, i64 k, i64 t) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Entry point. Arrays are the caller's (numpy); the packet and message arrays have room for  */
-/* the read responses the replay creates. Returns 0, or 1 when memory ran out.                */
+/* Entry points. innet_switch_run's arrays are the caller's (numpy); the packet and message   */
+/* arrays have room for the read responses the replay creates. It returns 0, or 1 when memory */
+/* ran out.                                                                                   */
 
 #define ALLOC(ptr, count, fill)                                                              \
     do {                                                                                     \
@@ -652,46 +678,51 @@ static void source(SwitchRun *s, i64 k, i64 t) {
         if (!ptr) goto fail;                                                                 \
     } while (0)
 
-int innet_switch_run(const i64 *prm, const i64 *priority, const i64 *weight,  /* N x N */
-                     i64 *pk_flits, i64 *pk_dst, i64 *pk_seq, i64 *pk_msg,
-                     i64 *m_src, i64 *m_dst, i64 *m_issue, i64 *m_kind, i64 *m_resp_flits,
-                     i64 *m_resp_to, const i64 *m_dep, i64 *m_pk_off, i64 *m_pk_len,
-                     i64 *pk_list, const i64 *wait_off, const i64 *wait_list, const i64 *chunk_msg,
-                     i64 *inject, i64 *deliver, i64 *results, i64 *done_at,
-                     i64 *out_flits, i64 *in_flits, i64 *stall, i64 *counters) {
+/* "name type" per field of SwitchArgs, one a line, in order. */
+const char *innet_switch_args(void) {
+#define DESCRIBE(type, name) #name " " #type "\n"
+    return SWITCH_ARGS(DESCRIBE);
+#undef DESCRIBE
+}
+
+i64 innet_switch_args_size(void) { return (i64)sizeof(SwitchArgs); }
+
+int innet_switch_run(const SwitchArgs *a) {
     SwitchRun sw, *s = &sw;
     memset(s, 0, sizeof(sw));
     int status = 1;
-    i64 N = prm[P_PORTS];
+    i64 N = a->ports;
     s->N = N;
-    s->D = prm[P_DEPTH];
-    s->result_lag = prm[P_RESULT_LAG];
-    s->result_depth = prm[P_RESULT_DEPTH];
-    s->P = prm[P_CHUNK_FLITS];
-    s->S = prm[P_SLOTS];
-    s->policy = prm[P_POLICY];
-    s->quantum = prm[P_QUANTUM];
-    s->dbits = prm[P_DEFICIT_BITS];
-    s->members = prm[P_MEMBERS];
-    s->chunks = prm[P_CHUNKS];
-    s->mtu = prm[P_MTU];
-    s->npk = prm[P_PACKETS];
-    s->pk_cap = prm[P_PACKET_CAP];
-    s->nmsg = s->nmsg0 = prm[P_MESSAGES];
-    s->msg_cap = prm[P_MESSAGE_CAP];
-    s->ingress_latency = prm[P_INGRESS_LATENCY];
-    s->pick_latency = prm[P_PICK_LATENCY];
+    s->D = a->depth;
+    s->result_lag = a->result_lag;
+    s->result_depth = a->result_depth;
+    s->P = a->chunk_flits;
+    s->S = a->slots;
+    s->policy = a->policy;
+    s->quantum = a->quantum;
+    s->dbits = a->deficit_bits;
+    s->members = a->members;
+    s->chunks = a->chunks;
+    s->mtu = a->mtu;
+    s->npk = a->packets;
+    s->pk_cap = a->packet_cap;
+    s->nmsg = s->nmsg0 = a->messages;
+    s->msg_cap = a->message_cap;
+    s->ingress_latency = a->ingress_latency;
+    s->pick_latency = a->pick_latency;
     s->hist_limit = 4 + s->result_depth / s->P;
-    s->priority = priority;
-    s->weight = weight;
-    s->pk_flits = pk_flits, s->pk_dst = pk_dst, s->pk_seq = pk_seq, s->pk_msg = pk_msg;
-    s->m_src = m_src, s->m_dst = m_dst, s->m_issue = m_issue, s->m_kind = m_kind;
-    s->m_resp_flits = m_resp_flits, s->m_resp_to = m_resp_to;
-    s->m_pk_off = m_pk_off, s->m_pk_len = m_pk_len, s->pk_list = pk_list;
-    s->npk_list = s->nmsg0 ? m_pk_off[s->nmsg0 - 1] + m_pk_len[s->nmsg0 - 1] : 0;
-    s->wait_off = wait_off, s->wait_list = wait_list, s->chunk_msg = chunk_msg;
-    s->inject = inject, s->deliver = deliver, s->results = results, s->done_at = done_at;
-    s->out_flits = out_flits, s->in_flits = in_flits, s->stall = stall;
+    s->priority = a->priority;
+    s->weight = a->weight;
+    s->pk_flits = a->pk_flits, s->pk_dst = a->pk_dst, s->pk_seq = a->pk_seq;
+    s->pk_msg = a->pk_msg;
+    s->m_src = a->m_src, s->m_dst = a->m_dst, s->m_issue = a->m_issue, s->m_kind = a->m_kind;
+    s->m_resp_flits = a->m_resp_flits, s->m_resp_to = a->m_resp_to;
+    s->m_pk_off = a->m_pk_off, s->m_pk_len = a->m_pk_len, s->pk_list = a->pk_list;
+    s->npk_list = s->nmsg0 ? s->m_pk_off[s->nmsg0 - 1] + s->m_pk_len[s->nmsg0 - 1] : 0;
+    s->wait_off = a->wait_off, s->wait_list = a->wait_list, s->chunk_msg = a->chunk_msg;
+    s->inject = a->inject, s->deliver = a->deliver, s->results = a->results;
+    s->done_at = a->done_at;
+    s->out_flits = a->out_flits, s->in_flits = a->in_flits, s->stall = a->stall;
     i64 C = s->chunks > 0 ? s->chunks : 1, R = N;
 
     ZALLOC(s->future, N);
@@ -742,8 +773,8 @@ int innet_switch_run(const i64 *prm, const i64 *priority, const i64 *weight,  /*
 
     if (setjmp(oom)) goto fail;
     for (i64 m = 0; m < s->nmsg0; m++) {
-        s->remaining[m] = m_pk_len[m];
-        if (m_dep[m] < 0) loop_push_future(s, m_src[m], m_issue[m], m);
+        s->remaining[m] = s->m_pk_len[m];
+        if (a->m_dep[m] < 0) loop_push_future(s, s->m_src[m], s->m_issue[m], m);
     }
     for (i64 k = 0; k < N; k++) try_source(s, k, 0);
     while (s->events.n) {
@@ -755,10 +786,10 @@ int innet_switch_run(const i64 *prm, const i64 *priority, const i64 *weight,  /*
         else egress(s, e.c, e.a);
         s->handled++;
     }
-    counters[0] = s->npk;
-    counters[1] = s->nmsg;
-    counters[2] = s->started;
-    counters[3] = s->handled;
+    a->counters[0] = s->npk;
+    a->counters[1] = s->nmsg;
+    a->counters[2] = s->started;
+    a->counters[3] = s->handled;
     status = 0;
 
 fail:

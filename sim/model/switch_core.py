@@ -1,4 +1,4 @@
-"""The fast model's compiled core: :mod:`sim.switch_model` in C (``switch_core.c``).
+"""The fast model's compiled core: :mod:`sim.model.switch` in C (``switch_core.c``).
 
 The Python model spends ~20 µs per packet in interpreter overhead spread evenly over its event
 handlers; the C core runs the same events, statement for statement, about 30 times faster
@@ -10,6 +10,10 @@ completion, stall and flit count.
 The shared library is compiled on first use with the system C compiler (``$CC``, else
 ``cc``; the compiler Verilator needs) into the user cache, keyed by the source and the
 command, and loaded with :mod:`ctypes`. :class:`CoreUnavailable` says why when it cannot be.
+
+The entry point takes one struct, ``SwitchArgs``, mirrored here by :class:`SwitchArgs`; the
+library describes its own (``innet_switch_args``: field names and types in order,
+``innet_switch_args_size``), and :func:`library` refuses a library whose struct differs.
 """
 
 import ctypes
@@ -29,20 +33,37 @@ from hw.packet import Kind
 from sim.replay.plan import Message, Plan
 from sim.replay.result import ReplayResult
 
-__all__ = ["CoreUnavailable", "library", "run_core"]
+__all__ = ["CoreUnavailable", "SwitchArgs", "check_args", "library", "library_args",
+           "run_core"]
 
 SOURCE = Path(__file__).with_name("switch_core.c")
 FLAGS = ["-O2", "-std=c11", "-shared", "-fPIC"]
-#: The order of the C entry point's parameter array (``enum`` in switch_core.c).
+#: The entry point's scalar parameters, in ``SwitchArgs`` order (``SWITCH_ARGS`` in
+#: switch_core.c).
 PARAMS = ("ports", "depth", "result_lag", "result_depth", "chunk_flits", "slots", "policy",
           "quantum", "deficit_bits", "members", "chunks", "mtu", "packets", "packet_cap",
           "messages", "message_cap", "ingress_latency", "pick_latency")
+#: The entry point's int64 arrays, in ``SwitchArgs`` order after the parameters.
+ARRAYS = ("priority", "weight", "pk_flits", "pk_dst", "pk_seq", "pk_msg",
+          "m_src", "m_dst", "m_issue", "m_kind", "m_resp_flits", "m_resp_to", "m_dep",
+          "m_pk_off", "m_pk_len", "pk_list", "wait_off", "wait_list", "chunk_msg",
+          "inject", "deliver", "results", "done_at", "out_flits", "in_flits", "stall",
+          "counters")
 POLICIES = ("rr", "prio", "wrr", "drr")
 K_OTHER, K_READ_REQ, K_READ_RESP = 0, 1, 2
 
 
 class CoreUnavailable(RuntimeError):
-    """The C core cannot be built or loaded here (no C compiler, or it failed)."""
+    """The C core cannot be built or loaded here (no C compiler, it failed, or the library's
+    argument struct is not :class:`SwitchArgs`)."""
+
+
+class SwitchArgs(ctypes.Structure):
+    """The C entry point's argument: :data:`PARAMS` as int64, then :data:`ARRAYS` as pointers
+    to int64 (switch_core.c's ``SwitchArgs``, checked by :func:`check_args`)."""
+
+    _fields_ = ([(name, ctypes.c_int64) for name in PARAMS]
+                + [(name, ctypes.c_void_p) for name in ARRAYS])
 
 
 def _cache_dir():
@@ -79,9 +100,58 @@ def library():
         lib = ctypes.CDLL(str(target))
     except OSError as e:
         raise CoreUnavailable(f"cannot load {target}: {e}") from None
+    check_args(lib, SwitchArgs)
     lib.innet_switch_run.restype = ctypes.c_int
-    lib.innet_switch_run.argtypes = [ctypes.c_void_p] * 28
+    lib.innet_switch_run.argtypes = [ctypes.POINTER(SwitchArgs)]
     return lib
+
+
+#: How a field's type is compared across the boundary: ``"i64"`` or ``"pointer"``.
+_KINDS = {ctypes.c_int64: "i64", ctypes.c_void_p: "pointer"}
+
+
+def library_args(lib):
+    """``(fields, size)``: the fields of ``lib``'s ``SwitchArgs`` as the library reports them,
+    in order, as ``(name, "i64" or "pointer")``, and the struct's size in bytes.
+
+    Raises
+    ------
+    CoreUnavailable
+        The library does not describe its argument struct.
+    """
+    try:
+        describe, size = lib.innet_switch_args, lib.innet_switch_args_size
+    except AttributeError:
+        raise CoreUnavailable(f"{SOURCE.name} does not describe its argument struct "
+                              "(no innet_switch_args)") from None
+    describe.restype, describe.argtypes = ctypes.c_char_p, []
+    size.restype, size.argtypes = ctypes.c_int64, []
+    fields = [line.split(" ", 1) for line in describe().decode().splitlines()]
+    return [(name, "pointer" if ctype.endswith("*") else ctype) for name, ctype in fields], size()
+
+
+def check_args(lib, args=SwitchArgs):
+    """Check that ``lib``'s ``SwitchArgs`` is ``args`` (a :class:`ctypes.Structure`): the same
+    field names in the same order, each an int64 or a pointer alike, the same size.
+
+    Raises
+    ------
+    CoreUnavailable
+        Naming the first field that differs, or the sizes.
+    """
+    theirs, size = library_args(lib)
+    ours = [(name, _KINDS.get(ctype, ctype.__name__)) for name, ctype in args._fields_]
+    where = f"{SOURCE.name}'s SwitchArgs and {Path(__file__).name}'s {args.__name__}"
+    for i, (c, py) in enumerate(zip(theirs, ours)):
+        if c != py:
+            raise CoreUnavailable(f"{where} differ at field {i}: {' '.join(c)} in C, "
+                                  f"{' '.join(py)} in Python")
+    if len(theirs) != len(ours):
+        raise CoreUnavailable(f"{where} differ in length: {len(theirs)} fields in C, "
+                              f"{len(ours)} in Python")
+    if size != ctypes.sizeof(args):
+        raise CoreUnavailable(f"{where} differ in size: {size} bytes in C, "
+                              f"{ctypes.sizeof(args)} in Python")
 
 
 def _padded(a, cap, fill=0):
@@ -124,9 +194,27 @@ def _message_arrays(plan):
     }, m_cap, p_cap
 
 
+def _pack(values):
+    """``values`` (every :class:`SwitchArgs` field by name: an int, or a C-contiguous int64
+    array) as a :class:`SwitchArgs`."""
+    names = [name for name, _ in SwitchArgs._fields_]
+    if set(values) != set(names):
+        raise ValueError(f"SwitchArgs fields missing {sorted(set(names) - set(values))}, "
+                         f"unknown {sorted(set(values) - set(names))}")
+    args = SwitchArgs()
+    for name in names:
+        v = values[name]
+        if isinstance(v, np.ndarray):
+            if v.dtype != np.int64 or not v.flags.c_contiguous:
+                raise ValueError(f"SwitchArgs.{name} must be a contiguous int64 array")
+            v = v.ctypes.data
+        setattr(args, name, v)
+    return args
+
+
 def run_core(model, plan, ingress_latency, pick_latency):
     """Replay ``plan`` through the C core with the parameters of ``model`` (a
-    :class:`sim.switch_model.FastSwitch`); the same :class:`ReplayResult` the Python model
+    :class:`sim.model.switch.FastSwitch`); the same :class:`ReplayResult` the Python model
     returns."""
     lib = library()
     began = time.perf_counter()
@@ -148,7 +236,6 @@ def run_core(model, plan, ingress_latency, pick_latency):
               "chunks": C, "mtu": cfg.mtu_flits, "packets": n0, "packet_cap": p_cap,
               "messages": m0, "message_cap": m_cap, "ingress_latency": ingress_latency,
               "pick_latency": pick_latency}
-    prm = np.array([values[name] for name in PARAMS], dtype=np.int64)
     out = {"inject": np.full(p_cap, -1, np.int64), "deliver": np.full(p_cap, -1, np.int64),
            "results": np.full(N * C, -1, np.int64), "done_at": np.full(m_cap, -1, np.int64),
            "out_flits": np.zeros(N, np.int64), "in_flits": np.zeros(N, np.int64),
@@ -156,13 +243,9 @@ def run_core(model, plan, ingress_latency, pick_latency):
     # Per egress, per requester (requester d of egress d: the reduction results).
     priority = np.array([a.priority for a in model.arbiters], np.int64)
     weight = np.array([a.weight for a in model.arbiters], np.int64)
-    order = [prm, priority, weight,
-             pk["pk_flits"], pk["pk_dst"], pk["pk_seq"], pk["pk_msg"],
-             *(arrays[k] for k in ("m_src", "m_dst", "m_issue", "m_kind", "m_resp_flits",
-                                   "m_resp_to", "m_dep", "m_pk_off", "m_pk_len", "pk_list",
-                                   "wait_off", "wait_list")),
-             chunk_msg, *out.values()]
-    status = lib.innet_switch_run(*(a.ctypes.data for a in order))
+    args = _pack(values | {"priority": priority, "weight": weight, "chunk_msg": chunk_msg}
+                 | pk | arrays | out)
+    status = lib.innet_switch_run(ctypes.byref(args))
     if status:
         raise MemoryError("the switch model's C core ran out of memory")
     npk, nmsg = (int(v) for v in out["counters"][:2])
