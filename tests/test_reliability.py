@@ -106,9 +106,10 @@ def test_fuzz_tools_short(tmp_path, monkeypatch):
     """The CI share of `innet bench fuzz`: bad traces, configurations and arguments all give
     one line and exit 2, no traceback, no file left behind."""
     pytest.importorskip("hypothesis")
+    from sim.cli.main import main
     from sim.reliability.fuzz import fuzz
     monkeypatch.chdir(tmp_path)
-    report = fuzz(240, seed=4)
+    report = fuzz(240, seed=4, main=main)
     assert all(r["cases"] == 80 for r in report.values()), report
     assert report["cli"]["rejected"] == 80
     assert report["trace"]["rejected"] > 40 and report["config"]["rejected"] > 40

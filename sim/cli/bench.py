@@ -60,6 +60,7 @@ def _cmd_bench_numerics(args):
 def _cmd_bench_fuzz(args):
     import time
 
+    from sim.cli.main import main
     from sim.reliability.fuzz import TARGETS, Violation, fuzz
 
     import importlib.util
@@ -69,7 +70,9 @@ def _cmd_bench_fuzz(args):
     began = time.perf_counter()
     report, failure = {}, None
     try:
-        fuzz(args.cases, seed=args.seed, targets=args.target or TARGETS, report=report)
+        # The fuzzer drives this command line's entry point; it does not import the CLI.
+        fuzz(args.cases, seed=args.seed, targets=args.target or TARGETS, report=report,
+             main=main)
     except Violation as exc:
         failure = str(exc)
     wall = time.perf_counter() - began

@@ -14,9 +14,13 @@ Three targets, each driven through the real command line in this process:
 The contract checked on every case: exit status 0 or 2 (1 for a failed check the command
 reports), never an exception; with status 2, exactly one line on stderr, naming the file
 and location for file inputs, with no Python traceback; no output file left behind.
+
+The command line's entry point is not imported here (the command line imports this module for
+``innet bench fuzz``): the caller hands :func:`fuzz` the entry point to drive.
 """
 
 import contextlib
+import functools
 import io
 import random
 import tempfile
@@ -31,9 +35,9 @@ class Violation(AssertionError):
     """A case broke the bad-input contract."""
 
 
-def _invoke(argv):
-    """Run ``innet argv`` in this process; returns (status, stdout, stderr)."""
-    from sim.cli.main import main
+def _run(main, argv):
+    """Run ``innet argv`` in this process through the entry point ``main``; returns (status,
+    stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -43,6 +47,16 @@ def _invoke(argv):
         except Exception as exc:   # noqa: BLE001 - the contract is "never an exception"
             raise Violation(f"innet {' '.join(argv)}: {type(exc).__name__}: {exc}") from exc
     return status, out.getvalue(), err.getvalue()
+
+
+def _bind(main):
+    """``_invoke(argv)``: :func:`_run` through ``main``.
+
+    Each target's ``case`` calls it under this name, as it did when the module imported the
+    command line itself: hypothesis derives a derandomized run's examples from the text of
+    ``case``, so the same text keeps a seed drawing the same cases.
+    """
+    return functools.partial(_run, main)
 
 
 def _check(argv, status, err, *, name_in_error=None, allowed=(0, 2)):
@@ -59,12 +73,12 @@ def _check(argv, status, err, *, name_in_error=None, allowed=(0, 2)):
             raise Violation(f"{where}: the error does not name {name_in_error}: {lines[0]}")
 
 
-def _sample_trace(workdir, fmt):
+def _sample_trace(main, workdir, fmt):
     """A small valid trace (the GPU model's, with memory traffic), as bytes."""
     path = Path(workdir) / f"seed.{fmt}"
     argv = ["trace", "gen", "--model", "resnet50", "--gpus", "2", "--p2p-mb", "1",
             "--bucket-mb", "50", "-o", str(path)]
-    status, _, err = _invoke(argv)
+    status, _, err = _run(main, argv)
     if status != 0:
         raise RuntimeError(f"innet {' '.join(argv)} failed: {err}")
     return path.read_bytes()
@@ -97,10 +111,12 @@ def _mutate(data, rng, text):
     return bytes(data)
 
 
-def _fuzz_trace(cases, seed, workdir, counts):
+def _fuzz_trace(main, cases, seed, workdir, counts):
     from hypothesis import HealthCheck, given, settings, strategies as st
 
-    seeds = {fmt: _sample_trace(workdir, fmt) for fmt in ("itr", "txt")}
+    _invoke = _bind(main)
+
+    seeds = {fmt: _sample_trace(main, workdir, fmt) for fmt in ("itr", "txt")}
 
     @settings(max_examples=cases, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
@@ -123,11 +139,13 @@ _CONFIG_VALUES = ['"x"', "-1", "0", "1e400", "[]", "[1, 2]", '["nope"]', "true",
                   "99999999999", '"verilator"', '["ring", "bogus"]', '""', "3.5"]
 
 
-def _fuzz_config(cases, seed, workdir, counts):
+def _fuzz_config(main, cases, seed, workdir, counts):
     from hypothesis import HealthCheck, given, settings, strategies as st
 
-    from sim.experiment.config import DEFAULT_CONFIG, load_config
     from sim.cli.output import UsageError
+    from sim.experiment.config import DEFAULT_CONFIG, load_config
+
+    _invoke = _bind(main)
 
     lines = DEFAULT_CONFIG.splitlines()
     keyed = [i for i, line in enumerate(lines)
@@ -206,8 +224,10 @@ _COMMANDS = [
 ]
 
 
-def _fuzz_cli(cases, seed, workdir, counts):
+def _fuzz_cli(main, cases, seed, workdir, counts):
     from hypothesis import HealthCheck, given, settings, strategies as st
+
+    _invoke = _bind(main)
 
     before = set(Path(workdir).iterdir())
 
@@ -238,10 +258,32 @@ def _fuzz_cli(cases, seed, workdir, counts):
     return counts
 
 
-def fuzz(cases=10_000, seed=1, targets=TARGETS, report=None):
-    """Fuzz ``targets`` with ``cases`` cases in all (split evenly). Returns per-target counts
-    (also kept in ``report`` as they grow, for a caller that catches the failure); raises
-    :class:`Violation` on the first case that breaks the contract."""
+def fuzz(cases=10_000, seed=1, targets=TARGETS, report=None, *, main):
+    """Fuzz ``targets`` with ``cases`` cases in all (split evenly).
+
+    Parameters
+    ----------
+    cases : int
+        Cases over all targets, split evenly.
+    seed : int
+    targets : iterable of str
+        Some of :data:`TARGETS`.
+    report : dict, optional
+        Filled with the per-target counts as they grow, for a caller that catches the failure.
+    main : callable
+        The command line's entry point, ``main(argv) -> exit status``
+        (``sim.cli.main.main``); every case runs through it in this process.
+
+    Returns
+    -------
+    dict
+        ``{target: {"cases": int, "rejected": int}}``.
+
+    Raises
+    ------
+    Violation
+        On the first case that breaks the contract.
+    """
     targets = list(targets)
     share = {t: cases // len(targets) + (i < cases % len(targets)) for i, t in enumerate(targets)}
     runners = {"trace": _fuzz_trace, "config": _fuzz_config, "cli": _fuzz_cli}
@@ -250,7 +292,7 @@ def fuzz(cases=10_000, seed=1, targets=TARGETS, report=None):
         cwd_files = set(Path.cwd().iterdir())
         for target in targets:
             report[target] = {"cases": 0, "rejected": 0}
-            runners[target](max(1, share[target]), seed, workdir, report[target])
+            runners[target](main, max(1, share[target]), seed, workdir, report[target])
         stray = set(Path.cwd().iterdir()) - cwd_files
         if stray:
             raise Violation(f"fuzzing left files in {Path.cwd()}: {sorted(map(str, stray))}")
