@@ -279,6 +279,14 @@ class _Streams:
         self.timeline = []
 
     def run(self):
+        """Step from event to event until every GPU is done.
+
+        Raises
+        ------
+        RuntimeError
+            On a deadlock (a GPU waits for a collective that cannot start), or after
+            ``_MAX_STEPS`` steps.
+        """
         for _ in range(_MAX_STEPS):
             self._launch_ready()
             coll = self.colls[self.current] if self.current < len(self.colls) else None
