@@ -147,7 +147,8 @@ def _played(plan, player, log):
 def test_player_scoreboard_catches_corruption():
     """The player's scoreboard: a clean log passes; a payload flag, a digest, a source, a
     length, a changed header or a lost packet each fail it."""
-    from sim.cosim.player import Player, contribution_words, digest
+    from sim.cosim.player import Player
+    from sim.cosim.stimulus import digest, hashed_contribution_words
 
     cfg = ReplayConfig(ports=2, **SMALL)
     plan = build_plan({"gpus": 2}, [write(0, 0, 1, 3 * 8), contrib(1, 0, 4 * 8),
@@ -165,7 +166,8 @@ def test_player_scoreboard_catches_corruption():
                 player.issued[k].append(pid)
                 if plan.seq[pid] >= 0:
                     player.outstanding[k][0] = 0
-        words = {k: contribution_words(3, 0, k, 4, cfg.lanes, DType.FP32) for k in (0, 1)}
+        words = {k: hashed_contribution_words(3, 0, k, 4, cfg.lanes, DType.FP32)
+                 for k in (0, 1)}
         good = digest(reduce_words(words, [0, 1], DType.FP32)[0])
         log = {"i0": "i 0 0", "i1": "i 1 0", "i2": "i 0 1",
                "m": f"o 9 1 {user_mem:x} 0 1 3 1 1 0",
@@ -193,7 +195,7 @@ def test_player_scoreboard_catches_corruption():
 def test_player_contributions_are_bounded():
     """The player's gradients: int32 in [-2^20, 2^20), floats finite with magnitude in
     [2^-6, 4) (bf16: both halves), different per member, chunk, flit and lane."""
-    from sim.cosim.player import contribution_words
+    from sim.cosim.stimulus import hashed_contribution_words as contribution_words
 
     ints = contribution_words(1, 7, 2, 64, 8, DType.INT32).view(np.int32)
     assert ints.min() >= -(1 << 20) and ints.max() < (1 << 20)

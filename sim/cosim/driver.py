@@ -24,9 +24,10 @@ step-k message, a contribution on its slot's previous result, a read response on
 through the same :class:`sim.replay.ClosedLoop` the fast model uses, so the two backends' delivery
 cycles compare packet by packet."""
 
-from hw.packet import USER_LAYOUT, DType, Kind, decode, encode
+from hw.packet import USER_LAYOUT, DType, Kind, decode
 from sim.cosim.pins import SwitchPins, configure_replay
-from sim.cosim.stimulus import contribution_words, memory_words, tdata
+from sim.cosim.stimulus import (contribution_user, memory_user, memory_words,
+                                random_contribution_words, tdata, user_pid, wrap_seq)
 from sim.model.reduce import reduce_words
 from sim.replay.config import REPLAY_JOB
 from sim.replay.loop import ClosedLoop
@@ -70,7 +71,7 @@ class ReplayDriver:
         self.stall_cycles = [0] * self.N
         self.ready_out = [True] * self.N
         self.rx = [[] for _ in range(self.N)]  # beats of the packet arriving at each egress
-        self.outstanding = [{} for _ in range(self.N)]   # seq & 0xFFFF -> seq, per member
+        self.outstanding = [{} for _ in range(self.N)]   # wrap_seq(seq) -> seq, per member
         self.contrib = {}                       # seq -> {port: words}
         self.golden = {}                        # seq -> [expected words, ports left]
         self.mismatches = []
@@ -101,16 +102,15 @@ class ReplayDriver:
         flits = int(plan.flits[pid])
         if kind == Kind.REDUCE_CONTRIB:
             seq = int(plan.seq[pid])
-            words = contribution_words(self.seed, seq, k, flits, L, self.dtype)
+            words = random_contribution_words(self.seed, seq, k, flits, L, self.dtype)
             self.contrib.setdefault(seq, {})[k] = words
-            self.outstanding[k][seq & 0xFFFF] = seq
-            user = encode(USER_LAYOUT, {"kind": kind, "dtype": self.dtype, "job": REPLAY_JOB,
-                                        "slot": seq % self.cfg.slots, "seq": seq & 0xFFFF})
+            self.outstanding[k][wrap_seq(seq)] = seq
+            user = contribution_user(job=REPLAY_JOB, dtype=self.dtype,
+                                     slot=seq % self.cfg.slots, seq=seq, kind=kind)
             rows = [tdata(words[f]) for f in range(flits)]
             dst = 0
         else:
-            user = encode(USER_LAYOUT, {"kind": kind, "dtype": DType.INT32, "job": 0,
-                                        "slot": (pid >> 16) & 0xFFFF, "seq": pid & 0xFFFF})
+            user = memory_user(pid, kind)
             rows = [tdata(memory_words(pid, f, L)) for f in range(flits)]
             dst = int(plan.dst[pid])
         return [(rows[f], user, dst, k, int(f == flits - 1)) for f in range(flits)]
@@ -205,7 +205,7 @@ class ReplayDriver:
             self.results[(d, seq)] = cycle
             self.loop.result(d, seq, cycle)
             return
-        pid = (user["slot"] << 16) | user["seq"]
+        pid = user_pid(beats[0][1])
         if pid >= plan.packets or Kind(int(plan.kind[pid])) != kind:
             self._fail(f"egress {d}: unknown {kind.name} packet {pid}")
             return

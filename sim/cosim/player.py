@@ -1,35 +1,33 @@
-"""Co-simulation with the Verilog packet player (:mod:`sim.player_rtl`): Python off the
-per-cycle path.
+"""Co-simulation with the Verilog packet player (:mod:`sim.cosim.player_verilog`): Python off
+the per-cycle path.
 
 The player harness moves every flit in Verilog; Python runs only in the cycles after a packet
 ended on some port (or at a cycle it asked for), where it does what only the GPU side can:
-the closed loop (:class:`sim.replay.ClosedLoop`, the same object the fast model and the
-per-cycle :class:`sim.cosim.ReplayDriver` use — so all three replays compare packet by
+the closed loop (:class:`sim.replay.loop.ClosedLoop`, the same object the fast model and the
+per-cycle :class:`sim.cosim.driver.ReplayDriver` use — so all three replays compare packet by
 packet), one descriptor write per new packet. The harness logs every packet it injected or
 delivered; after the run :meth:`Player.check` scoreboards that log: every memory packet
 intact (payload flag from the Verilog check, header constant over its flits, source,
-destination, length) exactly once, every reduction result's digest equal to the digest of
-the numpy golden sum (:func:`sim.reduce_model.reduce_words`) of the contributions the players
-generated (:func:`contribution_words`, the same hash the Verilog computes).
+destination, length) exactly once, every reduction result's digest equal to the digest
+(:func:`sim.cosim.stimulus.digest`) of the numpy golden sum
+(:func:`sim.model.reduce.reduce_words`) of the contributions the players generated
+(:func:`sim.cosim.stimulus.hashed_contribution_words`, the same hash the Verilog computes).
 """
 
 import time
 
-import numpy as np
-
-from hw.packet import USER_LAYOUT, DType, Kind, encode
+from hw.packet import USER_LAYOUT, DType, Kind
+from sim.cosim.player_verilog import DESC_FIELDS
+from sim.cosim.stimulus import (contribution_user, digest, hashed_contribution_words,
+                                memory_user, user_pid, wrap_seq)
 from sim.model.reduce import reduce_words
 from sim.replay.config import REPLAY_JOB
 from sim.replay.loop import ClosedLoop
 from sim.replay.result import ReplayResult
-from sim.cosim.player_verilog import DESC_FIELDS
 
-__all__ = ["Player", "contribution_words", "digest", "fmix32"]
+__all__ = ["Player"]
 
 _M32 = 0xFFFFFFFF
-_M64 = (1 << 64) - 1
-_FNV_INIT = 0xCBF29CE484222325
-_FNV_PRIME = 0x100000001B3
 _DTYPES = {"int32": DType.INT32, "fp32": DType.FP32, "bf16": DType.BF16}
 _USER = {name: (f.offset, (1 << f.width) - 1) for name, f in USER_LAYOUT}
 _DESC = {}
@@ -38,46 +36,6 @@ for _name, _width in DESC_FIELDS:
     _DESC[_name] = _at
     _at += _width
 _DESC["user"] = _at
-
-
-def fmix32(x):
-    """murmur3's 32-bit finaliser on a uint64 array holding 32-bit values."""
-    x = x ^ (x >> 16)
-    x = (x * 0x85EBCA6B) & _M32
-    x = x ^ (x >> 13)
-    x = (x * 0xC2B2AE35) & _M32
-    return x ^ (x >> 16)
-
-
-def _fp_pattern(h):
-    return ((h >> 31) << 31) | ((121 + ((h >> 23) & 7)) << 23) | (h & 0x7FFFFF)
-
-
-def contribution_words(seed, seq, port, flits, lanes, dtype):
-    """Member ``port``'s contribution to chunk ``seq`` as the Verilog player generates it:
-    ``(flits, lanes)`` uint32. int32: uniform in [-2^20, 2^20); fp32: random sign and
-    mantissa, magnitude in [2^-6, 2^2) (sums round); bf16: two such values per lane."""
-    base = (seed * 0x9E3779B1 + seq * 0x85EBCA6B + port * 0xC2B2AE35) & _M32
-    f = np.arange(flits, dtype=np.uint64)[:, None]
-    lane = np.arange(lanes, dtype=np.uint64)[None, :]
-    h = fmix32((base + f * 0x27D4EB2F + lane * 0x165667B1) & _M32)
-    if dtype == DType.INT32:
-        out = ((h & 0x1FFFFF) - 0x100000) & _M32
-    elif dtype == DType.FP32:
-        out = _fp_pattern(h)
-    else:
-        hi = _fp_pattern(fmix32(h ^ 0x5BD1E995))
-        out = (hi & 0xFFFF0000) | (_fp_pattern(h) >> 16)
-    return out.astype(np.uint32)
-
-
-def digest(rows):
-    """FNV-1a (64-bit) over a packet's 32-bit lane words, flit by flit, lane 0 first — what
-    the monitor folds each packet into."""
-    h = _FNV_INIT
-    for word in np.asarray(rows, dtype=np.uint32).ravel().tolist():
-        h = ((h ^ word) * _FNV_PRIME) & _M64
-    return h
 
 
 def _bits(mask):
@@ -114,7 +72,7 @@ class Player:
         self.tag = [0] * self.N
         self.busy = [False] * self.N
         self.issued = [[] for _ in range(self.N)]   # pids in the order each port started them
-        self.outstanding = [{} for _ in range(self.N)]   # seq & 0xFFFF -> seq, per member
+        self.outstanding = [{} for _ in range(self.N)]   # wrap_seq(seq) -> seq, per member
         self.deliver, self.results = {}, {}
         self.inflight = 0
         self.mismatches = []
@@ -128,11 +86,9 @@ class Player:
         kind = int(plan.kind[pid])
         if kind == Kind.REDUCE_CONTRIB.value:
             seq = int(plan.seq[pid])
-            return seq, 1, encode(USER_LAYOUT, {
-                "kind": kind, "dtype": self.dtype, "job": REPLAY_JOB,
-                "slot": seq % self.cfg.slots, "seq": seq & 0xFFFF})
-        return pid, 0, encode(USER_LAYOUT, {"kind": kind, "dtype": DType.INT32, "job": 0,
-                                             "slot": (pid >> 16) & 0xFFFF, "seq": pid & 0xFFFF})
+            return seq, 1, contribution_user(job=REPLAY_JOB, dtype=self.dtype,
+                                             slot=seq % self.cfg.slots, seq=seq)
+        return pid, 0, memory_user(pid, kind)
 
     def _start(self, k, cycle, desc):
         pid = self.loop.next_packet(k, cycle)
@@ -141,7 +97,7 @@ class Player:
         plan = self.plan
         key, contrib, user = self._user(pid)
         if contrib:
-            self.outstanding[k][key & 0xFFFF] = key
+            self.outstanding[k][wrap_seq(key)] = key
         self.inflight += 1
         self.tag[k] ^= 1
         self.busy[k] = True
@@ -163,7 +119,7 @@ class Player:
             self.results[(d, seq)] = cycle
             self.loop.result(d, seq, cycle)
             return
-        pid = (user >> _USER["slot"][0] & _USER["slot"][1]) << 16 | seq16
+        pid = user_pid(user)
         plan = self.plan
         if pid >= plan.packets or int(plan.kind[pid]) != kind:
             self._fail(f"cycle {cycle}: egress {d}: unknown {Kind(kind).name} packet {pid}")
@@ -182,7 +138,7 @@ class Player:
 
     async def play(self, dut, max_cycles=10_000_000, watchdog=100_000, progress=None):
         """Run the replay on a player harness ``dut`` (reset and job configuration first, as
-        :func:`sim.cosim.configure_replay` does). Raises AssertionError on a deadlock
+        :func:`sim.cosim.pins.configure_replay` does). Raises AssertionError on a deadlock
         (no packet ended for ``watchdog`` cycles with packets outstanding), a plan that can
         never finish, or an online scoreboard mismatch."""
         from cocotb.triggers import FallingEdge, RisingEdge
@@ -269,7 +225,7 @@ class Player:
     def _golden(self, seq, flits, cache):
         if seq not in cache:
             L = self.cfg.lanes
-            contribs = {k: contribution_words(self.seed, seq, k, flits, L, self.dtype)
+            contribs = {k: hashed_contribution_words(self.seed, seq, k, flits, L, self.dtype)
                         for k in self.members}
             want, _ = reduce_words(contribs, self.members, self.dtype)
             cache[seq] = digest(want)
@@ -285,7 +241,7 @@ class Player:
                        if plan.seq[p] >= 0}
         golden = {}
         seen = set()
-        by_arrival = {(port, s & 0xFFFF, c): s for (port, s), c in self.results.items()}
+        by_arrival = {(port, wrap_seq(s), c): s for (port, s), c in self.results.items()}
         for line in log_text.splitlines():
             f = line.split()
             if f[0] == "i":
@@ -315,7 +271,7 @@ class Player:
                 if flits != chunk_flits[seq] or dig != self._golden(seq, flits, golden):
                     self._fail(f"{where}: result of chunk {seq} differs from the golden sum")
                 continue
-            pid = (user >> _USER["slot"][0] & _USER["slot"][1]) << 16 | seq16
+            pid = user_pid(user)
             if pid >= plan.packets:
                 continue   # reported online
             want_src, want_dst = int(plan.src[pid]), int(plan.dst[pid])

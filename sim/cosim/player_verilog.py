@@ -2,33 +2,38 @@
 every flit in Verilog, so the co-simulation's Python runs per packet event, not per cycle.
 
 Per ingress, a **player** presents the packet of a descriptor Python wrote (one write per
-packet): it generates the payload itself — memory packets from :func:`sim.cosim.memory_words`'s
-formula, reduction contributions from :func:`sim.player.contribution_words`'s hash — and walks
-its flits honouring ``tready``. Per egress, a **monitor** checks a memory packet's payload
-against the same formula, checks that the header stays the same on every flit, folds the
-payload into a 64-bit digest (for reduction results; Python compares it with the digest of the
-numpy golden sum), drives ``tready`` (optionally with pseudo-random stalls), and writes one
-line per packet to a log. Python is woken (``attn``) only in cycles after a packet ended on
-some port or at a cycle it asked for (``wake_at``).
+packet): it generates the payload itself — memory packets from
+:func:`sim.cosim.stimulus.memory_words`'s formula, reduction contributions from
+:func:`sim.cosim.stimulus.hashed_contribution_words`'s hash — and walks its flits honouring
+``tready``. Per egress, a **monitor** checks a memory packet's payload against the same
+formula (the packet id read back from ``tuser`` as :func:`sim.cosim.stimulus.user_pid` does),
+checks that the header stays the same on every flit, folds the payload into a 64-bit digest
+(for reduction results; Python compares it with the digest of the numpy golden sum), drives
+``tready`` (optionally with pseudo-random stalls), and writes one line per packet to a log.
+Python is woken (``attn``) only in cycles after a packet ended on some port or at a cycle it
+asked for (``wake_at``).
 
-The formulas here mirror the Python ones in :mod:`sim.player` and :mod:`sim.cosim`; every
-replay checks them against each other (a payload flag or a digest that disagrees is a
-mismatch), so a drift cannot pass silently. The switch is instantiated from its exported
-Verilog unchanged: the RTL under test is the one users export.
+The formulas' constants and the packet id's fields come from :mod:`sim.cosim.stimulus`, where
+the Python generators use the same ones; every replay also checks the two sides against each
+other (a payload flag or a digest that disagrees is a mismatch), so a drift cannot pass
+silently. The switch is instantiated from its exported Verilog unchanged: the RTL under test
+is the one users export.
 """
 
 import re
+
+from hw.packet import PORT_BITS
+from sim.cosim.stimulus import (BF16_HASH_XOR, CONTRIBUTION_HASH, FMIX32_MULTIPLIERS,
+                                FNV_INIT, FNV_PRIME, FP_EXPONENT_BASE, FP_EXPONENT_SPAN_BITS,
+                                INT_SPAN_BITS, MEMORY_HASH, PID_BITS, PID_FIELDS)
 
 __all__ = ["DESC_FIELDS", "desc_width", "render_player"]
 
 #: The descriptor a player takes, low bit first: ``(name, width)``; ``user`` is the switch's
 #: tuser width. ``tag`` toggles with every new descriptor (a new packet to play); ``contrib``
 #: selects the contribution generator (key = chunk sequence) over the memory formula (key =
-#: packet id); ``last`` is the flit count minus one.
-DESC_FIELDS = (("tag", 1), ("contrib", 1), ("last", 16), ("dst", 6), ("key", 32))
-
-_FNV_INIT = 0xCBF29CE484222325
-_FNV_PRIME = 0x100000001B3
+#: packet id, :data:`sim.cosim.stimulus.PID_BITS` wide); ``last`` is the flit count minus one.
+DESC_FIELDS = (("tag", 1), ("contrib", 1), ("last", 16), ("dst", PORT_BITS), ("key", PID_BITS))
 
 
 def desc_width(user_bits):
@@ -42,47 +47,68 @@ def _field(meta, name):
     raise KeyError(name)
 
 
+def _pid_expr(user):
+    """Verilog of the packet id that the ``tuser`` value ``user`` carries
+    (:func:`sim.cosim.stimulus.user_pid`)."""
+    return "{" + ", ".join(f"{user}[{offset + width - 1}:{offset}]"
+                           for _, offset, width in PID_FIELDS) + "}"
+
+
+def _constants():
+    s, q, p, f, ln = CONTRIBUTION_HASH
+    span = FP_EXPONENT_SPAN_BITS
+    return {"fmix1": FMIX32_MULTIPLIERS[0], "fmix2": FMIX32_MULTIPLIERS[1],
+            "c_seed": s, "c_seq": q, "c_port": p, "c_flit": f, "c_lane": ln,
+            "bf16_xor": BF16_HASH_XOR, "m_pid": MEMORY_HASH[0], "m_flit": MEMORY_HASH[1],
+            "m_lane": MEMORY_HASH[2], "prime": FNV_PRIME,
+            "exp_base": FP_EXPONENT_BASE, "exp_pad": 8 - span, "exp_hi": 23 + span - 1,
+            "int_pad": 32 - INT_SPAN_BITS, "int_hi": INT_SPAN_BITS - 1,
+            "int_half": 1 << (INT_SPAN_BITS - 1)}
+
+
 _FUNCTIONS = """\
-  // murmur3's 32-bit finaliser (sim.player.fmix32)
+  // murmur3's 32-bit finaliser (sim.cosim.stimulus.fmix32)
   function automatic [31:0] fmix32(input [31:0] x);
     reg [31:0] h;
     begin
       h = x ^ (x >> 16);
-      h = h * 32'h85EBCA6B;
+      h = h * 32'h%(fmix1)08X;
       h = h ^ (h >> 13);
-      h = h * 32'hC2B2AE35;
+      h = h * 32'h%(fmix2)08X;
       fmix32 = h ^ (h >> 16);
     end
   endfunction
 
-  // a float with a random sign and mantissa, magnitude in [2^-6, 2^2) (sim.player._fp_pattern)
+  // a float with a random sign and mantissa, magnitude in [2^-6, 2^2)
+  // (sim.cosim.stimulus.fp_pattern)
   function automatic [31:0] fp_pattern(input [31:0] h);
-    fp_pattern = {h[31], 8'd121 + {5'd0, h[25:23]}, h[22:0]};
+    fp_pattern = {h[31], 8'd%(exp_base)d + {%(exp_pad)d'd0, h[%(exp_hi)d:23]}, h[22:0]};
   endfunction
 
-  // member `port`'s word `lane` of flit `flit` of chunk `seq` (sim.player.contribution_words)
+  // member `port`'s word `lane` of flit `flit` of chunk `seq`
+  // (sim.cosim.stimulus.hashed_contribution_words)
   function automatic [31:0] gen_word(input [31:0] s, input [31:0] seq, input [31:0] port,
                                      input [31:0] flit, input [31:0] lane, input [1:0] dt);
     reg [31:0] h, lo, hi;
     begin
-      h = fmix32(s * 32'h9E3779B1 + seq * 32'h85EBCA6B + port * 32'hC2B2AE35
-                 + flit * 32'h27D4EB2F + lane * 32'h165667B1);
+      h = fmix32(s * 32'h%(c_seed)08X + seq * 32'h%(c_seq)08X + port * 32'h%(c_port)08X
+                 + flit * 32'h%(c_flit)08X + lane * 32'h%(c_lane)08X);
       lo = fp_pattern(h);
-      hi = fp_pattern(fmix32(h ^ 32'h5BD1E995));
+      hi = fp_pattern(fmix32(h ^ 32'h%(bf16_xor)08X));
       case (dt)
-        2'd0: gen_word = {11'd0, h[20:0]} - 32'h00100000;
+        2'd0: gen_word = {%(int_pad)d'd0, h[%(int_hi)d:0]} - 32'h%(int_half)08X;
         2'd1: gen_word = lo;
         default: gen_word = {hi[31:16], lo[31:16]};
       endcase
     end
   endfunction
 
-  // memory packet `pid`'s word (sim.cosim.memory_words)
+  // memory packet `pid`'s word (sim.cosim.stimulus.memory_words)
   function automatic [31:0] mem_word(input [31:0] pid, input [31:0] flit, input [31:0] lane);
-    mem_word = pid * 32'h9E3779B1 + flit * 32'h85EBCA6B + lane * 32'h27D4EB2F;
+    mem_word = pid * 32'h%(m_pid)08X + flit * 32'h%(m_flit)08X + lane * 32'h%(m_lane)08X;
   endfunction
 
-  // FNV-1a over the flit's 32-bit lane words, lane 0 first (sim.player.digest)
+  // FNV-1a over the flit's 32-bit lane words, lane 0 first (sim.cosim.stimulus.digest)
   function automatic [63:0] fold(input [63:0] h, input [DW-1:0] data);
     integer i;
     reg [63:0] x;
@@ -109,8 +135,11 @@ def render_player(switch_meta):
     PW = widths["s0_axis_tid"]
     DW = 32 * L
     D = desc_width(UW)
-    slot_off, slot_w = _field(switch_meta, "slot")
-    seq_off, seq_w = _field(switch_meta, "seq")
+    for name, offset, width in PID_FIELDS:
+        if _field(switch_meta, name) != (offset, width):
+            raise ValueError(f"The switch's tuser field {name!r} is at "
+                             f"{_field(switch_meta, name)}, not at {(offset, width)} as "
+                             f"hw.packet.USER_LAYOUT has it: a stale export")
     axis = re.compile(r"^[sm]\d+_axis_")
     through = [q for q in switch_meta["ports"]
                if q["name"] not in ("clk", "rst") and not axis.match(q["name"])]
@@ -128,12 +157,12 @@ def render_player(switch_meta):
     ports += [f"{'input' if q['direction'] == 'in' else 'output'} {rng(q['width'])}{q['name']}"
               for q in through]
 
-    v = [f"// Generated by innet (sim.player_rtl) for {switch}: simulation only.",
+    v = [f"// Generated by innet (sim.cosim.player_verilog) for {switch}: simulation only.",
          "/* verilator lint_off UNUSEDSIGNAL */",
          "/* verilator lint_off DECLFILENAME */",
          f"module {module} (", ",\n".join(f"  {x}" for x in ports), ");",
          f"  localparam LANES = {L};", f"  localparam DW = {DW};",
-         _FUNCTIONS % {"prime": _FNV_PRIME},
+         _FUNCTIONS % _constants(),
          "  integer fd;",
          "  reg [8*512-1:0] log_path;",
          "  initial begin",
@@ -206,12 +235,12 @@ def render_player(switch_meta):
               f"  wire [{UW - 1}:0] user{d} = first{d} ? m_user{d} : ouser{d};",
               f"  wire [{PW - 1}:0] dest{d} = first{d} ? m_dest{d} : odest{d};",
               f"  wire [{PW - 1}:0] id{d} = first{d} ? m_id{d} : oid{d};",
-              f"  wire [31:0] pid{d} = {{user{d}[{slot_off + slot_w - 1}:{slot_off}], "
-              f"user{d}[{seq_off + seq_w - 1}:{seq_off}]}};",
+              f"  wire [{PID_BITS - 1}:0] pid{d} = {_pid_expr(f'user{d}')};",
               f"  wire pay_ok{d} = (first{d} | ook{d}) & (m_data{d} == {{{words}}});",
               f"  wire hdr_ok{d} = (first{d} | ohdr{d}) & (m_user{d} == user{d}) & "
               f"(m_dest{d} == dest{d}) & (m_id{d} == id{d});",
-              f"  wire [63:0] dig{d} = fold(first{d} ? 64'h{_FNV_INIT:016X} : odig{d}, m_data{d});",
+              f"  wire [63:0] dig{d} = fold(first{d} ? 64'h{FNV_INIT:016X} : odig{d}, "
+              f"m_data{d});",
               f"  assign out_end_now[{d}] = ofire{d} & m_last{d};",
               f"  assign ev_user[{UW * d + UW - 1}:{UW * d}] = ev_user{d};",
               f"  assign egress_flits[{32 * d + 31}:{32 * d}] = out_flits{d};",

@@ -17,9 +17,9 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from hw.packet import USER_LAYOUT, DType, Kind, encode
+from hw.packet import DType
 from sim.cosim.pins import SwitchPins, arbiter_defaults, read_counters
-from sim.cosim.stimulus import tdata
+from sim.cosim.stimulus import contribution_user, tdata
 from sim.reliability.numerics import edge_contributions
 from sim.model.reduce import add_words, reduce_words
 
@@ -66,9 +66,7 @@ async def permutations(dut):
         while tuple(order) in orders and len(orders) < distinct_limit:   # distinct orders
             rng.shuffle(order)
         orders.add(tuple(order))
-        user = encode(USER_LAYOUT, {"kind": Kind.REDUCE_CONTRIB, "dtype": dtype,
-                                    "job": _JOBS[dtype], "slot": index % 8,
-                                    "seq": index & 0xFFFF})
+        user = contribution_user(job=_JOBS[dtype], dtype=dtype, slot=index % 8, seq=index)
         # Port order[r] starts once order[r-1] has sent its whole contribution (plus jitter),
         # so the switch sees the contributions complete in exactly this order.
         queue = []

@@ -2,8 +2,9 @@
 by packet (``innet bench soak``).
 
 :class:`SoakDriver` is the traffic source and scoreboard, simulator-independent like
-:class:`sim.cosim.ReplayDriver`: :meth:`SoakDriver.drive` says what to put on the pins after a
-rising edge, :meth:`SoakDriver.sample` takes what the switch shows. It runs
+:class:`sim.cosim.driver.ReplayDriver`: :meth:`SoakDriver.drive` says what to put on the pins
+after a rising edge, :meth:`SoakDriver.sample` takes what the switch shows. Its payloads and
+headers come from :mod:`sim.cosim.stimulus`. It runs
 
 * several concurrent **jobs** with different group sizes, element types (int32 wrapping and
   saturating, fp32, bf16) and disjoint slot ranges, each self-clocked (chunk c is issued once
@@ -28,8 +29,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from hw.packet import MAX_PORTS, USER_LAYOUT, DType, Kind, decode, encode
-from sim.cosim.stimulus import contribution_words, memory_words, tdata as _tdata
 from sim.cosim.pins import counter_pins
+from sim.cosim.stimulus import (contribution_user, memory_user, memory_words,
+                                random_contribution_words, tdata, user_pid, wrap_seq)
 from sim.model.reduce import reduce_words
 
 __all__ = ["SoakDriver", "SoakConfig", "FAULTS"]
@@ -172,10 +174,10 @@ class SoakDriver:
         if any(s <= seq - job.count for s in job.outstanding):
             return
         slot = job.base + seq % job.count
-        contribs = {k: contribution_words(self.seed, seq * 8 + job.job, k, self.P, self.L,
-                                          job.dtype) for k in job.members}
+        contribs = {k: random_contribution_words(self.seed, seq * 8 + job.job, k, self.P,
+                                                 self.L, job.dtype) for k in job.members}
         want, _ = reduce_words(contribs, job.members, job.dtype, job.saturate)
-        rows = [_tdata(r) for r in want]
+        rows = [tdata(r) for r in want]
         job.outstanding[seq] = [rows, set(job.members)]
         job.next_seq += 1
         job.since_reconfig += 1
@@ -186,7 +188,8 @@ class SoakDriver:
             self._count_fault(kind)
             if kind in ("short_chunk", "long_chunk"):
                 flits = self.P - 1 if kind == "short_chunk" else self.P + 1
-                words = contribution_words(self.seed + 1, seq, first, flits, self.L, job.dtype)
+                words = random_contribution_words(self.seed + 1, seq, first, flits, self.L,
+                                                  job.dtype)
                 self.queues[first].append(self._contrib(first, job, slot, seq, words))
             else:
                 counter = FAULTS[kind]
@@ -194,20 +197,21 @@ class SoakDriver:
         self.queues[first].append(self._contrib(first, job, slot, seq, contribs[first]))
         if gate:   # the fault follows the real contribution; a second member waits for it
             if "err_duplicate" in gate:
-                words = contribution_words(self.seed + 2, seq, first, self.P, self.L, job.dtype)
+                words = random_contribution_words(self.seed + 2, seq, first, self.P, self.L,
+                                                  job.dtype)
                 self.queues[first].append(self._contrib(first, job, slot, seq, words))
             else:
-                words = contribution_words(self.seed + 3, seq, first, self.P, self.L, job.dtype)
-                later = (seq + job.count) & 0xFFFF
+                words = random_contribution_words(self.seed + 3, seq, first, self.P, self.L,
+                                                  job.dtype)
+                later = wrap_seq(seq + job.count)
                 self.queues[first].append(self._contrib(first, job, slot, later, words))
             self.gates[(job.members[1], job.job, seq)] = gate
         for k in job.members[1:]:
             self.queues[k].append(self._contrib(k, job, slot, seq, contribs[k]))
 
     def _contrib(self, port, job, slot, seq, words, dtype=None, src=None):
-        user = encode(USER_LAYOUT, {"kind": Kind.REDUCE_CONTRIB, "dtype": dtype or job.dtype,
-                                    "job": job.job, "slot": slot, "seq": seq & 0xFFFF})
-        beats = [(_tdata(words[f]), user, 0, port if src is None else src,
+        user = contribution_user(job=job.job, dtype=dtype or job.dtype, slot=slot, seq=seq)
+        beats = [(tdata(words[f]), user, 0, port if src is None else src,
                   int(f == len(words) - 1)) for f in range(len(words))]
         return ("contrib", (job.job, seq), beats)
 
@@ -226,9 +230,8 @@ class SoakDriver:
         flits = rng.randint(2 if truncate else 1, self.cfg.mtu_flits)
         pid = self.next_pid
         self.next_pid += 1
-        user = encode(USER_LAYOUT, {"kind": Kind.MEM_WRITE, "dtype": DType.INT32, "job": 0,
-                                    "slot": (pid >> 16) & 0xFFFF, "seq": pid & 0xFFFF})
-        beats = [(_tdata(memory_words(pid, f, self.L)), user, dst, src, int(f == flits - 1))
+        user = memory_user(pid, Kind.MEM_WRITE)
+        beats = [(tdata(memory_words(pid, f, self.L)), user, dst, src, int(f == flits - 1))
                  for f in range(flits)]
         if truncate:
             sent = rng.randint(1, flits - 1)
@@ -290,7 +293,7 @@ class SoakDriver:
             self.expected[FAULTS["not_member"]] += 1
         self._count_fault(kind)
         user = encode(USER_LAYOUT, header)
-        beats = [(_tdata(words[f]), user, dst, src, int(f == self.P - 1))
+        beats = [(tdata(words[f]), user, dst, src, int(f == self.P - 1))
                  for f in range(self.P)]
         if kind == "truncated_contribution":
             beats = [b[:4] + (0,) for b in beats[:rng.randint(1, self.P - 1)]]
@@ -405,7 +408,7 @@ class SoakDriver:
             job = next((j for j in self.jobs if j.job == user["job"]), None)
             seq = None
             if job is not None:
-                seq = next((s for s in job.outstanding if s & 0xFFFF == user["seq"]), None)
+                seq = next((s for s in job.outstanding if wrap_seq(s) == user["seq"]), None)
             if seq is None:
                 self._fail(f"egress {d}: result of job {user['job']} chunk {user['seq']} "
                            f"that is not outstanding (stale or duplicated)", "duplicated")
@@ -423,7 +426,7 @@ class SoakDriver:
                 del job.outstanding[seq]
                 self.stats["reductions"] += 1
             return
-        pid = (user["slot"] << 16) | user["seq"]
+        pid = user_pid(beats[0][1])
         entry = self.memory.pop(pid, None)
         if kind != Kind.MEM_WRITE.value or entry is None:
             self._fail(f"egress {d}: kind {kind} packet {pid} not expected (stale, duplicated "
@@ -440,7 +443,7 @@ class SoakDriver:
             self._fail(f"egress {d}: intact packet {pid} arrived nullified")
             return
         if d != dst or beats[0][2] != dst or beats[0][3] != src or len(beats) != flits or any(
-                b[0] != _tdata(memory_words(pid, f, self.L)) for f, b in enumerate(beats)):
+                b[0] != tdata(memory_words(pid, f, self.L)) for f, b in enumerate(beats)):
             self._fail(f"egress {d}: memory packet {pid} ({src}->{dst}, {flits} flits) "
                        f"corrupted")
         self.stats["memory_packets"] += 1
