@@ -28,15 +28,15 @@ Priorities, weights and the quantum are inputs, sampled whenever a packet starts
 changed without re-synthesis.
 """
 
-import enum as py_enum
-
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .packet import flit_layout
+from .errors import check_int
+from .packet import MAX_PORTS, flit_layout
+from .spec import MIN_PORTS, Policy
 
-__all__ = ["Policy", "LinkArbiter", "PRIO_BITS", "WEIGHT_BITS", "QUANTUM_BITS", "DEFICIT_BITS"]
+__all__ = ["LinkArbiter", "PRIO_BITS", "WEIGHT_BITS", "QUANTUM_BITS", "DEFICIT_BITS"]
 
 #: Width of a run-time priority (``prio`` policy): 8 levels, higher wins.
 PRIO_BITS = 3
@@ -46,15 +46,6 @@ WEIGHT_BITS = 8
 QUANTUM_BITS = 16
 #: Width of a signed deficit counter (``drr`` policy); saturates at its minimum.
 DEFICIT_BITS = QUANTUM_BITS + 2
-
-
-class Policy(str, py_enum.Enum):
-    """Arbitration policy, chosen at elaboration time."""
-
-    RR = "rr"
-    PRIO = "prio"
-    WRR = "wrr"
-    DRR = "drr"
 
 
 def index_is(index, k):
@@ -145,20 +136,13 @@ class LinkArbiter(wiring.Component):
 
     Raises
     ------
-    TypeError, ValueError
-        On a parameter of the wrong type or out of range.
+    hw.errors.ParameterError
+        On a parameter out of range (a ``TypeError`` too on one of the wrong type).
     """
 
     def __init__(self, ports, lanes, policy="rr"):
-        if not isinstance(ports, int) or isinstance(ports, bool):
-            raise TypeError(f"Port count must be an integer, not {ports!r}")
-        if not 2 <= ports <= 64:
-            raise ValueError(f"Port count must be between 2 and 64, not {ports}")
-        try:
-            policy = Policy(policy)
-        except ValueError:
-            choices = ", ".join(p.value for p in Policy)
-            raise ValueError(f"Policy must be one of {choices}, not {policy!r}") from None
+        check_int("Port count", ports, MIN_PORTS, MAX_PORTS, parameter="ports")
+        policy = Policy.parse(policy)
         layout = flit_layout(lanes)
         self._ports, self._lanes, self._policy = ports, lanes, policy
 

@@ -18,10 +18,10 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .arbiter import PRIO_BITS, QUANTUM_BITS, WEIGHT_BITS, LinkArbiter, Policy
-from .packet import (JOB_BITS, LANE_BITS, PORT_BITS, SLOT_BITS, USER_LAYOUT, field_table,
-                     flit_layout)
+from .arbiter import PRIO_BITS, QUANTUM_BITS, WEIGHT_BITS, LinkArbiter
+from .packet import JOB_BITS, LANE_BITS, PORT_BITS, SLOT_BITS, USER_LAYOUT, field_table, flit_layout
 from .reduce import COUNTER_BITS, ERROR_CAUSES, ReductionUnit
+from .spec import ELEMENT_TYPES, Policy
 from .switch import DROP_CAUSES, Switch
 
 __all__ = ["AXIS_SIGNALS", "AxisArbiter", "AxisReduce", "AxisSwitch", "export_arbiter",
@@ -166,10 +166,10 @@ class AxisReduce(wiring.Component):
     ``reductions``.
     """
 
-    def __init__(self, ports, lanes, slots, chunk_flits, jobs=16, dtypes=("int32", "fp32",
-                                                                          "bf16")):
-        self.unit = ReductionUnit(ports, lanes, slots, chunk_flits, jobs=jobs, dtypes=dtypes)
-        super().__init__({**_stream_members(ports, lanes), **_reduce_control_members(ports, jobs)})
+    def __init__(self, spec):
+        self.unit = ReductionUnit(spec)
+        super().__init__({**_stream_members(spec.ports, spec.lanes),
+                          **_reduce_control_members(spec.ports, spec.jobs)})
 
     def elaborate(self, platform):
         m = Module()
@@ -185,10 +185,10 @@ class AxisSwitch(wiring.Component):
     inputs (``cfg_mem_priority`` … by policy), and status outputs ``drop_<cause>``,
     ``err_<cause>``, ``overflow``, ``reductions``."""
 
-    def __init__(self, ports, lanes, slots, chunk_flits, jobs=16,
-                 dtypes=("int32", "fp32", "bf16"), policy="rr"):
-        self.switch = Switch(ports, lanes, slots, chunk_flits, jobs, dtypes, policy)
-        members = {**_stream_members(ports, lanes), **_reduce_control_members(ports, jobs)}
+    def __init__(self, spec):
+        self.switch = Switch(spec)
+        members = {**_stream_members(spec.ports, spec.lanes),
+                   **_reduce_control_members(spec.ports, spec.jobs)}
         for name, member in self.switch.signature.members.items():
             if name.startswith("cfg_"):   # per-class arbitration inputs of this policy
                 members[name] = In(member.shape)
@@ -316,26 +316,31 @@ def export_arbiter(ports, lanes, policy, name=None):
     return to_verilog(top, name), sidecar(top, name, "arbiter", params)
 
 
-def export_reduce(ports, lanes, slots, chunk_flits, jobs=16, dtypes=("int32", "fp32", "bf16"),
-                  name=None):
-    """``(verilog_text, sidecar_dict)`` for an AXI-named reduction unit."""
-    top = AxisReduce(ports, lanes, slots, chunk_flits, jobs, dtypes)
-    tag = "_".join(dtypes) if tuple(dtypes) != ("int32", "fp32", "bf16") else "all"
-    name = name or f"innet_reduce_p{ports}_l{lanes}_s{slots}_c{chunk_flits}_{tag}"
-    params = {"ports": ports, "lanes": lanes, "slots": slots, "chunk_flits": chunk_flits,
-              "jobs": jobs, "dtypes": list(dtypes), "latency_cycles": top.unit.latency,
-              "error_causes": list(ERROR_CAUSES)}
+def _size_params(spec):
+    """The sidecar's parameters of a reduction unit or switch, and its module-name stem."""
+    tag = "_".join(spec.dtypes) if spec.dtypes != ELEMENT_TYPES else "all"
+    stem = f"p{spec.ports}_l{spec.lanes}_s{spec.slots}_c{spec.chunk_flits}"
+    params = {"ports": spec.ports, "lanes": spec.lanes, "slots": spec.slots,
+              "chunk_flits": spec.chunk_flits, "jobs": spec.jobs, "dtypes": list(spec.dtypes)}
+    return params, stem, tag
+
+
+def export_reduce(spec, name=None):
+    """``(verilog_text, sidecar_dict)`` for an AXI-named reduction unit of
+    :class:`hw.spec.SwitchSpec` ``spec``."""
+    top = AxisReduce(spec)
+    params, stem, tag = _size_params(spec)
+    name = name or f"innet_reduce_{stem}_{tag}"
+    params.update(latency_cycles=top.unit.latency, error_causes=list(ERROR_CAUSES))
     return to_verilog(top, name), sidecar(top, name, "reduce", params)
 
 
-def export_switch(ports, lanes, slots, chunk_flits, jobs=16, dtypes=("int32", "fp32", "bf16"),
-                  policy="rr", name=None):
-    """``(verilog_text, sidecar_dict)`` for an AXI-named switch."""
-    top = AxisSwitch(ports, lanes, slots, chunk_flits, jobs, dtypes, policy)
-    tag = "_".join(dtypes) if tuple(dtypes) != ("int32", "fp32", "bf16") else "all"
-    name = name or (f"innet_switch_p{ports}_l{lanes}_s{slots}_c{chunk_flits}_"
-                    f"{top.switch.policy.value}_{tag}")
-    params = {"ports": ports, "lanes": lanes, "slots": slots, "chunk_flits": chunk_flits,
-              "jobs": jobs, "dtypes": list(dtypes), "policy": top.switch.policy.value,
-              "drop_causes": list(DROP_CAUSES), "error_causes": list(ERROR_CAUSES)}
+def export_switch(spec, name=None):
+    """``(verilog_text, sidecar_dict)`` for an AXI-named switch of :class:`hw.spec.SwitchSpec`
+    ``spec``."""
+    top = AxisSwitch(spec)
+    params, stem, tag = _size_params(spec)
+    name = name or f"innet_switch_{stem}_{spec.policy.value}_{tag}"
+    params.update(policy=spec.policy.value, drop_causes=list(DROP_CAUSES),
+                  error_causes=list(ERROR_CAUSES))
     return to_verilog(top, name), sidecar(top, name, "switch", params)

@@ -5,12 +5,13 @@ inputs to what the stream rules allow and whose ``Assert`` statements are the pr
 :func:`harness_rtlil` turns one into RTLIL for ``yowasp-sby`` (driven by ``innet formal``).
 """
 
-from amaranth.back import rtlil
 from amaranth.asserts import AnySeq
+from amaranth.back import rtlil
 from amaranth.hdl import Assert, Assume, Cat, Elaboratable, Module, Mux, ResetSignal, Signal
 
-from .arbiter import LinkArbiter, Policy
+from .arbiter import LinkArbiter
 from .reduce import ReductionUnit
+from .spec import Policy, SwitchSpec
 
 __all__ = ["ArbiterProperties", "ReductionProperties", "harness_rtlil"]
 
@@ -38,7 +39,7 @@ class ArbiterProperties(Elaboratable):
 
     def __init__(self, ports, policy, *, starvation_bound=None):
         self.ports = ports
-        self.policy = Policy(policy)
+        self.policy = Policy.parse(policy)
         self.starvation_bound = ports - 1 if starvation_bound is None else starvation_bound
         self.dut = LinkArbiter(ports, 1, self.policy)
 
@@ -150,16 +151,18 @@ class ReductionProperties(Elaboratable):
     writing a packet holds its slot as a not-yet-arrived member of the slot's job and chunk; a
     free slot has no arrivals; arrivals are a subset of the snapshot.
 
-    Parameters are the unit's; the defaults are the size proved in CI.
+    ``spec`` is the unit's :class:`hw.spec.SwitchSpec`; the default is the size proved in CI
+    (3 ports, 1 lane, 2 slots, 2-flit chunks, 2 jobs, int32).
 
     Non-vacuity: with ``claim_unreachable=True`` the harness also asserts that no slot is
     ever freed; that must fail (a complete reduction is reachable), so properties 1–3 are not
     true merely because nothing happens.
     """
 
-    def __init__(self, ports=3, lanes=1, slots=2, chunk_flits=2, jobs=2, dtypes=("int32",),
-                 *, claim_unreachable=False):
-        self.dut = ReductionUnit(ports, lanes, slots, chunk_flits, jobs, dtypes)
+    def __init__(self, spec=None, *, claim_unreachable=False):
+        spec = spec or SwitchSpec(ports=3, lanes=1, slots=2, chunk_flits=2, jobs=2,
+                                  dtypes=("int32",))
+        self.dut = ReductionUnit(spec)
         self.claim_unreachable = claim_unreachable
 
     def elaborate(self, platform):

@@ -34,6 +34,8 @@ from functools import lru_cache
 from amaranth.hdl import Shape
 from amaranth.lib import data, enum
 
+from .errors import check_int
+
 __all__ = [
     "LANE_BITS", "PORT_BITS", "JOB_BITS", "SLOT_BITS", "SEQ_BITS", "MAX_PORTS",
     "Kind", "DType", "USER_LAYOUT", "flit_layout",
@@ -95,15 +97,11 @@ def flit_layout(lanes):
 
     Raises
     ------
-    TypeError
-        If ``lanes`` is not an integer.
-    ValueError
-        If ``lanes`` is less than 1.
+    hw.errors.ParameterError
+        If ``lanes`` is not an integer of at least 1 (a ``TypeError`` too if it is not an
+        integer).
     """
-    if not isinstance(lanes, int) or isinstance(lanes, bool):
-        raise TypeError(f"Lane count must be an integer, not {lanes!r}")
-    if lanes < 1:
-        raise ValueError(f"Lane count must be at least 1, not {lanes}")
+    check_int("Lane count", lanes, 1, parameter="lanes")
     return data.StructLayout({
         "data": data.ArrayLayout(LANE_BITS, lanes),
         "last": 1,

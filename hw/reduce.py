@@ -44,11 +44,13 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .arbiter import select
+from .errors import ParameterTypeError
 from .fpadd import BF16, FP32, float_add
 from .packet import JOB_BITS, LANE_BITS, SEQ_BITS, SLOT_BITS, DType, Kind, flit_layout
+from .spec import SwitchSpec
 
 __all__ = ["ReductionUnit", "ERROR_CAUSES", "COUNTER_BITS", "config_signature", "count_events",
-           "pipeline_depth", "default_fifo_depth"]
+]
 
 #: Drop causes, in the order they are checked; each bad packet counts once, on the first.
 ERROR_CAUSES = (
@@ -82,15 +84,12 @@ def lowest_set(m, mask, name):
     return index
 
 
-def pipeline_depth(ports):
-    """Engine stages from the bank read to the result select: bank read, one per adder-tree
-    level, result select."""
-    return 1 + max(1, (ports - 1).bit_length()) + 1
+def pipeline_depth(ports):   # TRANSITIONAL: until sim/model/switch.py reads the spec
+    return SwitchSpec(ports=ports, slots=1, chunk_flits=1).reduction_pipeline_depth
 
 
-def default_fifo_depth(ports):
-    """Result FIFO depth per egress when none is given."""
-    return pipeline_depth(ports) + 4
+def default_fifo_depth(ports):   # TRANSITIONAL
+    return SwitchSpec(ports=ports, slots=1, chunk_flits=1).result_fifo_flits
 
 
 def count_events(m, counter, events, clear, name):
@@ -136,20 +135,10 @@ class ReductionUnit(wiring.Component):
 
     Parameters
     ----------
-    ports : int
-        Ports (members are port numbers), 2..64.
-    lanes : int
-        32-bit lanes per flit.
-    slots : int
-        Slot pool size.
-    chunk_flits : int
-        Flits per contribution (one chunk).
-    jobs : int
-        Entries of the job table (job ids 0..jobs-1).
-    dtypes : tuple of str
-        Element types to build adders for (subset of ``"int32"``, ``"fp32"``, ``"bf16"``).
-    fifo_depth : int, optional
-        Result FIFO depth per egress (default: pipeline depth + 4).
+    spec : hw.spec.SwitchSpec
+        Ports (members are port numbers), lanes, slot pool, chunk length, job-table entries,
+        element types to build adders for, and the result FIFO depth per egress. (The policy
+        and the ingress depth are the switch's.)
 
     Members
     -------
@@ -167,30 +156,17 @@ class ReductionUnit(wiring.Component):
         Completed chunks (wrapping).
     """
 
-    def __init__(self, ports, lanes, slots, chunk_flits, jobs=16, dtypes=("int32", "fp32",
-                                                                          "bf16"),
-                 fifo_depth=None):
-        for name, value, low, high in (("Port count", ports, 2, 64), ("Slot count", slots, 1,
-                                                                        1 << 16),
-                                       ("Chunk length", chunk_flits, 1, 1 << 16),
-                                       ("Job count", jobs, 1, 1 << JOB_BITS)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"{name} must be an integer, not {value!r}")
-            if not low <= value <= high:
-                raise ValueError(f"{name} must be between {low} and {high}, not {value}")
-        dtypes = tuple(dtypes)
-        unknown = [d for d in dtypes if d not in ("int32", "fp32", "bf16")]
-        if unknown or not dtypes:
-            raise ValueError(f"Element types must be a non-empty subset of int32, fp32, bf16, "
-                             f"not {dtypes!r}")
+    def __init__(self, spec):
+        if not isinstance(spec, SwitchSpec):
+            raise ParameterTypeError(f"A reduction unit is built from a SwitchSpec, not {spec!r}")
+        self._spec = spec
+        ports, lanes, jobs = spec.ports, spec.lanes, spec.jobs
         layout = flit_layout(lanes)
-        self._ports, self._lanes, self._slots = ports, lanes, slots
-        self._chunk, self._jobs, self._dtypes = chunk_flits, jobs, dtypes
-        self._levels = max(1, (ports - 1).bit_length())
-        self._pipeline = pipeline_depth(ports)
-        self._fifo_depth = fifo_depth or default_fifo_depth(ports)
-        if self._fifo_depth < self._pipeline + 1:
-            raise ValueError(f"Result FIFO depth must be at least {self._pipeline + 1}")
+        self._ports, self._lanes, self._slots = ports, lanes, spec.slots
+        self._chunk, self._jobs, self._dtypes = spec.chunk_flits, jobs, spec.dtypes
+        self._levels = spec.adder_tree_levels
+        self._pipeline = spec.reduction_pipeline_depth
+        self._fifo_depth = spec.result_fifo_flits
         super().__init__({
             "i": In(stream.Signature(layout)).array(ports),
             "o": Out(stream.Signature(layout)).array(ports),
@@ -242,6 +218,7 @@ class ReductionUnit(wiring.Component):
     jobs = property(lambda self: self._jobs)
     dtypes = property(lambda self: self._dtypes)
     latency = property(lambda self: self._pipeline)
+    spec = property(lambda self: self._spec)
 
     def elaborate(self, platform):
         m = Module()

@@ -38,9 +38,10 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .arbiter import PRIO_BITS, QUANTUM_BITS, WEIGHT_BITS, LinkArbiter, Policy
+from .arbiter import PRIO_BITS, QUANTUM_BITS, WEIGHT_BITS, LinkArbiter
 from .packet import Kind, flit_layout
 from .reduce import ReductionUnit, config_signature, count_events
+from .spec import Policy
 
 __all__ = ["Switch", "DROP_CAUSES"]
 
@@ -57,12 +58,9 @@ class Switch(wiring.Component):
 
     Parameters
     ----------
-    ports, lanes, slots, chunk_flits, jobs, dtypes
-        As :class:`hw.reduce.ReductionUnit`.
-    policy : str
-        Egress arbitration policy (``rr``, ``prio``, ``wrr``, ``drr``).
-    ingress_depth : int
-        Ingress FIFO depth, flits.
+    spec : hw.spec.SwitchSpec
+        Ports, lanes, the reduction unit's parameters, the egress arbitration policy and the
+        ingress FIFO depth.
 
     Members
     -------
@@ -84,15 +82,14 @@ class Switch(wiring.Component):
         The reduction unit's counters and flags.
     """
 
-    def __init__(self, ports, lanes, slots, chunk_flits, jobs=16,
-                 dtypes=("int32", "fp32", "bf16"), policy="rr", ingress_depth=None):
-        self.reduce = ReductionUnit(ports, lanes, slots, chunk_flits, jobs, dtypes)
-        self._policy = Policy(policy)
-        self._ports, self._lanes = ports, lanes
-        self._ingress_depth = ingress_depth or max(16, 2 * chunk_flits)
-        if self._ingress_depth < 2:
-            raise ValueError(f"Ingress depth must be at least 2, not {self._ingress_depth}")
-        layout = flit_layout(lanes)
+    def __init__(self, spec):
+        self.reduce = ReductionUnit(spec)   # checks that spec is a SwitchSpec
+        self._spec = spec
+        self._policy = spec.policy
+        self._ports, self._lanes, jobs = spec.ports, spec.lanes, spec.jobs
+        self._ingress_depth = spec.ingress_fifo_flits
+        ports = spec.ports
+        layout = flit_layout(spec.lanes)
         members = {
             "i": In(stream.Signature(layout)).array(ports),
             "o": Out(stream.Signature(layout)).array(ports),
@@ -115,6 +112,7 @@ class Switch(wiring.Component):
     ports = property(lambda self: self._ports)
     lanes = property(lambda self: self._lanes)
     policy = property(lambda self: self._policy)
+    spec = property(lambda self: self._spec)
 
     def elaborate(self, platform):
         m = Module()

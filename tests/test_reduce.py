@@ -5,9 +5,16 @@ import pytest
 
 from hw.packet import DType, Kind
 from hw.reduce import ReductionUnit
+from hw.spec import SwitchSpec
 from sim.model.reduce import reduce_words
 
 from .reduce_harness import contribution, random_words, run_unit
+
+
+def _unit(ports, lanes, slots, chunk_flits, jobs=16):
+    """A reduction unit of that size with every element type."""
+    return ReductionUnit(SwitchSpec(ports=ports, lanes=lanes, slots=slots,
+                                    chunk_flits=chunk_flits, jobs=jobs))
 
 
 def check_results(packets, chunks, ports):
@@ -32,7 +39,7 @@ def check_results(packets, chunks, ports):
 def test_one_job_all_ports(dtype, ports):
     rng = np.random.default_rng(ports)
     P, L, S = 3, 2, 4
-    unit = ReductionUnit(ports, L, S, P)
+    unit = _unit(ports, L, S, P)
     members = list(range(ports))
     chunks, traffic = {}, {k: [] for k in range(ports)}
     for seq in range(6):
@@ -96,7 +103,7 @@ def test_concurrent_jobs_closed_loop(seed):
     ports and the slot pool; more chunks than slots, so slots are reused on results."""
     rng = np.random.default_rng(seed)
     N, P, L = 5, 2, 2
-    unit = ReductionUnit(N, L, 6, P)
+    unit = _unit(N, L, 6, P)
     jobs = {1: ([0, 1, 2, 3, 4], DType.FP32, False), 2: ([1, 3], DType.INT32, False),
             3: ([0, 2, 4], DType.BF16, False)}
     chunks, traffic = merge(
@@ -130,7 +137,7 @@ def test_results_do_not_depend_on_arrival_order():
             items = list(items)
             order.shuffle(items)   # each port sends its chunks in another order
             shuffled[k] = items
-        packets, _ = run_unit(ReductionUnit(N, L, 4, P), {1: (members, DType.FP32, False)},
+        packets, _ = run_unit(_unit(N, L, 4, P), {1: (members, DType.FP32, False)},
                               shuffled, seed=seed, idle=0.6)
         check_results(packets, chunks, N)
         runs.append({(p.header.seq, k): p.flits for k in range(N) for p in packets[k]})
@@ -156,7 +163,7 @@ def test_int32_wrap_and_saturate():
     jobs = {1: ([0, 1, 2], DType.INT32, False), 2: ([0, 1, 2], DType.INT32, True)}
     traffic = {k: [contribution(k, 1, 0, 0, big, DType.INT32),
                    contribution(k, 2, 1, 0, big, DType.INT32)] for k in range(N)}
-    packets, res = run_unit(ReductionUnit(N, L, 2, P, jobs=4), jobs, traffic)
+    packets, res = run_unit(_unit(N, L, 2, P, jobs=4), jobs, traffic)
     check_results(packets, {(1, 0): (0, [0, 1, 2], DType.INT32, False, contribs),
                             (2, 0): (1, [0, 1, 2], DType.INT32, True, contribs)}, N)
     sat = [p for p in packets[0] if p.header.job == 2][0].flits[0]
@@ -190,7 +197,7 @@ def test_bad_packets_are_dropped_and_counted_without_disturbing_others():
     traffic[3] = [bad["not_member"]]
     duplicate = (contribution(0, 1, 0, 0, w(), DType.INT32), None)
     traffic[0].insert(1, duplicate)   # chunk 0 again from member 0
-    packets, res = run_unit(ReductionUnit(N, L, S, P), {1: (members, DType.INT32, False)},
+    packets, res = run_unit(_unit(N, L, S, P), {1: (members, DType.INT32, False)},
                             traffic)
     check_results(packets, good_chunks, N)
     expected = {cause: 1 for cause in bad}
@@ -211,7 +218,7 @@ def test_job_cannot_touch_another_jobs_slots():
             contribution(2, 2, 1, 0, w(), DType.FP32)]
     traffic = {0: traffic1[0], 1: traffic1[1],
                2: [raid[0], raid[2]] + traffic2[2], 3: [raid[1]] + traffic2[3]}
-    packets, res = run_unit(ReductionUnit(N, L, S, P),
+    packets, res = run_unit(_unit(N, L, S, P),
                             {1: ([0, 1], DType.INT32, False, 0, 2),
                              2: ([2, 3], DType.FP32, False, 2, 2)}, traffic)
     check_results(packets, {**chunks1, **chunks2}, N)
@@ -223,7 +230,7 @@ def test_membership_changes_between_chunks():
     change keep the members they were claimed with; the other job is undisturbed."""
     rng = np.random.default_rng(5)
     N, P, L = 4, 1, 1
-    unit = ReductionUnit(N, L, 4, P)
+    unit = _unit(N, L, 4, P)
     words = lambda: random_words(rng, DType.INT32, (P, L))  # noqa: E731
     c0 = {k: words() for k in (0, 1)}
     c1 = {k: words() for k in (0, 1, 2, 3)}
@@ -238,7 +245,7 @@ def test_membership_changes_between_chunks():
     check_results(packets, {(1, 0): (0, [0, 1], DType.INT32, False, c0),
                             (2, 0): (3, [1, 3], DType.INT32, False, other)}, N)
     # grow, then shrink, on the same unit: run again with reconfiguration in between
-    unit = ReductionUnit(N, L, 4, P)
+    unit = _unit(N, L, 4, P)
     traffic = {k: [(contribution(k, 1, 1, 1, c1[k], DType.INT32), None)] for k in range(4)}
     traffic[2].append((contribution(2, 1, 2, 2, c2[2], DType.INT32), (1, 1)))
     packets, _ = run_unit(unit, {1: ([0, 1, 2, 3], DType.INT32, False)}, traffic,

@@ -4,15 +4,18 @@ sim/cosim/tb_reduce.py)."""
 import pytest
 
 from hw.export import export_reduce
+from hw.spec import SwitchSpec
 from sim.cosim.runner import run_cocotb
 
 from .conftest import require_simulator
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("ports, lanes, slots, chunk", [(4, 2, 6, 2), (3, 1, 3, 3)])
 def test_reduce(sim, ports, lanes, slots, chunk, build_dir):
     require_simulator(sim)
-    verilog, meta = export_reduce(ports, lanes, slots, chunk, jobs=4)
+    verilog, meta = export_reduce(SwitchSpec(ports=ports, lanes=lanes, slots=slots,
+                                             chunk_flits=chunk, jobs=4))
     env = {"INNET_PORTS": ports, "INNET_LANES": lanes, "INNET_SLOTS": slots,
            "INNET_CHUNK": chunk, "INNET_SEED": ports * 10 + lanes}
     cases = run_cocotb(verilog, meta["module"], "sim.cosim.tb_reduce", sim=sim,

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from sim.cli.main import main
+from sim.errors import ConfigError
 from sim.experiment.config import load_config
-from sim.cli.output import UsageError
 
 TINY = """
 [experiment]
@@ -67,7 +67,7 @@ def test_bad_config_is_one_line(tmp_path, capsys, text, message):
 def test_default_config_is_valid():
     config = load_config()
     assert config.workloads == ("resnet50", "bert_large") and config.gpus == 8
-    with pytest.raises(UsageError):
+    with pytest.raises(ConfigError):
         load_config("[experiment]\ngpu = 'tpu'\n", "x.toml")
 
 

@@ -10,6 +10,7 @@ from amaranth.sim import Simulator
 
 from hw.packet import DType, Header, Kind, Packet, flits_to_packets, pack_flit, unpack_flit
 from hw.reduce import ERROR_CAUSES
+from hw.spec import SwitchSpec
 from hw.switch import DROP_CAUSES, Switch
 from sim.model.reduce import reduce_words
 
@@ -98,7 +99,8 @@ def test_memory_and_reductions_share_the_links(policy, class_cfg):
     rng = random.Random(1)
     nrng = np.random.default_rng(1)
     N, L, S, P = 4, 2, 4, 2
-    sw = Switch(N, L, S, P, jobs=4, policy=policy, ingress_depth=4)
+    sw = Switch(SwitchSpec(ports=N, lanes=L, slots=S, chunk_flits=P, jobs=4, policy=policy,
+                           ingress_depth=4))
     members = [0, 1, 2, 3]
     chunks, traffic = {}, {k: [] for k in range(N)}
     mem = {k: memory_packets(rng, N, L, 10, k) for k in range(N)}
@@ -136,7 +138,7 @@ def test_memory_and_reductions_share_the_links(policy, class_cfg):
 
 def test_bad_packets_are_dropped_at_ingress():
     N, L = 3, 1
-    sw = Switch(N, L, 2, 1, jobs=2)
+    sw = Switch(SwitchSpec(ports=N, lanes=L, slots=2, chunk_flits=1, jobs=2))
     hdr = lambda kind, dst=0: Header(kind=kind, src=0, dst=dst)  # noqa: E731
     traffic = {0: [Packet(hdr(Kind.MEM_WRITE, dst=5), [[1], [2]]),        # no such port
                    Packet(hdr(Kind.MEM_WRITE, dst=0), [[5]]),                # to itself
@@ -156,7 +158,7 @@ def test_truncated_packets_are_ended_and_counted():
     next packet); a contribution is abandoned by the reduction unit. Both are counted, and
     the traffic after them is exact."""
     N, L, P = 3, 1, 2
-    sw = Switch(N, L, 2, P, jobs=2)
+    sw = Switch(SwitchSpec(ports=N, lanes=L, slots=2, chunk_flits=P, jobs=2))
     cut_write = Header(kind=Kind.MEM_WRITE, src=0, dst=1, seq=1)
     good_write = Header(kind=Kind.MEM_WRITE, src=0, dst=1, seq=2)
     stray = Header(kind=Kind.REDUCE_CONTRIB, src=1, dst=0, job=1, slot=1, seq=5,

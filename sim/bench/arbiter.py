@@ -15,7 +15,8 @@ import time
 
 from amaranth.sim import Simulator
 
-from hw.arbiter import LinkArbiter, Policy
+from hw.arbiter import LinkArbiter
+from hw.spec import Policy
 
 __all__ = ["bench_arbiter", "jain"]
 

@@ -1,8 +1,9 @@
 """``innet bench numerics``: bit-identical reductions over random arrival permutations, on the
-exported switch under cocotb (:mod:`sim.tb_numerics`)."""
+exported switch under cocotb (:mod:`sim.cosim.tb_numerics`)."""
 
 import pickle
 
+from hw.spec import SwitchSpec
 from sim.cosim.build import switch_build
 from sim.cosim.runner import run_cocotb
 
@@ -14,7 +15,7 @@ def permutations_rtl(permutations=1000, ports=8, lanes=2, chunk_flits=4, seed=1,
     """Reduce the same edge-case contributions ``permutations`` times (fp32, bf16, int32 in
     turn), each time in a random member order; returns the statistics (``mismatches`` must be
     0)."""
-    switch = (ports, lanes, 16, chunk_flits, ("int32", "fp32", "bf16"), "rr", 4)
+    switch = SwitchSpec(ports=ports, lanes=lanes, slots=16, chunk_flits=chunk_flits, jobs=4)
     with switch_build(switch, sim, optimize=optimize) as (verilog, module, build_dir, scratch):
         params, result = scratch / "numerics.pkl", scratch / "result.pkl"
         params.write_bytes(pickle.dumps({"ports": ports, "lanes": lanes,

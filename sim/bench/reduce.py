@@ -13,6 +13,7 @@ from amaranth.sim import Simulator
 
 from hw.packet import DType, Header, Kind, pack_flit
 from hw.reduce import ReductionUnit
+from hw.spec import SwitchSpec
 
 __all__ = ["bench_line_rate", "bench_reduce"]
 
@@ -24,7 +25,8 @@ def bench_line_rate(ports=8, lanes=8, slots=64, chunk_flits=8, chunks=48, skew=0
     skew: each port k starts ``k * skew`` cycles late. order: ``same`` (every port sends chunks
     in the same order) or ``shuffled`` (each port a random order within windows of ``slots``).
     """
-    unit = ReductionUnit(ports, lanes, slots, chunk_flits, jobs=2, dtypes=dtypes)
+    unit = ReductionUnit(SwitchSpec(ports=ports, lanes=lanes, slots=slots, chunk_flits=chunk_flits,
+                                    jobs=2, dtypes=dtypes))
     rng = random.Random(seed)
     P = chunk_flits
     sequences = []

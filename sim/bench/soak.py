@@ -1,7 +1,8 @@
-"""``innet bench soak``: the soak (:mod:`sim.soak`) on the exported switch under cocotb."""
+"""``innet bench soak``: the soak (:mod:`sim.reliability.soak`) on the exported switch, cocotb."""
 
 import pickle
 
+from hw.spec import SwitchSpec
 from sim.cosim.build import switch_build
 from sim.cosim.runner import run_cocotb
 from sim.reliability.soak import SoakConfig
@@ -20,8 +21,8 @@ def soak_rtl(cycles, seed=1, sim="verilator", policy="rr", resets=0, watchdog=DE
     Returns the statistics dict (``failures`` empty when the run was clean)."""
     spacing = cycles // (resets + 1)
     cfg = SoakConfig(resets=tuple(spacing * (i + 1) for i in range(resets)), **config)
-    switch = (cfg.ports, cfg.lanes, cfg.slots, cfg.chunk_flits, ("int32", "fp32", "bf16"),
-              policy, cfg.jobs)
+    switch = SwitchSpec(ports=cfg.ports, lanes=cfg.lanes, slots=cfg.slots,
+                        chunk_flits=cfg.chunk_flits, jobs=cfg.jobs, policy=policy)
     with switch_build(switch, sim, optimize=optimize) as (verilog, module, build_dir, scratch):
         params, result = scratch / "soak.pkl", scratch / "result.pkl"
         params.write_bytes(pickle.dumps({"config": cfg, "seed": seed, "cycles": cycles,

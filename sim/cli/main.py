@@ -12,9 +12,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from hw.errors import ParameterError
+from hw.packet import MAX_PORTS
+from hw.spec import ELEMENT_TYPES, MAX_JOBS, MAX_SLOTS, MIN_PORTS, Policy, SwitchSpec
 from sim.cli.output import UsageError, real_number
+from sim.errors import InputError
 from sim.files import atomic_writes
 from sim.flow.synth import SynthError
+from sim.replay.plan import PlanError
 from sim.trace.format import TraceError
 
 __all__ = ["main"]
@@ -47,16 +52,24 @@ def _positive(name, minimum=1, maximum=None):
 
 def _policy(text):
     """An argparse type: an arbitration policy name."""
-    if text not in ("rr", "prio", "wrr", "drr"):
+    if text not in Policy.names():
         raise argparse.ArgumentTypeError(
-            f"--policy must be one of rr, prio, wrr, drr, not {text!r}")
+            f"--policy must be one of {', '.join(Policy.names())}, not {text!r}")
     return text
 
 
-# Option types shared by every command that builds hardware (limits of hw/packet.py).
-_PORTS = _positive("--ports", 2, 64)
-_SLOTS = _positive("--slots", 1, 1 << 16)
-_JOBS = _positive("--jobs", 1, 256)
+# Option types shared by every command that builds hardware (limits of hw/spec.py).
+_PORTS = _positive("--ports", MIN_PORTS, MAX_PORTS)
+_SLOTS = _positive("--slots", 1, MAX_SLOTS)
+_JOBS = _positive("--jobs", 1, MAX_JOBS)
+
+
+def _switch_spec(args, policy=Policy.RR, default_dtypes=ELEMENT_TYPES):
+    """The :class:`hw.spec.SwitchSpec` of an export / synthesis command's size options."""
+    dtypes = tuple(dict.fromkeys(args.dtype)) if args.dtype else default_dtypes
+    return SwitchSpec(ports=args.ports, lanes=args.lanes, slots=args.slots,
+                      chunk_flits=args.chunk_flits, jobs=args.jobs, dtypes=dtypes,
+                      policy=policy)
 
 
 def _progress(args):
@@ -98,37 +111,29 @@ def _cmd_export_arbiter(args):
 def _cmd_export_reduce(args):
     from hw.export import export_reduce
 
-    dtypes = tuple(dict.fromkeys(args.dtype)) if args.dtype else ("int32", "fp32", "bf16")
-    verilog, meta = export_reduce(args.ports, args.lanes, args.slots, args.chunk_flits,
-                                  args.jobs, dtypes, name=args.name)
+    verilog, meta = export_reduce(_switch_spec(args), name=args.name)
     _write_export(args, verilog, meta)
 
 
 def _cmd_export_switch(args):
     from hw.export import export_switch
 
-    dtypes = tuple(dict.fromkeys(args.dtype)) if args.dtype else ("int32", "fp32", "bf16")
-    verilog, meta = export_switch(args.ports, args.lanes, args.slots, args.chunk_flits,
-                                  args.jobs, dtypes, args.policy, name=args.name)
+    verilog, meta = export_switch(_switch_spec(args, args.policy), name=args.name)
     _write_export(args, verilog, meta)
 
 
 def _cmd_synth(args):
     from hw.export import export_arbiter, export_reduce, export_switch
-
     from sim.flow.synth import synthesize
 
     if args.freq <= 0:
         raise UsageError(f"--freq must be positive, not {args.freq}")
-    dtypes = tuple(dict.fromkeys(args.dtype)) if args.dtype else ("int32",)
     if args.block == "arbiter":
         verilog, meta = export_arbiter(args.ports, args.lanes, args.policy)
     elif args.block == "reduce":
-        verilog, meta = export_reduce(args.ports, args.lanes, args.slots, args.chunk_flits,
-                                      args.jobs, dtypes)
+        verilog, meta = export_reduce(_switch_spec(args, default_dtypes=("int32",)))
     else:
-        verilog, meta = export_switch(args.ports, args.lanes, args.slots, args.chunk_flits,
-                                      args.jobs, dtypes, args.policy)
+        verilog, meta = export_switch(_switch_spec(args, args.policy, ("int32",)))
     progress = _progress(args)
     if args.keep:
         workdir = Path(args.keep)
@@ -274,11 +279,9 @@ def _cmd_bench_model(args):
 # -- formal -----------------------------------------------------------------------------------
 
 def _cmd_formal_arbiter(args):
-    from hw.arbiter import Policy
-
     from sim.flow.formal import prove_arbiter
 
-    policies = [args.policy] if args.policy else [p.value for p in Policy]
+    policies = [args.policy] if args.policy else list(Policy.names())
     results = []
     for policy in policies:
         if not args.json:
@@ -330,7 +333,7 @@ def _block_options(parser, *, ports_default, lanes_default, dtype_default):
     parser.add_argument("--slots", type=_SLOTS, default=64)
     parser.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=8)
     parser.add_argument("--jobs", type=_JOBS, default=16)
-    parser.add_argument("--dtype", action="append", choices=["int32", "fp32", "bf16"],
+    parser.add_argument("--dtype", action="append", choices=ELEMENT_TYPES,
                         help=f"element types to build (repeatable; default {dtype_default})")
 
 
@@ -412,7 +415,7 @@ def build_parser():
     formal_sub = formal.add_subparsers(dest="block", required=True, parser_class=_Parser)
     farb = formal_sub.add_parser("arbiter", help="prove the arbiter properties (k-induction)")
     farb.add_argument("--ports", type=_PORTS, default=4)
-    farb.add_argument("--policy", choices=["rr", "prio", "wrr", "drr"],
+    farb.add_argument("--policy", choices=Policy.names(),
                       help="one policy (default: all four)")
     farb.add_argument("--depth", type=_positive("--depth"), default=10,
                       help="k-induction depth (default 10)")
@@ -459,30 +462,14 @@ def main(argv=None):
         return exc.code
     try:
         status = args.func(args)
-    except UsageError as exc:
-        print(f"innet: error: {exc}", file=sys.stderr)
-        return 2
-    except TraceError as exc:
+    except (UsageError, InputError, ParameterError, TraceError, PlanError) as exc:
+        # The user's mistake, by type: one line, exit status 2. Anything else is a bug.
         print(f"innet: error: {exc}", file=sys.stderr)
         return 2
     except SynthError as exc:   # a tool failed (a log tail may follow the first line)
         print(f"innet: error: {exc}", file=sys.stderr)
         return 1
-    except (ValueError, TypeError) as exc:
-        # Parameter validation in hw/ raises these with exact messages.
-        if exc.__traceback__ is not None and _raised_by_validation(exc):
-            print(f"innet: error: {exc}", file=sys.stderr)
-            return 2
-        raise
     return status or 0
-
-
-def _raised_by_validation(exc):
-    """Whether ``exc`` came from a constructor's parameter checks (not from a bug)."""
-    tb = exc.__traceback__
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb.tb_frame.f_code.co_name in ("__init__", "flit_layout", "__post_init__")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,10 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from sim.cli.output import UsageError, emit as _emit, real_number
+from hw.errors import ParameterError
+from hw.spec import ELEMENT_TYPES, Policy
+from sim.cli.output import UsageError, real_number
+from sim.cli.output import emit as _emit
 
 __all__ = ["register"]
 
@@ -18,8 +21,8 @@ __all__ = ["register"]
 # -- replay ---------------------------------------------------------------------------------
 
 def _cmd_replay(args):
-    from sim.replay.plan import PlanError, build_plan
     from sim.replay.config import ReplayConfig
+    from sim.replay.plan import PlanError, build_plan
     from sim.trace.format import read_trace
 
     path = Path(args.trace)
@@ -40,11 +43,11 @@ def _cmd_replay(args):
         plan = build_plan(meta, records, cfg, path=str(path))
     except PlanError as exc:
         raise UsageError(str(exc)) from None
-    except ValueError as exc:
+    except ParameterError as exc:
         raise UsageError(f"switch parameters: {exc}") from None
     if args.backend == "model":
-        from sim.model.switch_core import CoreUnavailable
         from sim.model.switch import replay_model
+        from sim.model.switch_core import CoreUnavailable
         try:
             result = replay_model(plan, core=args.model_core)
         except CoreUnavailable as exc:   # --model-core c without a working C compiler
@@ -105,8 +108,8 @@ def _load(path):
 def _run(args, config, jobs, dask=None):
     from dataclasses import replace
 
-    from sim.experiment.report import execute, progress_printer, summary_table, write_results
     from sim.cosim.runner import available_simulators
+    from sim.experiment.report import execute, progress_printer, summary_table, write_results
 
     if args.no_rtl:
         config = replace(config, rtl=False)
@@ -197,9 +200,9 @@ def register(sub, parser_class, positive):
     rep.add_argument("--lanes", type=positive("--lanes"), default=8)
     rep.add_argument("--slots", type=positive("--slots"), default=64)
     rep.add_argument("--chunk-flits", type=positive("--chunk-flits"), default=8)
-    rep.add_argument("--policy", choices=["rr", "prio", "wrr", "drr"], default="rr")
+    rep.add_argument("--policy", choices=Policy.names(), default="rr")
     rep.add_argument("--mtu-flits", type=positive("--mtu-flits"), default=64)
-    rep.add_argument("--dtype", choices=["fp32", "int32", "bf16"], default="fp32")
+    rep.add_argument("--dtype", choices=ELEMENT_TYPES, default="fp32")
     rep.add_argument("--link-gbps", type=real_number("--link-gbps", 0, exclusive=True),
                      default=None,
                      help="port bandwidth, GB/s (default: the trace GPU's NVLink)")

@@ -9,34 +9,26 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["replay_switch", "toolchain_fingerprint", "switch_build"]
+__all__ = ["toolchain_fingerprint", "switch_build"]
 
 
 @functools.lru_cache(maxsize=8)
-def _exported_switch(ports, lanes, slots, chunk_flits, dtypes, policy, jobs):
-    """The switch's Verilog and sidecar, exported once per process: exporting takes
-    seconds, and a run replays many windows through the same switch. (Imported here: the
-    simulator processes that import this module never export.)"""
+def _exported_switch(spec):
+    """The Verilog and sidecar of the switch :class:`hw.spec.SwitchSpec` ``spec``, exported
+    once per process: exporting takes seconds, and a run replays many windows through the same
+    switch. (Imported here: the simulator processes that import this module never export.)"""
     from hw.export import export_switch
-    verilog, meta = export_switch(ports, lanes, slots, chunk_flits, jobs=jobs, dtypes=dtypes,
-                                  policy=policy)
-    return verilog, meta
+    return export_switch(spec)
 
 
 @functools.lru_cache(maxsize=8)
-def _exported_player(*switch):
-    """The player harness (:mod:`sim.player_rtl`) around the exported switch, with the
-    switch's own Verilog after it: ``(verilog, module)``."""
+def _exported_player(spec):
+    """The player harness (:mod:`sim.cosim.player_verilog`) around the exported switch, with
+    the switch's own Verilog after it: ``(verilog, module)``."""
     from sim.cosim.player_verilog import render_player
-    verilog, meta = _exported_switch(*switch)
+    verilog, meta = _exported_switch(spec)
     harness, module = render_player(meta)
     return harness + "\n" + verilog, module
-
-
-def replay_switch(cfg):
-    """The exported-switch parameters a replay of :class:`sim.replay.ReplayConfig` ``cfg``
-    runs on (one job entry besides job 0, its one element type)."""
-    return (cfg.ports, cfg.lanes, cfg.slots, cfg.chunk_flits, (cfg.dtype,), cfg.policy, 2)
 
 
 def toolchain_fingerprint(sim):
@@ -45,7 +37,9 @@ def toolchain_fingerprint(sim):
     environments sharing one cache then never reuse each other's builds, which would break
     when the other environment is removed or upgraded."""
     import shutil
+
     import cocotb
+
     from sim.flow.tools import verilator_root
     tool = (verilator_root() or shutil.which("verilator")) if sim == "verilator" \
         else shutil.which("iverilog")
@@ -53,16 +47,16 @@ def toolchain_fingerprint(sim):
 
 
 @contextmanager
-def switch_build(switch, sim, build_dir=None, optimize=True, player=False):
-    """Export the switch ``switch`` describes (``(ports, lanes, slots, chunk_flits, dtypes,
-    policy, jobs)``) — inside the Verilog packet player if ``player`` — and hold its build
+def switch_build(spec, sim, build_dir=None, optimize=True, player=False):
+    """Export the switch :class:`hw.spec.SwitchSpec` ``spec`` — inside the Verilog packet
+    player if ``player`` — and hold its build
     directory (default: the user cache, keyed by the Verilog and the build's optimisation)
     for one cocotb run: runs in parallel processes take turns. Yields ``(verilog, module,
     build_dir, scratch_dir)``."""
     if player:
-        verilog, module = _exported_player(*switch)
+        verilog, module = _exported_player(spec)
     else:
-        verilog, meta = _exported_switch(*switch)
+        verilog, meta = _exported_switch(spec)
         module = meta["module"]
     if build_dir is None:
         key = hashlib.sha256((verilog + toolchain_fingerprint(sim)).encode()).hexdigest()[:16]

@@ -2,6 +2,7 @@
 settings, reset and job configuration."""
 
 from hw.reduce import ERROR_CAUSES
+from hw.spec import Policy
 from hw.switch import DROP_CAUSES
 from sim.replay.config import REPLAY_JOB
 
@@ -96,13 +97,13 @@ async def configure_replay(dut, cfg, members, dtype):
     dut.rst.value = 1
     dut.cfg_valid.value = 0
     dut.cfg_clear.value = 0
-    if cfg.policy == "prio":
+    if cfg.policy == Policy.PRIO:
         dut.cfg_mem_priority.value = cfg.mem_priority
         dut.cfg_result_priority.value = cfg.result_priority
-    elif cfg.policy == "wrr":
+    elif cfg.policy == Policy.WRR:
         dut.cfg_mem_weight.value = 1
         dut.cfg_result_weight.value = 1
-    elif cfg.policy == "drr":
+    elif cfg.policy == Policy.DRR:
         dut.cfg_quantum.value = cfg.quantum
     await RisingEdge(dut.clk)
     await RisingEdge(dut.clk)

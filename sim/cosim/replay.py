@@ -4,7 +4,7 @@ and the bare clock rate the co-simulation's speed is measured against."""
 import pickle
 import time
 
-from sim.cosim.build import replay_switch, switch_build
+from sim.cosim.build import switch_build
 from sim.cosim.runner import run_cocotb
 
 __all__ = ["replay_rtl", "bare_clock_rate"]
@@ -22,7 +22,7 @@ def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall
     ``player=False`` drives and samples every port from Python each cycle
     (:class:`ReplayDriver`, the reference the player is checked against)."""
     began = time.perf_counter()
-    with switch_build(replay_switch(plan.config), sim, build_dir, optimize, player) as (
+    with switch_build(plan.config.switch, sim, build_dir, optimize, player) as (
             verilog, module, build_dir, scratch):
         plan_file, result_file = scratch / "plan.pkl", scratch / "result.pkl"
         log = scratch / "player.log"
@@ -44,7 +44,7 @@ def bare_clock_rate(config, sim="verilator", cycles=200_000, build_dir=None, pla
     """Cycles per second of the same switch (inside the packet player if ``player``) under
     cocotb with only the clock running and one Python wake-up per cycle (the bare cocotb
     clock-toggle rate ``innet bench cosim`` compares against)."""
-    with switch_build(replay_switch(config), sim, build_dir, player=player) as (
+    with switch_build(config.switch, sim, build_dir, player=player) as (
             verilog, module, build_dir, scratch):
         out = scratch / "bare.txt"
         run_cocotb(verilog, module, "sim.cosim.tb_replay", sim=sim, build_dir=build_dir,

@@ -18,7 +18,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from hw.arbiter import Policy
+from hw.spec import Policy
 from hw.packet import DType, Header, Kind, Packet
 from sim.model.arbiter import ArbiterModel
 from sim.cosim.axis import AxisSink, AxisSource, axis_beats

@@ -5,7 +5,8 @@ import itertools
 import tomllib
 from dataclasses import dataclass, fields, replace
 
-from sim.cli.output import UsageError
+from hw.spec import Policy
+from sim.errors import ConfigError
 
 __all__ = ["ExperimentConfig", "load_config", "DEFAULT_CONFIG", "points", "MiB"]
 
@@ -70,32 +71,32 @@ _SECTIONS = {
 
 
 def load_config(text=None, path="<default>"):
-    """Parse and validate a configuration (TOML). Raises :class:`UsageError` with
+    """Parse and validate a configuration (TOML). Raises :class:`ConfigError` with
     ``path: [section] key: problem``."""
     text = DEFAULT_CONFIG if text is None else text
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: {exc}") from None
+        raise ConfigError(f"{path}: {exc}") from None
     values = {}
     for section, body in data.items():
         if section not in _SECTIONS:
-            raise UsageError(f"{path}: [{section}]: unknown section (expected "
+            raise ConfigError(f"{path}: [{section}]: unknown section (expected "
                              f"{', '.join('[' + s + ']' for s in _SECTIONS)})")
         if not isinstance(body, dict):
-            raise UsageError(f"{path}: {section}: expected a [section] table")
+            raise ConfigError(f"{path}: {section}: expected a [section] table")
         for key, value in body.items():
             where = f"{path}: [{section}] {key}"
             kind = _SECTIONS[section].get(key)
             if kind is None:
-                raise UsageError(f"{where}: unknown key")
+                raise ConfigError(f"{where}: unknown key")
             if kind is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             if kind is int and isinstance(value, bool) or not isinstance(value, kind):
-                raise UsageError(f"{where}: expected {kind.__name__}, got {value!r}")
+                raise ConfigError(f"{where}: expected {kind.__name__}, got {value!r}")
             if kind is list:
                 if not value:
-                    raise UsageError(f"{where}: must not be empty")
+                    raise ConfigError(f"{where}: must not be empty")
                 value = tuple(value)
             values[key] = value
     config = replace(ExperimentConfig(), source=path, **values)
@@ -109,7 +110,7 @@ def _validate(c, path):
     from sim.gpu.workloads import MODELS
 
     def bad(section, key, problem):
-        raise UsageError(f"{path}: [{section}] {key}: {problem}")
+        raise ConfigError(f"{path}: [{section}] {key}: {problem}")
 
     for w in c.workloads:
         if w not in MODELS:
@@ -126,8 +127,8 @@ def _validate(c, path):
         if not isinstance(b, (int, float)) or isinstance(b, bool) or not 0 < b <= 4096:
             bad("experiment", "bucket_mb", f"{b!r} is not a size in MiB in (0, 4096]")
     for p in c.policies:
-        if p not in ("rr", "prio", "wrr", "drr"):
-            bad("experiment", "policies", f"{p!r} is not one of rr, prio, wrr, drr")
+        if p not in Policy.names():
+            bad("experiment", "policies", f"{p!r} is not one of {', '.join(Policy.names())}")
     if not 0 <= c.p2p_mb <= 4096:
         bad("experiment", "p2p_mb", f"must be 0..4096, not {c.p2p_mb}")
     if c.sim not in ("verilator", "icarus"):

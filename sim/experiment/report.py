@@ -14,9 +14,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from sim.errors import InputError
 from sim.experiment.config import points
 from sim.experiment.point import run_point
-from sim.cli.output import UsageError
 from sim.files import atomic_writes
 
 __all__ = ["execute", "write_results", "summary_table", "COLUMNS"]
@@ -61,11 +61,11 @@ def execute(config, jobs=1, dask=None, progress=None):
         try:
             from distributed import Client
         except ImportError:
-            raise UsageError("--dask needs the 'distributed' package") from None
+            raise InputError("--dask needs the 'distributed' package") from None
         try:
             client = Client(dask, timeout=10)
         except (OSError, TimeoutError) as exc:
-            raise UsageError(f"--dask {dask}: cannot connect: {exc}") from None
+            raise InputError(f"--dask {dask}: cannot connect: {exc}") from None
         try:
             futures = [client.submit(run_point, config, *p, pure=False) for p in todo]
             index = {f.key: i for i, f in enumerate(futures)}

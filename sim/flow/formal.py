@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from hw.formal import ArbiterProperties, ReductionProperties, harness_rtlil
-
+from hw.spec import SwitchSpec
 from sim.flow.tools import tool_env
 
 __all__ = ["prove_arbiter", "prove_reduction", "run_sby"]
@@ -62,8 +62,9 @@ def prove_arbiter(ports, policy, workdir, *, depth=12, mode="prove", starvation_
 def prove_reduction(workdir, *, ports=3, lanes=1, slots=2, chunk_flits=2, jobs=2, depth=12,
                     mode="prove", claim_unreachable=False):
     """Prove :class:`hw.formal.ReductionProperties` for one reduction-unit size."""
-    harness = ReductionProperties(ports, lanes, slots, chunk_flits, jobs,
-                                  claim_unreachable=claim_unreachable)
+    spec = SwitchSpec(ports=ports, lanes=lanes, slots=slots, chunk_flits=chunk_flits, jobs=jobs,
+                      dtypes=("int32",))
+    harness = ReductionProperties(spec, claim_unreachable=claim_unreachable)
     result = run_sby(harness_rtlil(harness), workdir, mode=mode, depth=depth)
     result.update({"block": "reduce", "ports": ports, "lanes": lanes, "slots": slots,
                    "chunk_flits": chunk_flits, "jobs": jobs})

@@ -4,7 +4,8 @@ It is written from the policy descriptions, not from the RTL, and is the golden 
 tests compare against cycle by cycle. The fast switch model reuses it.
 """
 
-from hw.arbiter import DEFICIT_BITS, Policy
+from hw.arbiter import DEFICIT_BITS
+from hw.spec import Policy
 
 __all__ = ["ArbiterModel"]
 
@@ -33,7 +34,7 @@ class ArbiterModel:
 
     def __init__(self, ports, policy, *, priority=None, weight=None, quantum=None):
         self.ports = ports
-        self.policy = Policy(policy)
+        self.policy = Policy.parse(policy)
         self.priority = list(priority) if priority is not None else [0] * ports
         self.weight = list(weight) if weight is not None else [1] * ports
         self.quantum = quantum if quantum is not None else 1

@@ -1,14 +1,18 @@
 """The switch a replay runs on and how trace time maps to its cycles (:class:`ReplayConfig`)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
+from hw.errors import ParameterError, check_int
 from hw.packet import LANE_BITS
+from hw.spec import SwitchSpec, element_type
 
 __all__ = ["ReplayConfig", "REPLAY_JOB"]
 
 
 #: The reduction job every in-switch contribution of a replay belongs to.
 REPLAY_JOB = 1
+#: Job-table entries of the switch a replay runs on: job 0 (unused) and :data:`REPLAY_JOB`.
+REPLAY_JOBS = REPLAY_JOB + 1
 
 
 @dataclass(frozen=True)
@@ -18,7 +22,8 @@ class ReplayConfig:
     Attributes
     ----------
     ports, lanes, slots, chunk_flits, policy
-        The switch (as ``innet export switch``); ``ports`` ≥ the trace's GPUs.
+        The switch (as ``innet export switch``; validated and completed as :attr:`switch`);
+        ``ports`` ≥ the trace's GPUs.
     mtu_flits : int
         Longest memory packet, flits; longer messages are cut.
     link_gbps : float
@@ -44,24 +49,31 @@ class ReplayConfig:
     result_priority: int = 0
 
     def __post_init__(self):
-        checks = [("ports", self.ports, 2, 64), ("lanes", self.lanes, 1, 64),
-                  ("slots", self.slots, 1, 65536), ("chunk_flits", self.chunk_flits, 1, 4096),
-                  ("mtu_flits", self.mtu_flits, 1, 1 << 20),
-                  ("flit_scale", self.flit_scale, 1, 1 << 30)]
-        for name, value, lo, hi in checks:
-            if not isinstance(value, int) or not lo <= value <= hi:
-                raise ValueError(f"{name} must be an integer in {lo}..{hi}, not {value!r}")
-        if self.policy not in ("rr", "prio", "wrr", "drr"):
-            raise ValueError(f"policy must be rr, prio, wrr or drr, not {self.policy!r}")
-        if self.dtype not in ("int32", "fp32", "bf16"):
-            raise ValueError(f"dtype must be int32, fp32 or bf16, not {self.dtype!r}")
+        try:
+            check_int("MTU", self.mtu_flits, 1, 1 << 20, parameter="mtu_flits")
+            check_int("Flit scale", self.flit_scale, 1, 1 << 30, parameter="flit_scale")
+            element_type(self.dtype)
+            spec = SwitchSpec(ports=self.ports, lanes=self.lanes, slots=self.slots,
+                              chunk_flits=self.chunk_flits, jobs=REPLAY_JOBS,
+                              dtypes=(self.dtype,), policy=self.policy)
+        except ParameterError as exc:
+            raise type(exc)(f"{exc.parameter}: {exc}", exc.parameter) from None
         if not self.link_gbps > 0:
-            raise ValueError(f"link_gbps must be positive, not {self.link_gbps!r}")
+            raise ParameterError(f"link_gbps: must be positive, not {self.link_gbps!r}",
+                                 "link_gbps")
+        object.__setattr__(self, "policy", spec.policy)
+        object.__setattr__(self, "_switch", spec)
 
     @property
-    def ingress_depth(self):
-        """Ingress FIFO depth, flits (as hw.switch.Switch builds it)."""
-        return max(16, 2 * self.chunk_flits)
+    def switch(self):
+        """The switch this replay runs on (:class:`hw.spec.SwitchSpec`): every depth and
+        latency the backends use comes from it. Its job table holds job 0 and
+        :data:`REPLAY_JOB`; its one element type is ``dtype``."""
+        return self._switch
+
+    @property
+    def ingress_depth(self):   # TRANSITIONAL: until sim/model/switch.py reads self.switch
+        return self._switch.ingress_fifo_flits
 
     @property
     def quantum(self):
@@ -83,4 +95,4 @@ class ReplayConfig:
         return self.flit_bytes / self.link_gbps
 
     def as_dict(self):
-        return dict(self.__dict__)
+        return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -1,0 +1,198 @@
+"""The switch specification: every parameter of innet's switch, validated once, and every
+depth and latency that follows from them.
+
+The RTL (:class:`hw.switch.Switch`, :class:`hw.reduce.ReductionUnit`, the export wrappers), the
+replay's configuration, both fast-model cores and the command line's choices take a
+:class:`SwitchSpec` or derive from it; nothing else writes a depth, a latency, a range or the
+list of policies or element types a second time.
+"""
+
+import enum
+from dataclasses import dataclass
+
+from .errors import ParameterError, ParameterTypeError, check_int
+from .packet import JOB_BITS, MAX_PORTS, SLOT_BITS, DType
+
+__all__ = ["SwitchSpec", "Policy", "ELEMENT_TYPES", "element_type", "ParameterError",
+           "ParameterTypeError", "MIN_PORTS", "MAX_SLOTS", "MAX_JOBS", "MAX_CHUNK_FLITS",
+           "INGRESS_LATENCY", "ENGINE_PICK_LATENCY"]
+
+#: A switch has at least two ports (one reduction needs two members) and at most
+#: :data:`hw.packet.MAX_PORTS` (a port number is ``PORT_BITS`` wide).
+MIN_PORTS = 2
+#: Slot ids and job ids are ``SLOT_BITS`` / ``JOB_BITS`` wide.
+MAX_SLOTS = 1 << SLOT_BITS
+MAX_JOBS = 1 << JOB_BITS
+#: Longest chunk, flits (a bank holds ``slots × chunk_flits`` flits per port).
+MAX_CHUNK_FLITS = 1 << 16
+
+#: Cycles from a flit entering an ingress FIFO to it being at the FIFO's head (the buffered
+#: FIFO of :class:`hw.switch.Switch`: write, then the registered read port).
+INGRESS_LATENCY = 2
+#: Cycles from a chunk's last contribution flit at the reduction unit to the first cycle its
+#: engine may start the chunk: the flit is registered into the judgement stage, the arrival
+#: is registered, then the engine's pick (:mod:`hw.reduce`).
+ENGINE_PICK_LATENCY = 3
+#: Cycles between the engine reading a chunk's flit and the result flit reaching the egress
+#: arbiters, besides the reduction pipeline: the result FIFO's write and registered read.
+RESULT_FIFO_LATENCY = 2
+
+
+class Policy(str, enum.Enum):
+    """Egress arbitration policy, chosen at elaboration time (:mod:`hw.arbiter`)."""
+
+    RR = "rr"
+    PRIO = "prio"
+    WRR = "wrr"
+    DRR = "drr"
+
+    @classmethod
+    def parse(cls, value):
+        """``value`` (a :class:`Policy` or its name) as a :class:`Policy`.
+
+        Raises
+        ------
+        ParameterError
+            ``"Policy must be one of rr, prio, wrr, drr, not 'fifo'"``.
+        """
+        try:
+            return cls(value)
+        except ValueError:
+            raise ParameterError(f"Policy must be one of {', '.join(cls.names())}, "
+                                 f"not {value!r}", "policy") from None
+
+    def __str__(self):   # "rr", in messages, labels and f-strings alike
+        return self.value
+
+    def __format__(self, spec):
+        return format(self.value, spec)
+
+    @classmethod
+    def names(cls):
+        """The policy names, in declaration order: ``("rr", "prio", "wrr", "drr")``."""
+        return tuple(p.value for p in cls)
+
+
+#: Element types by name, in the order of their wire code (:class:`hw.packet.DType`).
+ELEMENT_TYPES = tuple(d.name.lower() for d in DType)
+
+
+def element_type(name):
+    """The wire code (:class:`hw.packet.DType`) of element type ``name`` (``"fp32"``).
+
+    Raises
+    ------
+    ParameterError
+        If ``name`` is not one of :data:`ELEMENT_TYPES`.
+    """
+    if name not in ELEMENT_TYPES:
+        raise ParameterError(f"Element type must be one of {', '.join(ELEMENT_TYPES)}, "
+                             f"not {name!r}", "dtype")
+    return DType[name.upper()]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwitchSpec:
+    """An N-port switch with an in-switch reduction unit. Keyword-only; validated on creation.
+
+    Parameters
+    ----------
+    ports : int
+        Ports, ``MIN_PORTS``..``MAX_PORTS`` (2..64). Reduction members are port numbers.
+    lanes : int
+        32-bit payload lanes per flit, at least 1.
+    slots : int
+        Reduction slot pool, 1..65536.
+    chunk_flits : int
+        Flits per reduction contribution (one chunk), 1..65536.
+    jobs : int
+        Job-table entries (job ids ``0..jobs-1``), 1..256.
+    dtypes : tuple of str
+        Element types to build adders for: a non-empty subset of :data:`ELEMENT_TYPES`, in
+        the caller's order (it names exported modules).
+    policy : Policy or str
+        Egress arbitration policy (stored as a :class:`Policy`).
+    ingress_depth : int, optional
+        Ingress FIFO depth, flits, at least 2; default ``max(16, 2 × chunk_flits)`` (see
+        :attr:`ingress_fifo_flits`).
+    result_fifo_depth : int, optional
+        Result FIFO depth per egress, flits; default reduction pipeline depth + 4, at least
+        the pipeline depth + 1 (see :attr:`result_fifo_flits`).
+
+    Raises
+    ------
+    ParameterError
+        On a value out of range (:class:`ParameterTypeError`, also a ``TypeError``, on a
+        value of the wrong type); the message names the parameter.
+    """
+
+    ports: int
+    lanes: int = 1
+    slots: int
+    chunk_flits: int
+    jobs: int = 16
+    dtypes: tuple = ELEMENT_TYPES
+    policy: Policy = Policy.RR
+    ingress_depth: int | None = None
+    result_fifo_depth: int | None = None
+
+    def __post_init__(self):
+        check_int("Port count", self.ports, MIN_PORTS, MAX_PORTS, parameter="ports")
+        check_int("Lane count", self.lanes, 1, parameter="lanes")
+        check_int("Slot count", self.slots, 1, MAX_SLOTS, parameter="slots")
+        check_int("Chunk length", self.chunk_flits, 1, MAX_CHUNK_FLITS, parameter="chunk_flits")
+        check_int("Job count", self.jobs, 1, MAX_JOBS, parameter="jobs")
+        dtypes = tuple(self.dtypes) if not isinstance(self.dtypes, str) else (self.dtypes,)
+        if not dtypes or any(d not in ELEMENT_TYPES for d in dtypes):
+            raise ParameterError(f"Element types must be a non-empty subset of "
+                                 f"{', '.join(ELEMENT_TYPES)}, not {dtypes!r}", "dtypes")
+        object.__setattr__(self, "dtypes", dtypes)
+        object.__setattr__(self, "policy", Policy.parse(self.policy))
+        if self.ingress_depth is not None:
+            check_int("Ingress depth", self.ingress_depth, 2, parameter="ingress_depth")
+        if self.result_fifo_depth is not None:
+            check_int("Result FIFO depth", self.result_fifo_depth,
+                      self.reduction_pipeline_depth + 1, parameter="result_fifo_depth")
+
+    # -- derived: depths ---------------------------------------------------------------------
+
+    @property
+    def ingress_fifo_flits(self):
+        """Ingress FIFO depth, flits: ``ingress_depth`` or ``max(16, 2 × chunk_flits)`` (two
+        chunks, so a contribution can stream in while the previous one drains)."""
+        return self.ingress_depth or max(16, 2 * self.chunk_flits)
+
+    @property
+    def adder_tree_levels(self):
+        """Levels of the reduction unit's adder tree over ``ports`` members."""
+        return max(1, (self.ports - 1).bit_length())
+
+    @property
+    def reduction_pipeline_depth(self):
+        """Engine stages from the bank read to the result select, cycles: bank read, one per
+        adder-tree level, result select."""
+        return 1 + self.adder_tree_levels + 1
+
+    @property
+    def result_fifo_flits(self):
+        """Result FIFO depth per egress, flits: ``result_fifo_depth`` or pipeline depth + 4."""
+        return self.result_fifo_depth or self.reduction_pipeline_depth + 4
+
+    # -- derived: latencies (the RTL's timing, which the fast model reproduces) ---------------
+
+    @property
+    def ingress_latency(self):
+        """Cycles from a flit entering an ingress FIFO to the FIFO's head."""
+        return INGRESS_LATENCY
+
+    @property
+    def engine_pick_latency(self):
+        """Cycles from a chunk's last contribution flit to the engine's first chance to start
+        it."""
+        return ENGINE_PICK_LATENCY
+
+    @property
+    def result_latency(self):
+        """Cycles from the engine reading a flit of a chunk to its result flit reaching the
+        egress arbiters: the reduction pipeline and the result FIFO."""
+        return RESULT_FIFO_LATENCY + self.reduction_pipeline_depth
