@@ -19,8 +19,6 @@ from sim.cli.output import UsageError, real_number
 from sim.errors import InputError
 from sim.files import atomic_writes
 from sim.flow.synth import SynthError
-from sim.replay.plan import PlanError
-from sim.trace.format import TraceError
 
 __all__ = ["main"]
 
@@ -462,7 +460,7 @@ def main(argv=None):
         return exc.code
     try:
         status = args.func(args)
-    except (UsageError, InputError, ParameterError, TraceError, PlanError) as exc:
+    except (UsageError, InputError, ParameterError) as exc:
         # The user's mistake, by type: one line, exit status 2. Anything else is a bug.
         print(f"innet: error: {exc}", file=sys.stderr)
         return 2

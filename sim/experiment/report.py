@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sim.errors import InputError
 from sim.experiment.config import points
+from sim.experiment.metrics import rtl_agreement
 from sim.experiment.point import run_point
 from sim.files import atomic_writes
 
@@ -39,10 +40,7 @@ def _row(point):
     row.update(point.metrics)
     if point.validation:
         row["rtl_window_packets"] = point.validation.get("packets")
-        row["rtl_exact_fraction"] = (point.validation.get("exact", 0) /
-                                     max(point.validation.get("deliveries", 1), 1))
-        row["rtl_mae_fraction"] = point.validation.get("mae_fraction")
-        row["rtl_makespan_error"] = point.validation.get("makespan_error")
+        row.update(rtl_agreement(point.validation))
     return row
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hw.packet import Kind
+from sim.errors import InputError
 from sim.replay.config import ReplayConfig
 from sim.trace.format import GRAD, MEM
 
@@ -33,7 +34,7 @@ __all__ = ["Plan", "Message", "build_plan", "PlanError", "MEM_KINDS", "scale_for
 MEM_KINDS = (Kind.MEM_WRITE, Kind.MEM_READ_REQ, Kind.MEM_READ_RESP)
 
 
-class PlanError(ValueError):
+class PlanError(InputError, ValueError):
     """The trace cannot be replayed on this switch (one line: what and where)."""
 
 

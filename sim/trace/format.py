@@ -32,6 +32,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from sim.errors import InputError
 from sim.files import current_umask
 
 __all__ = ["VERSION", "MAGIC", "RECORD", "KERNEL", "MEM", "GRAD", "NO_DEP", "SWITCH_PORT",
@@ -274,7 +275,7 @@ class TraceRecord:
         return " ".join(parts)
 
 
-class TraceError(ValueError):
+class TraceError(InputError, ValueError):
     """A trace failed to load: the message is ``file:record: field: problem``."""
 
 
