@@ -245,7 +245,8 @@ def render_player(switch_meta):
               f"  assign ev_user[{UW * d + UW - 1}:{UW * d}] = ev_user{d};",
               f"  assign egress_flits[{32 * d + 31}:{32 * d}] = out_flits{d};",
               "  always @(posedge clk) begin",
-              f"    if (rst) begin lfsr{d} <= (16'h{(0xACE1 + 0x1F35 * d) & 0xFFFF:04X} ^ seed[15:0]) "
+              f"    if (rst) begin lfsr{d} <= (16'h{(0xACE1 + 0x1F35 * d) & 0xFFFF:04X} "
+              f"^ seed[15:0]) "
               f"| 16'd1; ocnt{d} <= 16'd0; ook{d} <= 1'b0; ohdr{d} <= 1'b0; "
               f"out_flits{d} <= 32'd0; ev_user{d} <= {UW}'d0; end",
               "    else begin",

@@ -1,6 +1,6 @@
-"""cocotb test module behind :func:`sim.cosim.replay_rtl` with the Verilog packet player
-(:mod:`sim.player`): replays a pickled plan and pickles the :class:`sim.replay.ReplayResult`
-back.
+"""cocotb test module behind :func:`sim.cosim.replay.replay_rtl` with the Verilog packet
+player (:mod:`sim.cosim.player`): replays a pickled plan and pickles the
+:class:`sim.replay.result.ReplayResult` back.
 
 Environment: ``INNET_PLAN`` (input pickle), ``INNET_RESULT`` (output pickle), ``INNET_LOG``
 (the harness's packet log, also passed as the ``+innet_log`` plusarg), ``INNET_SEED``,

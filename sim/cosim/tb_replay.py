@@ -1,5 +1,7 @@
-"""cocotb test module behind :func:`sim.cosim.replay_rtl`: replays a pickled plan through the
-exported switch and pickles the :class:`sim.replay.ReplayResult` back.
+"""cocotb test module behind :func:`sim.cosim.replay.replay_rtl` with ``player=False``: replays
+a pickled plan through the exported switch with the per-cycle
+:class:`sim.cosim.driver.ReplayDriver` and pickles the :class:`sim.replay.result.ReplayResult`
+back.
 
 Environment: ``INNET_PLAN`` (input pickle), ``INNET_RESULT`` (output pickle), ``INNET_SEED``,
 ``INNET_STALL`` (probability that an egress holds ``tready`` low in a cycle; default 0).

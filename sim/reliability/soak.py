@@ -19,7 +19,7 @@ headers come from :mod:`sim.cosim.stimulus`. It runs
   is a failure (a stale slot or packet).
 
 The scoreboard checks every memory packet arrives once, intact, at its destination; every
-reduction result equals the numpy golden (:func:`sim.reduce_model.reduce_words`) at every
+reduction result equals the numpy golden (:func:`sim.model.reduce.reduce_words`) at every
 member exactly once; and at the end every drop counter equals the number of faults of its
 cause injected.
 """
