@@ -84,14 +84,6 @@ def lowest_set(m, mask, name):
     return index
 
 
-def pipeline_depth(ports):   # TRANSITIONAL: until sim/model/switch.py reads the spec
-    return SwitchSpec(ports=ports, slots=1, chunk_flits=1).reduction_pipeline_depth
-
-
-def default_fifo_depth(ports):   # TRANSITIONAL
-    return SwitchSpec(ports=ports, slots=1, chunk_flits=1).result_fifo_flits
-
-
 def count_events(m, counter, events, clear, name):
     """Add the number of ``events`` (1-bit values) that are high to ``counter``, saturating at
     its maximum; ``clear`` zeroes it and discards events of its own cycle and the one before.

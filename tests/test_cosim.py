@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from hw.packet import USER_LAYOUT, DType, Kind, encode
+from hw.spec import INGRESS_LATENCY, SwitchSpec
 from sim.cosim.driver import ReplayDriver
 from sim.cosim.replay import replay_rtl
 from sim.model.reduce import reduce_words
+from sim.model.switch import replay_model
 from sim.replay.config import REPLAY_JOB, ReplayConfig
 from sim.replay.plan import PlanError, build_plan
 from sim.replay.result import compare
-from hw.spec import SwitchSpec
-from sim.model.switch import INGRESS_LATENCY, replay_model
 from sim.trace.format import SWITCH_PORT, TraceRecord
 from sim.trace.synthetic import stress_trace
 

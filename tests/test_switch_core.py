@@ -12,11 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.model import switch_core
+from hw.spec import Policy
 from sim.cli.main import main
+from sim.model import switch_core
+from sim.model.switch import replay_model
 from sim.replay.config import ReplayConfig
 from sim.replay.plan import build_plan
-from sim.model.switch import replay_model
 from sim.trace.format import write_trace
 from sim.trace.synthetic import stress_trace
 
@@ -100,6 +101,25 @@ def test_core_args_match_library():
     assert [name for name, kind in fields if kind == "pointer"] == list(switch_core.ARRAYS)
     assert fields[:len(switch_core.PARAMS)] == [(name, "i64") for name in switch_core.PARAMS]
     assert size == ctypes.sizeof(switch_core.SwitchArgs)
+
+
+def test_core_policy_codes_are_the_spec_policies():
+    """The policy codes the core switches on are hw.spec.Policy's, in order (the code passed is
+    the policy's index), and check_args refuses a library that names others."""
+    lib = switch_core.library()
+    lib.innet_switch_policies.restype = ctypes.c_char_p
+    assert tuple(lib.innet_switch_policies().decode().split()) == Policy.names()
+
+    class Renamed:
+        def __getattr__(self, name):
+            if name == "innet_switch_policies":
+                fake = lambda: b"rr wrr prio drr "   # noqa: E731
+                fake.restype = fake.argtypes = None
+                return fake
+            return getattr(lib, name)
+
+    with pytest.raises(switch_core.CoreUnavailable, match="policy codes"):
+        switch_core.check_args(Renamed())
 
 
 def _mirror(fields):

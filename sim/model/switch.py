@@ -3,8 +3,8 @@
 An event-driven model of the same microarchitecture, validated against the RTL on the same
 traces (``tests/test_cosim.py``, ``innet bench cosim``):
 
-* **Ingress** k: a FIFO of ``ingress_depth`` flits; a flit written at cycle t is at the head at
-  t + ``INGRESS_LATENCY``. The source writes one flit per cycle while the FIFO has room, so a
+* **Ingress** k: a FIFO of ``ingress_fifo_flits`` flits; a flit written at cycle t is at the
+  head at t + ``ingress_latency``. The source writes one flit per cycle while the FIFO has room, so a
   packet whose head waits for a busy egress fills the FIFO and then stalls its source (the
   stall cycles are counted).
 * **Egress** d: a packet-atomic arbiter (:class:`sim.model.arbiter.ArbiterModel`, the RTL's
@@ -13,11 +13,14 @@ traces (``tests/test_cosim.py``, ``innet bench cosim``):
   flit per cycle, and the next packet can start the cycle after its last flit (zero bubble).
 * **Reduction unit**: contributions never wait (the unit's ready is always high); a chunk is
   complete when its last member's last flit is in, and the engine may start it
-  ``ENGINE_PICK_LATENCY`` cycles later (judgement stage, arrival, pick: one register each);
+  ``engine_pick_latency`` cycles later (judgement stage, arrival, pick: one register each);
   one engine reads complete chunks one flit per cycle, lowest slot first, and each result
-  flit reaches the egress arbiters ``2 + pipeline`` cycles after the engine read it
-  (pipeline = bank read, adder-tree levels, result select), queued per egress like the RTL's
-  result FIFOs.
+  flit reaches the egress arbiters ``result_latency`` cycles after the engine read it (result
+  FIFO + pipeline = bank read, adder-tree levels, result select), queued per egress like the
+  RTL's result FIFOs.
+
+Every depth and latency named here is a property of the switch specification
+(:class:`hw.spec.SwitchSpec`, the plan's ``config.switch``), the RTL's one source of them.
 
 Egress ready is always high (GPUs sink at line rate). Times are integers (cycles); each event
 costs O(ports), not O(flits), so a packet of 64 flits costs the same as a packet of one.
@@ -29,20 +32,13 @@ import time
 import warnings
 from collections import deque
 
-
-from hw.reduce import default_fifo_depth, pipeline_depth
+from hw.spec import Policy
 from sim.model.arbiter import ArbiterModel
+from sim.replay.backend import ReplayBackend
 from sim.replay.loop import ClosedLoop
 from sim.replay.result import ReplayResult
 
-__all__ = ["FastSwitch", "ENGINE_PICK_LATENCY", "INGRESS_LATENCY", "replay_model"]
-
-#: Cycles from a flit entering an ingress FIFO to it being at the FIFO's head.
-INGRESS_LATENCY = 2
-#: Cycles from a chunk's last contribution flit at the reduction unit to the first cycle the
-#: engine may start it: the flit is registered into the judgement stage, the arrival is
-#: registered, then the pick (hw/reduce.py).
-ENGINE_PICK_LATENCY = 3
+__all__ = ["FastSwitch", "PythonModel", "CompiledModel", "replay_model"]
 
 # Event kinds, in the order they are handled within one cycle.
 _SOURCE, _EGRESS = 0, 1
@@ -64,9 +60,10 @@ class FastSwitch:
         self.config = config
         N = config.ports
         self.N = N
-        self.depth = config.ingress_depth
-        self.result_lag = 2 + pipeline_depth(N)
-        self.result_depth = default_fifo_depth(N)
+        spec = config.switch   # every depth and latency comes from the switch specification
+        self.depth = spec.ingress_fifo_flits
+        self.result_lag = spec.result_latency
+        self.result_depth = spec.result_fifo_flits
         # Egress d's requester k is ingress k's memory traffic, except requester d: the
         # reduction results for d (d's own ingress never sends to d).
         self.arbiters = [
@@ -120,7 +117,7 @@ class _SwitchRun:
         Cycles from the engine reading a flit to it reaching the egress arbiters; depth of
         each egress's result FIFO (flits).
     ingress_latency, pick_latency : int
-        :data:`INGRESS_LATENCY`, :data:`ENGINE_PICK_LATENCY` (cycles).
+        The switch specification's ``ingress_latency`` and ``engine_pick_latency`` (cycles).
     mem_ports, nmembers, hist_limit : list of int, int, int
         Ports of the reduction's members and their number; result packets remembered per
         egress for :meth:`result_read`.
@@ -184,7 +181,8 @@ class _SwitchRun:
         # configuration
         self.N, self.D, self.P, self.S = N, model.depth, cfg.chunk_flits, cfg.slots
         self.result_lag, self.result_depth = model.result_lag, model.result_depth
-        self.ingress_latency, self.pick_latency = INGRESS_LATENCY, ENGINE_PICK_LATENCY
+        self.ingress_latency = cfg.switch.ingress_latency
+        self.pick_latency = cfg.switch.engine_pick_latency
         self.mem_ports = [d for d in range(N) if plan.members >> d & 1]
         self.nmembers = bin(plan.members).count("1")
         self.hist_limit = 4 + self.result_depth // self.P
@@ -487,7 +485,7 @@ class _SwitchRun:
         pk = cand[sel]
         cand[sel] = None
         arb = self.arbiters[d]
-        if arb.policy.value == "drr" and pk.flits > 1:
+        if arb.policy == Policy.DRR and pk.flits > 1:
             arb._set_deficit(sel, arb.deficit[sel] - (pk.flits - 1))
         pk.grant = t
         if pk.result:
@@ -535,26 +533,60 @@ def _slot(entry):
     return entry[1]
 
 
+class PythonModel(ReplayBackend):
+    """The fast model's Python reference as a replay backend (:mod:`sim.replay.backend`).
+
+    Parameters
+    ----------
+    progress : callable, optional
+        ``progress(cycle, started, total)``, called on long replays.
+    """
+
+    name = "model"
+
+    def __init__(self, progress=None):
+        self.progress = progress
+
+    def run(self, plan):
+        return FastSwitch(plan.config).run(plan, progress=self.progress)
+
+
+class CompiledModel(ReplayBackend):
+    """The fast model's compiled C core (:mod:`sim.model.switch_core`) as a replay backend:
+    the same results as :class:`PythonModel`, about 30 times faster.
+
+    Raises
+    ------
+    sim.model.switch_core.CoreUnavailable
+        From :meth:`run`, when the core cannot be built or loaded here.
+    """
+
+    name = "model"
+
+    def run(self, plan):
+        from sim.model.switch_core import run_core
+        return run_core(FastSwitch(plan.config), plan)
+
+
 def replay_model(plan, progress=None, core="auto"):
     """Replay ``plan`` through the fast model.
 
-    ``core``: ``"c"`` runs the compiled core (:mod:`sim.model.switch_core`, identical results,
-    about 30 times faster), ``"python"`` this module's model, ``"auto"`` the compiled core when
-    this machine can build it and this module otherwise (with a warning saying why).
+    ``core``: ``"c"`` runs the compiled core (:class:`CompiledModel`), ``"python"`` the
+    Python reference (:class:`PythonModel`), ``"auto"`` the compiled core when this machine can
+    build it and the Python reference otherwise (with a warning saying why).
     ``progress(cycle, started, total)`` is called on long Python replays.
     """
     if core not in ("auto", "c", "python"):
         raise ValueError(f"core must be auto, c or python, not {core!r}")
-    model = FastSwitch(plan.config)
     if core != "python":
-        from sim.model.switch_core import CoreUnavailable, run_core
+        from sim.model.switch_core import CoreUnavailable
         try:
-            return run_core(model, plan, INGRESS_LATENCY, ENGINE_PICK_LATENCY)
+            return CompiledModel().run(plan)
         except CoreUnavailable as e:
             if core == "c":
                 raise
             _warn_once(str(e))
-    return model.run(plan, progress=progress)
+    return PythonModel(progress).run(plan)
 
 
 @functools.lru_cache(maxsize=None)

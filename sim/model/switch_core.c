@@ -137,7 +137,12 @@ typedef struct {
 #undef FIELD
 } SwitchArgs;
 
-enum { RR, PRIO, WRR, DRR };
+/* Arbitration policies, in the order of hw.spec.Policy; innet_switch_policies() names them so
+   that sim/model/switch_core.py checks the codes it passes. */
+#define POLICIES(X) X(RR, rr) X(PRIO, prio) X(WRR, wrr) X(DRR, drr)
+#define POLICY_CODE(code, name) code,
+enum { POLICIES(POLICY_CODE) };
+#undef POLICY_CODE
 enum { K_OTHER, K_READ_REQ, K_READ_RESP };
 enum { EV_SOURCE, EV_EGRESS };
 #define KIND_SHIFT 40   /* event order key: kind above the insertion counter */
@@ -686,6 +691,13 @@ const char *innet_switch_args(void) {
 }
 
 i64 innet_switch_args_size(void) { return (i64)sizeof(SwitchArgs); }
+
+/* The policy names, space-separated, in the order of their codes. */
+const char *innet_switch_policies(void) {
+#define POLICY_NAME(code, name) #name " "
+    return POLICIES(POLICY_NAME);
+#undef POLICY_NAME
+}
 
 int innet_switch_run(const SwitchArgs *a) {
     SwitchRun sw, *s = &sw;

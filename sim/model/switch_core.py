@@ -30,6 +30,7 @@ import numpy as np
 
 from hw.arbiter import DEFICIT_BITS
 from hw.packet import Kind
+from hw.spec import Policy
 from sim.replay.plan import Message, Plan
 from sim.replay.result import ReplayResult
 
@@ -49,7 +50,6 @@ ARRAYS = ("priority", "weight", "pk_flits", "pk_dst", "pk_seq", "pk_msg",
           "m_pk_off", "m_pk_len", "pk_list", "wait_off", "wait_list", "chunk_msg",
           "inject", "deliver", "results", "done_at", "out_flits", "in_flits", "stall",
           "counters")
-POLICIES = ("rr", "prio", "wrr", "drr")
 K_OTHER, K_READ_REQ, K_READ_RESP = 0, 1, 2
 
 
@@ -132,7 +132,8 @@ def library_args(lib):
 
 def check_args(lib, args=SwitchArgs):
     """Check that ``lib``'s ``SwitchArgs`` is ``args`` (a :class:`ctypes.Structure`): the same
-    field names in the same order, each an int64 or a pointer alike, the same size.
+    field names in the same order, each an int64 or a pointer alike, the same size; and that
+    its policy codes are :class:`hw.spec.Policy`'s, in order.
 
     Raises
     ------
@@ -152,6 +153,16 @@ def check_args(lib, args=SwitchArgs):
     if size != ctypes.sizeof(args):
         raise CoreUnavailable(f"{where} differ in size: {size} bytes in C, "
                               f"{ctypes.sizeof(args)} in Python")
+    try:
+        names = lib.innet_switch_policies
+    except AttributeError:
+        raise CoreUnavailable(f"{SOURCE.name} does not name its policies "
+                              "(no innet_switch_policies)") from None
+    names.restype, names.argtypes = ctypes.c_char_p, []
+    theirs = tuple(names().decode().split())
+    if theirs != Policy.names():
+        raise CoreUnavailable(f"{SOURCE.name}'s policy codes {theirs} are not hw.spec.Policy's "
+                              f"{Policy.names()}")
 
 
 def _padded(a, cap, fill=0):
@@ -212,7 +223,7 @@ def _pack(values):
     return args
 
 
-def run_core(model, plan, ingress_latency, pick_latency):
+def run_core(model, plan):
     """Replay ``plan`` through the C core with the parameters of ``model`` (a
     :class:`sim.model.switch.FastSwitch`); the same :class:`ReplayResult` the Python model
     returns."""
@@ -231,11 +242,12 @@ def run_core(model, plan, ingress_latency, pick_latency):
     arb = model.arbiters[0]
     values = {"ports": N, "depth": model.depth, "result_lag": model.result_lag,
               "result_depth": model.result_depth, "chunk_flits": cfg.chunk_flits,
-              "slots": cfg.slots, "policy": POLICIES.index(arb.policy.value),
+              "slots": cfg.slots, "policy": Policy.names().index(arb.policy.value),
               "quantum": arb.quantum, "deficit_bits": DEFICIT_BITS, "members": plan.members,
               "chunks": C, "mtu": cfg.mtu_flits, "packets": n0, "packet_cap": p_cap,
-              "messages": m0, "message_cap": m_cap, "ingress_latency": ingress_latency,
-              "pick_latency": pick_latency}
+              "messages": m0, "message_cap": m_cap,
+              "ingress_latency": cfg.switch.ingress_latency,
+              "pick_latency": cfg.switch.engine_pick_latency}
     out = {"inject": np.full(p_cap, -1, np.int64), "deliver": np.full(p_cap, -1, np.int64),
            "results": np.full(N * C, -1, np.int64), "done_at": np.full(m_cap, -1, np.int64),
            "out_flits": np.zeros(N, np.int64), "in_flits": np.zeros(N, np.int64),

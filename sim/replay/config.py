@@ -72,10 +72,6 @@ class ReplayConfig:
         return self._switch
 
     @property
-    def ingress_depth(self):   # TRANSITIONAL: until sim/model/switch.py reads self.switch
-        return self._switch.ingress_fifo_flits
-
-    @property
     def quantum(self):
         """``drr`` quantum, flits: one chunk per turn."""
         return self.chunk_flits
