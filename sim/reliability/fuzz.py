@@ -15,8 +15,8 @@ The contract checked on every case: exit status 0 or 2 (1 for a failed check the
 reports), never an exception; with status 2, exactly one line on stderr, naming the file
 and location for file inputs, with no Python traceback; no output file left behind.
 
-The command line's entry point is not imported here (the command line imports this module for
-``innet bench fuzz``): the caller hands :func:`fuzz` the entry point to drive.
+Nothing of the command line is imported here (it imports this module for ``innet bench
+fuzz``): the caller hands :func:`fuzz` the entry point to drive.
 """
 
 import contextlib
@@ -142,7 +142,7 @@ _CONFIG_VALUES = ['"x"', "-1", "0", "1e400", "[]", "[1, 2]", '["nope"]', "true",
 def _fuzz_config(main, cases, seed, workdir, counts):
     from hypothesis import HealthCheck, given, settings, strategies as st
 
-    from sim.cli.output import UsageError
+    from sim.errors import ConfigError
     from sim.experiment.config import DEFAULT_CONFIG, load_config
 
     _invoke = _bind(main)
@@ -176,7 +176,7 @@ def _fuzz_config(main, cases, seed, workdir, counts):
             load_config(path.read_text(), str(path))
             counts["cases"] += 1   # a good configuration: the loader accepted it
             return
-        except UsageError:
+        except ConfigError:
             pass
         argv = ["run", str(path), "-o", str(out_root), "--name", "fuzz", "--quiet"]
         status, _, err = _invoke(argv)
