@@ -12,7 +12,7 @@ The rules (docs/architecture.md, STYLE.md 6, 18, 20):
 
 * ``hw/`` imports only amaranth and the standard library;
 * the GPU model and the trace format (``sim.gpu``, ``sim.trace``) import nothing of ``hw``, no
-  cocotb and nothing of ``sim`` beyond themselves and ``sim.files``;
+  cocotb and nothing of ``sim`` beyond themselves, ``sim.files`` and ``sim.errors``;
 * cocotb and its companions are imported only under ``sim.cosim``;
 * nothing outside ``sim.cli`` imports ``sim.cli`` (models raise their own exceptions);
 * no two modules import each other, directly or through others;
@@ -160,14 +160,14 @@ def test_hw_imports_only_amaranth_and_the_standard_library():
 
 
 def test_gpu_model_and_trace_stand_alone():
-    own = ("sim.gpu", "sim.trace", "sim.files")
+    own = ("sim.gpu", "sim.trace", "sim.files", "sim.errors")
     broken = [i for i in imports()
               if (_within(i.importer, "sim.gpu") or _within(i.importer, "sim.trace"))
               and (_top(i.target) in ("hw",) + COCOTB
                    or (_top(i.target) == "sim" and not any(_within(i.target, p) for p in own)))]
     _require_none(
         broken, "sim.gpu and sim.trace may not import hw, cocotb or sim beyond sim.gpu, "
-                "sim.trace and sim.files")
+                "sim.trace, sim.files and sim.errors")
 
 
 def test_cocotb_only_under_cosim():

@@ -1,7 +1,9 @@
 """``innet bench soak | numerics | fuzz``: the reliability benchmarks (docs/hw.md, Reliability)."""
 
+import functools
 import sys
 
+from hw.spec import Policy
 from sim.cli.output import emit as _emit
 
 __all__ = ["register_bench"]
@@ -57,10 +59,11 @@ def _cmd_bench_numerics(args):
     return 0 if ok else 1
 
 
-def _cmd_bench_fuzz(args):
+def _cmd_bench_fuzz(args, *, main):
+    """``main``: the command line's entry point, which the fuzzer drives in-process (passed in
+    by :func:`register_bench`, so neither this module nor the fuzzer imports it)."""
     import time
 
-    from sim.cli.main import main
     from sim.reliability.fuzz import TARGETS, Violation, fuzz
 
     import importlib.util
@@ -94,7 +97,7 @@ def _log_path(args, name):
     return Path(tempfile.gettempdir()) / f"innet-{name}-{args.sim}.log"
 
 
-def register_bench(bench_sub, parser_class, positive):
+def register_bench(bench_sub, parser_class, positive, entry):
     ports = positive("--ports", 3, 63)
     soak = bench_sub.add_parser("soak", help="random mixed traffic, faults and resets through "
                                 "the RTL switch, checked packet by packet")
@@ -103,7 +106,7 @@ def register_bench(bench_sub, parser_class, positive):
     soak.add_argument("--ports", type=ports, default=8)
     soak.add_argument("--resets", type=positive("--resets", 0, 1000), default=1,
                       help="resets in the middle of traffic (default 1)")
-    soak.add_argument("--policy", choices=["rr", "prio", "wrr", "drr"], default="rr")
+    soak.add_argument("--policy", choices=Policy.names(), default="rr")
     soak.add_argument("--watchdog", type=positive("--watchdog", 100), default=5000,
                       help="cycles with work outstanding and nothing moving that fail the "
                            "run (default 5000)")
@@ -128,4 +131,4 @@ def register_bench(bench_sub, parser_class, positive):
     fz.add_argument("--target", action="append", choices=["trace", "config", "cli"],
                     help="one target (repeatable; default all three)")
     fz.add_argument("--json", action="store_true")
-    fz.set_defaults(func=_cmd_bench_fuzz)
+    fz.set_defaults(func=functools.partial(_cmd_bench_fuzz, main=entry))

@@ -407,7 +407,7 @@ def build_parser():
     from sim.cli import run as cli_run
     cli_run.register_bench(bench_sub, _Parser)
     from sim.cli import bench as cli_reliability
-    cli_reliability.register_bench(bench_sub, _Parser, _positive)
+    cli_reliability.register_bench(bench_sub, _Parser, _positive, entry=main)
 
     formal = sub.add_parser("formal", help="SymbiYosys proofs (yowasp-sby, z3)")
     formal_sub = formal.add_subparsers(dest="block", required=True, parser_class=_Parser)

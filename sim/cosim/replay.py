@@ -1,13 +1,38 @@
-"""Replaying a plan through the exported RTL switch in a simulator process (:func:`replay_rtl`),
-and the bare clock rate the co-simulation's speed is measured against."""
+"""Replaying a plan through the exported RTL switch in a simulator process: the two RTL replay
+backends (:class:`RtlPlayer`, :class:`RtlDriver`; :mod:`sim.replay.backend`), the function
+behind both (:func:`replay_rtl`), and the bare clock rate the co-simulation's speed is
+measured against."""
 
 import pickle
 import time
 
 from sim.cosim.build import switch_build
 from sim.cosim.runner import run_cocotb
+from sim.replay.backend import ReplayBackend
 
-__all__ = ["replay_rtl", "bare_clock_rate"]
+__all__ = ["RtlPlayer", "RtlDriver", "replay_rtl", "bare_clock_rate"]
+
+
+class RtlPlayer(ReplayBackend):
+    """The exported RTL switch under cocotb, its flits moved by the Verilog packet player
+    (:mod:`sim.cosim.player`): Python runs per packet event. ``options`` are
+    :func:`replay_rtl`'s (``build_dir``, ``waves``, ``seed``, ``quiet``, ``optimize``)."""
+
+    def __init__(self, sim="verilator", **options):
+        self.sim, self.options = sim, options
+        self.name = f"rtl-{sim}"
+
+    def run(self, plan):
+        return replay_rtl(plan, self.sim, player=True, **self.options)
+
+
+class RtlDriver(RtlPlayer):
+    """The exported RTL switch under cocotb, every port driven and sampled from Python each
+    cycle (:mod:`sim.cosim.driver`): the reference the player is checked against. Also takes
+    ``stall`` (random egress backpressure)."""
+
+    def run(self, plan):
+        return replay_rtl(plan, self.sim, player=False, **self.options)
 
 
 def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall=0.0,
@@ -17,10 +42,11 @@ def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall
     (default: the user cache), keyed by the switch parameters. ``stall`` puts random
     backpressure on every egress (the replay then no longer compares with the model).
     ``quiet`` sends the simulator's output to ``replay.log`` in the build directory;
-    ``optimize=False`` builds quickly for short replays (see :func:`sim.rtl.run_cocotb`).
-    ``player`` (default) moves the flits in the Verilog packet player (:mod:`sim.player`);
-    ``player=False`` drives and samples every port from Python each cycle
-    (:class:`ReplayDriver`, the reference the player is checked against)."""
+    ``optimize=False`` builds quickly for short replays (see
+    :func:`sim.cosim.runner.run_cocotb`). ``player`` (default) moves the flits in the Verilog
+    packet player (:mod:`sim.cosim.player`); ``player=False`` drives and samples every port
+    from Python each cycle (:mod:`sim.cosim.driver`, the reference the player is checked
+    against)."""
     began = time.perf_counter()
     with switch_build(plan.config.switch, sim, build_dir, optimize, player) as (
             verilog, module, build_dir, scratch):

@@ -99,10 +99,10 @@ def calibration_rows():
     worst = max(r["slowdown"] for r in sweep) * 100
     rows.append(_row("compute slowdown under overlap, GPT/LLaMA-like sweep, average", average,
                      18.9, 18.9 - 5, 18.9 + 5, "Lee et al. 2025, arXiv 2507.03114",
-                     "python -c 'from sim.calibration import overlap_sweep; ...'", "%"))
+                     "python -c 'from sim.gpu.calibration import overlap_sweep; ...'", "%"))
     rows.append(_row("compute slowdown under overlap, worst case in the sweep", worst,
                      40.0, 0.0, 40.0, "Lee et al. 2025 (worst 40.0 %)",
-                     "python -c 'from sim.calibration import overlap_sweep; ...'", "%"))
+                     "python -c 'from sim.gpu.calibration import overlap_sweep; ...'", "%"))
     serial = _serial_vs_overlap()
     rows.append(_row("serial (no overlap) vs overlapped iteration, GPT-like, average",
                      sum(serial) / len(serial) * 100, 10.2, 0.0, 26.6,
@@ -136,12 +136,12 @@ _FITTED = """## What was fitted, and to what
 
 Three constants were fitted; everything else is a datasheet figure or NCCL's own model:
 
-- `SIMPLE_EFFICIENCY = 0.95` (`sim/collectives.py`): fraction of NCCL's effective NVLink
+- `SIMPLE_EFFICIENCY = 0.95` (`sim/gpu/collectives.py`): fraction of NCCL's effective NVLink
   bandwidth (20.0 GB/s per link on A100, 20.6 on H100, from NCCL `src/graph/topo.h`) that a
   large ring all-reduce reaches. One value for both GPUs; both busbw rows land within 5 %.
-- `conv_efficiency = 0.38` (`sim/gpu.py`): fraction of dense tensor peak a convolution reaches.
-  One value puts ResNet-50 within 2 % of the published A100 and V100 iteration times.
-- `CTA_SM_OCCUPANCY` (`sim/contention.py`): the share of an SM a communication CTA takes from
+- `conv_efficiency = 0.38` (`sim/gpu/presets.py`): fraction of dense tensor peak a convolution
+  reaches. One value puts ResNet-50 within 2 % of the published A100 and V100 iteration times.
+- `CTA_SM_OCCUPANCY` (`sim/gpu/contention.py`): the share of an SM a communication CTA takes from
   co-resident compute blocks, fitted so the GPT/LLaMA-like sweep averages the published 18.9 %.
   The worst case and the serial-vs-overlapped rows are then predictions, not fits.
 
