@@ -3,14 +3,16 @@
 import pytest
 
 from hw.export import export_arbiter
+from hw.spec import Policy
 from sim.cosim.runner import run_cocotb
 
 from .conftest import require_simulator
 
+
 @pytest.mark.slow
 @pytest.mark.parametrize("lanes", [1, 4])
 @pytest.mark.parametrize("ports", [2, 4, 8])
-@pytest.mark.parametrize("policy", ["rr", "prio", "wrr", "drr"])
+@pytest.mark.parametrize("policy", list(Policy.names()))
 def test_arbiter(sim, policy, ports, lanes, build_dir):
     require_simulator(sim)
     verilog, meta = export_arbiter(ports, lanes, policy)

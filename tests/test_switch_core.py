@@ -53,7 +53,7 @@ def replay_both(ports, policy, seed, slots, chunk_flits, mtu, span_ns, reads=Tru
     return replay_model(plan, core="python"), replay_model(plan, core="c")
 
 
-@pytest.mark.parametrize("policy", ["rr", "prio", "wrr", "drr"])
+@pytest.mark.parametrize("policy", list(Policy.names()))
 @pytest.mark.parametrize("ports, slots, chunk_flits, mtu, span_ns, stalls", [
     (2, 1, 1, 1, 2_000, False),     # one slot: every chunk waits for the previous result
     (4, 4, 4, 8, 2_000, True),      # contended: ingress FIFOs fill, sources stall
@@ -69,7 +69,7 @@ def test_core_matches_python_model(policy, ports, slots, chunk_flits, mtu, span_
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ports=st.integers(2, 6), policy=st.sampled_from(["rr", "prio", "wrr", "drr"]),
+@given(ports=st.integers(2, 6), policy=st.sampled_from(list(Policy.names())),
        seed=st.integers(0, 10_000), slots=st.integers(1, 9), chunk_flits=st.integers(1, 9),
        mtu=st.integers(1, 40), span_ns=st.sampled_from([500, 5_000, 50_000]),
        reads=st.booleans())
