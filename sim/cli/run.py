@@ -109,7 +109,8 @@ def _run(args, config, jobs, dask=None):
     from dataclasses import replace
 
     from sim.cosim.runner import available_simulators
-    from sim.experiment.report import execute, progress_printer, summary_table, write_results
+    from sim.experiment.report import summary_table, write_results
+    from sim.experiment.run import execute, progress_printer
 
     if args.no_rtl:
         config = replace(config, rtl=False)
@@ -142,7 +143,7 @@ def _cmd_run(args):
 
 
 def _cmd_sweep(args):
-    from sim.experiment.report import cpu_count
+    from sim.experiment.run import cpu_count
     return _run(args, _load(args.config), args.jobs or cpu_count(), dask=args.dask)
 
 

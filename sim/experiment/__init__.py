@@ -1,3 +1,3 @@
 """The main job (``innet run``, ``innet sweep``): configuration (``config``), one point
-(``point``), the metrics of docs/metrics.md (``metrics``), and running the points and writing
-the report (``report``)."""
+(``point``), the metrics of docs/metrics.md (``metrics``), running the points on an executor
+(``run``) and writing ``results/<run>/`` (``report``)."""

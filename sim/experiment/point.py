@@ -44,13 +44,13 @@ def _replay_config(config, policy, gpu, flit_scale):
 
 def run_point(config, workload_name, bucket_mb, algo, policy, rtl_dir=None):
     """Run one point; returns a :class:`PointResult` (plain data, picklable for a pool)."""
-    from sim.gpu.presets import gpu_preset
     from sim.gpu.iteration import IterationConfig, simulate_iteration
-    from sim.replay.plan import build_plan, scale_for
+    from sim.gpu.presets import gpu_preset
+    from sim.gpu.workloads import build_workload
     from sim.model.switch import replay_model
+    from sim.replay.plan import build_plan, scale_for
     from sim.trace.format import MEM
     from sim.trace.generate import generate_trace
-    from sim.gpu.workloads import build_workload
 
     gpu = gpu_preset(config.gpu)
     workload = build_workload(workload_name)
@@ -147,9 +147,9 @@ def rtl_switch_label(rtl_cfg, rcfg):
 def _validate_window(config, meta, records, rcfg, result, rtl_dir):
     """Replay the first bucket window through the RTL and the model; compare."""
     from sim.cosim.replay import replay_rtl
+    from sim.model.switch import replay_model
     from sim.replay.plan import build_plan
     from sim.replay.result import compare
-    from sim.model.switch import replay_model
     from sim.trace.format import GRAD, MEM
 
     grads = [r for r in records if r.rtype == GRAD and r.bucket == 0]
