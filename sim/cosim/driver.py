@@ -85,13 +85,14 @@ class IngressDriver:
         self.on_contribution, self.on_inject = on_contribution, on_inject
         self.current = [None] * self.N       # [pid, beats, position] being presented
         self.presented = [False] * self.N
+        self.packets = 0                     # ports with a packet in self.current
         self.inject = {}
         self.ingress_flits = [0] * self.N
         self.stall_cycles = [0] * self.N
 
     def busy(self):
         """A port is presenting a packet."""
-        return any(c is not None for c in self.current)
+        return self.packets > 0
 
     def _beats(self, k, pid):
         plan, L = self.plan, self.L
@@ -126,6 +127,7 @@ class IngressDriver:
                 continue
             beats = self._beats(k, pid)
             self.current[k] = [pid, beats, 0]
+            self.packets += 1
             changes.append((k, beats[0]))
             self.presented[k] = True
         return changes
@@ -150,6 +152,7 @@ class IngressDriver:
             pos += 1
             if pos == len(beats):
                 self.current[k] = None
+                self.packets -= 1
                 changes.append((k, "end"))
             else:
                 cur[2] = pos
@@ -244,6 +247,7 @@ class ReplayScoreboard:
         self.members, self.dtype = members, dtype
         self.deliver, self.results = {}, {}
         self.outstanding = [{} for _ in range(self.N)]   # wrap_seq(seq) -> seq, per member
+        self.due = 0                            # entries in self.outstanding
         self.contrib = {}                       # seq -> {port: words}
         self.golden = {}                        # seq -> [expected tdata rows, ports left]
         self.mismatches = []
@@ -254,7 +258,9 @@ class ReplayScoreboard:
     def expect_contribution(self, port, seq, words):
         """Member ``port`` sends ``words`` to chunk ``seq``: its result is due at ``port``."""
         self.contrib.setdefault(seq, {})[port] = words
-        self.outstanding[port][wrap_seq(seq)] = seq
+        outstanding, key = self.outstanding[port], wrap_seq(seq)
+        self.due += key not in outstanding
+        outstanding[key] = seq
 
     def injected(self, pid):
         """Packet ``pid`` entered the switch."""
@@ -263,7 +269,7 @@ class ReplayScoreboard:
 
     def pending(self):
         """Memory packets or results still due."""
-        return self.inflight + sum(len(o) for o in self.outstanding) > 0
+        return self.inflight + self.due > 0
 
     # -- what arrived ----------------------------------------------------------------------
 
@@ -283,6 +289,7 @@ class ReplayScoreboard:
         kind = Kind(user["kind"])
         if kind == Kind.REDUCE_RESULT:
             seq = self.outstanding[d].pop(user["seq"], None)
+            self.due -= seq is not None
             if seq is None or user["job"] != REPLAY_JOB:
                 self._fail(cycle, f"egress {d}: unexpected result job {user['job']} "
                                   f"seq {user['seq']}")
@@ -426,7 +433,8 @@ class ReplayDriver:
         presented flit changes (None: ``tvalid`` low); :attr:`ready_out` holds the egress
         ``tready`` values."""
         changes = self.ingress.present(self.cycle)
-        self.egress.draw_ready()
+        if self.stall:
+            self.egress.draw_ready()
         return changes
 
     def sample(self, ingress_ready, egress):
