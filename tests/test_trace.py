@@ -1,7 +1,12 @@
-"""Trace format v1: round trips, streaming, and errors as file:record: field: problem."""
+"""Trace format v2 (v1 still read): round trips, streaming, checksums, and errors as
+file:record: field: problem."""
 
 import json
+import re
 import struct
+import subprocess
+import sys
+import zlib
 
 import pytest
 from hypothesis import given, settings
@@ -10,6 +15,7 @@ from hypothesis import strategies as st
 from sim.gpu.presets import gpu_preset
 from sim.gpu.workloads import resnet50
 from sim.trace.format import (
+    BLOCK_RECORDS,
     GRAD,
     KERNEL,
     MAGIC,
@@ -17,6 +23,7 @@ from sim.trace.format import (
     NO_DEP,
     RECORD,
     SWITCH_PORT,
+    VERSION,
     TraceError,
     TraceRecord,
     read_trace,
@@ -38,6 +45,39 @@ def sample_records():
                          algo="inswitch", job=2, dependency=1),
         TraceRecord.mem(gpu=2, peer=3, id=3, time_ns=40, bytes=256, op="write", tag=9),
     ]
+
+
+# -- the binary layouts, built by hand from docs/trace-format.md ----------------------------
+
+
+def v1_bytes(meta, records):
+    """Version 1: magic, version 1, reserved, metadata length; metadata; the records."""
+    meta_bytes = json.dumps({**meta, "format_version": 1}, sort_keys=True).encode()
+    return (MAGIC + struct.pack("<HHI", 1, 0, len(meta_bytes)) + meta_bytes
+            + b"".join(r.pack() for r in records))
+
+
+def write_v1(path, meta, records):
+    path.write_bytes(v1_bytes(meta, records))
+    return path
+
+
+def crc(data):
+    return struct.pack("<I", zlib.crc32(data))
+
+
+def v2_bytes(meta_bytes, body, block, count, version=2, reserved=0):
+    """Version 2 with correct checksums: header + CRC, metadata + CRC, ``body`` (the records'
+    bytes) cut into blocks of ``block`` records, each followed by its CRC."""
+    header = MAGIC + struct.pack("<HHIIQ", version, reserved, len(meta_bytes), block, count)
+    size = max(block, 1) * RECORD.size
+    blocks = [body[i:i + size] for i in range(0, len(body), size)]
+    return (header + crc(header) + meta_bytes + crc(meta_bytes)
+            + b"".join(b + crc(b) for b in blocks))
+
+
+def meta_json(meta=META):
+    return json.dumps({**meta, "format_version": 2}, sort_keys=True).encode()
 
 
 def test_record_is_32_bytes():
@@ -91,7 +131,7 @@ def test_round_trip(tmp_path, suffix):
     path = tmp_path / f"t{suffix}"
     assert write_trace(path, META, sample_records()) == 4
     meta, records = read_trace(path)
-    assert meta["gpus"] == 4 and meta["format_version"] == 1
+    assert meta["gpus"] == 4 and meta["format_version"] == VERSION == 2
     assert list(records) == sample_records()
 
 
@@ -107,16 +147,29 @@ def test_binary_and_text_agree_on_a_generated_trace(tmp_path):
 
 
 def test_inswitch_trace_sends_each_gradient_once(tmp_path):
-    meta, records, result = generate_trace(resnet50(16), gpu_preset("a100"), 4, "inswitch")
+    _, records, result = generate_trace(resnet50(16), gpu_preset("a100"), 4, "inswitch")
     grads = [r for r in records if r.rtype == GRAD]
     assert all(r.peer == SWITCH_PORT for r in grads)
     assert sum(r.bytes for r in grads) == 4 * sum(result.bucket_bytes)
 
 
 def test_reading_streams(tmp_path):
-    """The reader yields the first record before it has read (and validated) the rest."""
+    """The reader yields a block's records before it has read (and checked) the next block."""
     path = tmp_path / "t.itr"
-    write_trace(path, META, sample_records())
+    write_trace(path, META, sample_records(), block_records=2)
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 1                       # the last record of the second block
+    path.write_bytes(bytes(data))
+    _, records = read_trace(path)
+    assert [next(records), next(records)] == sample_records()[:2]
+    with pytest.raises(TraceError, match=r"t.itr:3: checksum mismatch \(records 3-4\)$"):
+        list(records)
+
+
+def test_v1_reading_streams(tmp_path):
+    """Version 1 has no blocks: the reader yields record by record, up to a truncated one."""
+    path = tmp_path / "t.itr"
+    write_v1(path, META, sample_records())
     with open(path, "ab") as f:
         f.write(b"\x00" * 7)    # a truncated record at the end
     _, records = read_trace(path)
@@ -164,11 +217,22 @@ def test_duplicate_id(tmp_path):
 
 
 @pytest.mark.parametrize("header, message", [
+    # version 1 headers
     (b"NOTATRACE", r":0: magic|:1: header"),
     (MAGIC + struct.pack("<HHI", 9, 0, 2) + b"{}", r":0: version: 9 is not supported"),
     (MAGIC + struct.pack("<HHI", 1, 0, 2) + b"{}", r":0: gpus: must be a positive integer"),
     (MAGIC + struct.pack("<HHI", 1, 0, 3) + b"{x}", r":0: metadata: invalid JSON"),
     (MAGIC[:4], r":1: header: not an innet trace"),
+    (MAGIC + struct.pack("<HH", 1, 0), r":0: header: file is shorter than the header"),
+    # version 2 headers, with correct checksums: the checks behind the checksums
+    (v2_bytes(b"{}", b"", 4, 0), r":0: gpus: must be a positive integer"),
+    (v2_bytes(b"{x}", b"", 4, 0), r":0: metadata: invalid JSON"),
+    (v2_bytes(b'{"gpus": "\xff"}', b"", 4, 0), r":0: metadata: not UTF-8"),
+    (v2_bytes(b'{"gpus": 4}', b"", 0, 0), r":0: block: 0 records per block is out of range"),
+    (v2_bytes(b'{"gpus": 4}', b"", 4, 0, version=3),
+     r":0: version: 3 is not supported \(this reader: 1, 2\)"),
+    (v2_bytes(b'{"gpus": 4}', b"", 4, 0)[:20], r":0: truncated \(header: 20 of 32 bytes\)"),
+    (v2_bytes(b'{"gpus": 4}', b"", 4, 0)[:40], r":0: truncated \(metadata: 8 of 15 bytes\)"),
 ])
 def test_binary_header_errors(tmp_path, header, message):
     path = tmp_path / "h.itr"
@@ -205,3 +269,192 @@ def test_p2p_memory_records(tmp_path):
     mem = [r for r in read_trace(tmp_path / "p.itr")[1] if r.rtype == MEM]
     assert len(mem) == 4 * 3 and all(r.peer == (r.gpu + 1) % 4 for r in mem)
     assert sum(r.bytes for r in mem) == 4 * (3 << 20)
+
+
+# -- version 2: checksums ------------------------------------------------------------------
+
+FIVE = [*sample_records(), TraceRecord.kernel(gpu=3, id=4, start_ns=50, duration_ns=7)]
+
+
+def small_v2(tmp_path, name="s.itr"):
+    """Five records in blocks of two: blocks 1-2, 3-4 and 5 (a short last block)."""
+    path = tmp_path / name
+    write_trace(path, META, FIVE, block_records=2)
+    return path
+
+
+def refusal(path):
+    """The TraceError reading ``path`` raises, or None if the whole trace reads."""
+    try:
+        list(read_trace(path)[1])
+    except TraceError as exc:
+        return str(exc)
+    return None
+
+
+def test_v2_layout_is_the_documented_one(tmp_path):
+    path = small_v2(tmp_path)
+    assert path.read_bytes() == v2_bytes(meta_json(), b"".join(r.pack() for r in FIVE), 2, 5)
+    assert list(read_trace(path)[1]) == FIVE
+
+
+def test_v2_round_trip_is_bit_exact(tmp_path):
+    """Reading a version-2 trace of several blocks and writing it again gives the same bytes."""
+    meta, records, _ = generate_trace(resnet50(16), gpu_preset("a100"), 4, "ring")
+    assert len(records) > 2 * BLOCK_RECORDS
+    write_trace(tmp_path / "a.itr", meta, records)
+    meta_again, again = read_trace(tmp_path / "a.itr")
+    again = list(again)
+    assert again == records
+    write_trace(tmp_path / "b.itr", meta_again, again)
+    assert (tmp_path / "a.itr").read_bytes() == (tmp_path / "b.itr").read_bytes()
+
+
+def test_users_corruption_is_refused_with_its_block(tmp_path):
+    """The reported damage: 0xFFFFFFFF written at a third of a generated trace (ResNet-50,
+    8 GPUs, ring; 24864 records, seven blocks), which version 1 accepted as valid."""
+    meta, records, _ = generate_trace(resnet50(16), gpu_preset("a100"), 8, "ring")
+    path = tmp_path / "r.itr"
+    write_trace(path, meta, records)
+    data = bytearray(path.read_bytes())
+    offset = len(data) // 3
+    data[offset:offset + 4] = b"\xff\xff\xff\xff"
+    path.write_bytes(bytes(data))
+    # the block holding that offset, by the documented layout
+    start = 36 + struct.unpack_from("<I", data, 12)[0]
+    first = (offset - start) // (BLOCK_RECORDS * RECORD.size + 4) * BLOCK_RECORDS + 1
+    assert (len(records), first) == (24864, 8193)
+    message = f"{path}:8193: checksum mismatch (records 8193-12288)"
+    assert refusal(path) == message
+    # the command line prints it in one line and exits 2
+    proc = subprocess.run([sys.executable, "-m", "sim.cli", "trace", "validate", str(path)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [f"innet: error: {message}"]
+
+
+# region, where (from: file start, metadata start, metadata end, records start), message
+REGIONS = [
+    ("magic", "file", 0, (r"s.itr:1: header: not an innet trace \(first line must start with "
+                          r"'innet-trace'\)")),
+    ("version", "file", 8, r"s.itr:0: version: 253 is not supported \(this reader: 1, 2\)"),
+    ("reserved", "file", 10, r"s.itr:0: checksum mismatch \(header\)"),
+    ("metadata length", "file", 12, r"s.itr:0: checksum mismatch \(header\)"),
+    ("records per block", "file", 16, r"s.itr:0: checksum mismatch \(header\)"),
+    ("record count", "file", 23, r"s.itr:0: checksum mismatch \(header\)"),
+    ("header checksum", "file", 28, r"s.itr:0: checksum mismatch \(header\)"),
+    ("metadata", "meta", 10, r"s.itr:0: checksum mismatch \(metadata\)"),
+    ("metadata checksum", "meta_end", 3, r"s.itr:0: checksum mismatch \(metadata\)"),
+    ("block 1", "data", 5, r"s.itr:1: checksum mismatch \(records 1-2\)"),
+    ("block 1 checksum", "data", 64, r"s.itr:1: checksum mismatch \(records 1-2\)"),
+    ("block 2", "data", 68 + 40, r"s.itr:3: checksum mismatch \(records 3-4\)"),
+    ("block 2 checksum", "data", 68 + 67, r"s.itr:3: checksum mismatch \(records 3-4\)"),
+    ("block 3", "data", 136, r"s.itr:5: checksum mismatch \(records 5-5\)"),
+    ("block 3 checksum", "data", 136 + 33, r"s.itr:5: checksum mismatch \(records 5-5\)"),
+]
+
+
+def region_offset(data, base, delta):
+    meta_len = struct.unpack_from("<I", data, 12)[0]
+    return {"file": 0, "meta": 32, "meta_end": 32 + meta_len, "data": 36 + meta_len}[base] + delta
+
+
+@pytest.mark.parametrize("region, base, delta, message", REGIONS, ids=[r[0] for r in REGIONS])
+def test_a_flip_in_every_region_is_refused(tmp_path, region, base, delta, message):
+    path = small_v2(tmp_path)
+    data = bytearray(path.read_bytes())
+    assert len(data) == region_offset(data, "data", 136 + 36)    # the layout REGIONS assumes
+    data[region_offset(data, base, delta)] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(TraceError, match=f"^{re.escape(str(tmp_path))}/{message}$"):
+        list(read_trace(path)[1])
+
+
+def test_every_byte_is_covered(tmp_path):
+    """Version 2 has no don't-care byte: inverting any one byte of the file is refused."""
+    data = small_v2(tmp_path).read_bytes()
+    path = tmp_path / "f.itr"
+    for offset in range(len(data)):
+        damaged = bytearray(data)
+        damaged[offset] ^= 0xFF
+        path.write_bytes(bytes(damaged))
+        assert refusal(path), f"byte {offset} inverted and accepted"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_any_change_of_up_to_four_bytes_is_refused(tmp_path_factory, data):
+    """Any change of one to four consecutive bytes is refused (a CRC-32 detects every burst
+    of up to 32 bits). A byte outside every checksum, if the format had one, could only pass by
+    leaving the trace as it was; version 2 has none, so every change is refused."""
+    path = small_v2(tmp_path_factory.mktemp("v2"))
+    original = path.read_bytes()
+    offset = data.draw(st.integers(0, len(original) - 1), label="offset")
+    width = data.draw(st.integers(1, min(4, len(original) - offset)), label="width")
+    new = data.draw(st.binary(min_size=width, max_size=width)
+                    .filter(lambda b: b != original[offset:offset + width]), label="bytes")
+    path.write_bytes(original[:offset] + new + original[offset + width:])
+    message = refusal(path)
+    assert message is not None, "a changed trace was accepted"
+    assert message.startswith(f"{path}:")
+
+
+def test_truncation_is_refused(tmp_path):
+    data = small_v2(tmp_path).read_bytes()
+    path = tmp_path / "t.itr"
+    for length in range(len(data)):
+        path.write_bytes(data[:length])
+        assert refusal(path), f"cut to {length} bytes and accepted"
+    start = region_offset(data, "data", 0)
+    for length, message in [
+        (start + 100, f"{path}:3: truncated (records 3-4: 32 of 68 bytes)"),
+        (start + 136, f"{path}:5: truncated (records 5-5: 0 of 36 bytes)"),
+        (len(data) - 1, f"{path}:5: truncated (records 5-5: 35 of 36 bytes)"),
+    ]:
+        path.write_bytes(data[:length])
+        assert refusal(path) == message
+
+
+def test_trailing_bytes_are_refused(tmp_path):
+    path = small_v2(tmp_path)
+    path.write_bytes(path.read_bytes() + b"\x00")
+    assert refusal(path) == f"{path}:6: trailing bytes (1 after the last of 5 records)"
+
+
+def test_v1_files_still_read(tmp_path):
+    path = write_v1(tmp_path / "old.itr", META, FIVE)
+    meta, records = read_trace(path)
+    assert meta["format_version"] == 1 and list(records) == FIVE
+    summary = trace_summary(path)
+    assert (summary["version"], summary["form"], summary["checksums"]) == \
+        (1, "binary", "none (version 1)")
+
+
+def test_summary_names_the_checksums(tmp_path):
+    write_trace(tmp_path / "t.itr", META, FIVE)
+    write_trace(tmp_path / "t.txt", META, FIVE)
+    binary, text = trace_summary(tmp_path / "t.itr"), trace_summary(tmp_path / "t.txt")
+    assert (binary["version"], binary["form"], binary["checksums"]) == \
+        (2, "binary", f"crc32 per {BLOCK_RECORDS} records, header and metadata")
+    assert (text["version"], text["form"], text["checksums"]) == (2, "text", "none (text form)")
+    assert binary["records"] == text["records"] == 5
+
+
+def test_text_form_versions(tmp_path):
+    """The text form is written as version 2 and read as 1 or 2 (the same text)."""
+    write_trace(tmp_path / "t.txt", META, FIVE)
+    assert (tmp_path / "t.txt").read_text().startswith("innet-trace 2 {")
+    old = write_text(tmp_path, [r.to_text() for r in FIVE])       # an "innet-trace 1" header
+    assert list(read_trace(old)[1]) == FIVE
+    old.write_text(old.read_text().replace("innet-trace 1", "innet-trace 3", 1))
+    assert refusal(old) == f"{old}:1: version: '3' is not supported (this reader: 1, 2)"
+
+
+def test_writing_sets_the_version_and_checks_its_arguments(tmp_path):
+    write_trace(tmp_path / "t.itr", {**META, "format_version": 1}, FIVE)
+    assert read_trace(tmp_path / "t.itr")[0]["format_version"] == 2
+    with pytest.raises(ValueError, match="block_records must be in"):
+        write_trace(tmp_path / "u.itr", META, FIVE, block_records=0)
+    with pytest.raises(ValueError, match="fmt must be 'binary' or 'text', not 'csv'"):
+        write_trace(tmp_path / "u.itr", META, FIVE, fmt="csv")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.itr"]

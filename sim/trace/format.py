@@ -1,47 +1,76 @@
-"""The innet GPU trace format, version 1: the one definition (docs/trace-format.md).
+"""The innet GPU trace format, version 2: the one definition (docs/trace-format.md).
 
 A trace holds, per GPU, compute kernel records, memory-traffic records (remote reads and writes
 through the switch) and gradient message records (collective traffic with its dependencies).
 
-Binary form (``.itr``)::
+Binary form (``.itr``), version 2, little endian::
 
-    8 bytes   magic b"INNETTRC"
-    u16       version (1)
-    u16       reserved (0)
-    u32       length of the metadata, bytes
-    ...       metadata: UTF-8 JSON object; "gpus" (int ≥ 1) is required
-    records   32 bytes each, little endian, layout RECORD (below), to the end of the file
+    0      8 bytes  magic b"INNETTRC"
+    8      u16      version (2)
+    10     u16      reserved (0)
+    12     u32      L, length of the metadata, bytes
+    16     u32      B, records per block (:data:`BLOCK_RECORDS` when written here)
+    20     u64      R, number of records
+    28     u32      CRC-32 of bytes 0-27 (the header)
+    32     L bytes  metadata: UTF-8 JSON object; "gpus" (int ≥ 1) is required
+    32+L   u32      CRC-32 of the metadata
+    36+L   blocks   ceil(R / B) blocks: B records (the last block: the rest), 32 bytes each in the
+                    layout RECORD (below), then the u32 CRC-32 of those records' bytes;
+                    the file ends exactly after the last block
 
-Text form (``.txt``): a first line ``innet-trace 1 <metadata JSON>``, then one record per line,
+CRC-32 is ``zlib.crc32`` (ISO-HDLC, the CRC of zip and PNG). Every byte of a version-2 file is
+under a checksum or is one, and a file that ends early or late is refused: a change of up to
+four consecutive bytes is always detected, larger damage all but once in 2^32. Version 1
+(still read, no longer written) has a 16-byte header (magic, version, reserved, L), the
+metadata, and the records to the end of the file, with no checksums.
+
+Text form (``.txt``): a first line ``innet-trace 2 <metadata JSON>``, then one record per line,
 ``<type> key=value ...`` with the keys of that type (blank lines and ``#`` comments allowed).
+It carries no checksums (it is made to be read and edited by hand); readers accept version 1
+and 2 headers, whose text forms are the same.
 
 Code outside this module reads a record through the accessors named by meaning on
 :class:`TraceRecord` (``bytes``, ``dependency``, ``bucket``, ``chunk``, ``duration_ns``, ...)
 and builds one with :meth:`TraceRecord.kernel`, :meth:`TraceRecord.mem` or
 :meth:`TraceRecord.grad`; only this module knows which raw field holds what.
 
-Readers stream: :func:`read_trace` yields records one at a time and validates each as it goes,
-raising :class:`TraceError` with ``file:record: field: problem`` (record = 1-based record
-number; in the text form, the line number).
+Readers stream: :func:`read_trace` yields records one at a time (in the binary form, a block
+at a time once its checksum matched) and validates each as it goes, raising
+:class:`TraceError` with ``file:record: field: problem`` (record = 1-based record number; in
+the text form, the line number; 0 for the header and metadata), or
+``file:record: checksum mismatch (records A-B)`` for a corrupted block (record = A, the
+block's first).
 """
 
 import json
 import os
 import struct
 import tempfile
+import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sim.errors import InputError
 from sim.files import current_umask
 
-__all__ = ["VERSION", "MAGIC", "RECORD", "KERNEL", "MEM", "GRAD", "NO_DEP", "SWITCH_PORT",
-           "PHASES", "MEM_OPS", "ALGOS", "TraceRecord", "TraceError", "read_trace",
-           "write_trace", "trace_summary"]
+__all__ = ["ALGOS", "BLOCK_RECORDS", "GRAD", "KERNEL", "MAGIC", "MEM", "MEM_OPS", "NO_DEP",
+           "PHASES", "READ_VERSIONS", "RECORD", "SWITCH_PORT", "VERSION", "TraceError",
+           "TraceRecord", "read_trace", "trace_summary", "write_trace"]
 
-VERSION = 1
+#: the version written; READ_VERSIONS: the versions read
+VERSION = 2
+READ_VERSIONS = (1, 2)
 MAGIC = b"INNETTRC"
-_HEADER = struct.Struct("<8sHHI")
+#: records per checksummed block, as written (128 KiB of records)
+BLOCK_RECORDS = 4096
+#: the most records per block a reader accepts (a block is read whole: 32 MiB)
+MAX_BLOCK_RECORDS = 1 << 20
+#: version 1: magic, version, reserved, metadata length
+_HEADER_V1 = struct.Struct("<8sHHI")
+#: version 2: magic, version, reserved, metadata length, records per block, records; its CRC
+_HEADER = struct.Struct("<8sHHIIQ")
+_CRC = struct.Struct("<I")
+assert _HEADER.size + _CRC.size == 32
 #: rtype, op, gpu, peer, job, slot, aux, id, time_ns, a, b
 RECORD = struct.Struct("<BBHHHHHIQII")
 assert RECORD.size == 32
@@ -290,7 +319,7 @@ class _Validator:
         self.ids = set()
 
     def check(self, index, rec):
-        where = lambda field, problem: _where(self.path, index, field, problem)  # noqa: E731
+        where = lambda field, problem: _where(self.path, index, field, problem)
         if rec.rtype not in TYPE_NAMES:
             raise where("type", f"unknown record type {rec.rtype}")
         if (rec.rtype, "op") in _ENUMS and rec.op >= len(_ENUMS[(rec.rtype, "op")]):
@@ -314,15 +343,35 @@ class _Validator:
         self.ids.add(rec.id)
 
 
+def _checksum_mismatch(path, index, what):
+    return TraceError(f"{path}:{index}: checksum mismatch ({what})")
+
+
+def _truncated(path, index, what, have, need):
+    return TraceError(f"{path}:{index}: truncated ({what}: {have} of {need} bytes)")
+
+
 def _read_binary(path, handle):
-    header = handle.read(_HEADER.size)
-    if len(header) < _HEADER.size:
+    """Read the header of either version; returns ``(meta, records, layout)``."""
+    header = handle.read(_HEADER.size + _CRC.size)
+    if len(header) < _HEADER_V1.size:
         raise _where(path, 0, "header", "file is shorter than the header")
-    magic, version, _reserved, meta_len = _HEADER.unpack(header)
+    magic, version, _reserved, meta_len = _HEADER_V1.unpack_from(header)
     if magic != MAGIC:
         raise _where(path, 0, "magic", "not an innet trace")
-    if version != VERSION:
-        raise _where(path, 0, "version", f"{version} is not supported (this reader: {VERSION})")
+    if version not in READ_VERSIONS:
+        raise _where(path, 0, "version", f"{version} is not supported (this reader: "
+                                         f"{', '.join(map(str, READ_VERSIONS))})")
+    if version == 1:
+        handle.seek(_HEADER_V1.size)
+        meta, records = _read_binary_v1(path, handle, meta_len)
+        return meta, records, {"version": 1, "form": "binary", "checksums": "none (version 1)"}
+    meta, records, block = _read_binary_v2(path, handle, header)
+    return meta, records, {"version": 2, "form": "binary",
+                           "checksums": f"crc32 per {block} records, header and metadata"}
+
+
+def _read_binary_v1(path, handle, meta_len):
     meta = _parse_meta(path, handle.read(meta_len).decode("utf-8", errors="replace"))
     validator = _Validator(path, meta)
 
@@ -342,6 +391,67 @@ def _read_binary(path, handle):
                 raise _where(path, index + 1, "record",
                              f"truncated ({len(chunk) - whole} of {RECORD.size} bytes)")
     return meta, records()
+
+
+def _read_binary_v2(path, handle, header):
+    """The header and metadata are checked before anything is returned, the file's length
+    against the header's record count too; each block's checksum before its first record is
+    yielded."""
+    header_size = _HEADER.size + _CRC.size
+    if len(header) < header_size:
+        raise _truncated(path, 0, "header", len(header), header_size)
+    _magic, _version, _reserved, meta_len, block, count = _HEADER.unpack_from(header)
+    if zlib.crc32(header[:_HEADER.size]) != _CRC.unpack_from(header, _HEADER.size)[0]:
+        raise _checksum_mismatch(path, 0, "header")
+    if not 1 <= block <= MAX_BLOCK_RECORDS:
+        raise _where(path, 0, "block", f"{block} records per block is out of range "
+                                       f"[1, {MAX_BLOCK_RECORDS}]")
+    size = os.fstat(handle.fileno()).st_size
+    if size - header_size < meta_len + _CRC.size:
+        raise _truncated(path, 0, "metadata", size - header_size, meta_len + _CRC.size)
+    meta_bytes = handle.read(meta_len)
+    if zlib.crc32(meta_bytes) != _CRC.unpack(handle.read(_CRC.size))[0]:
+        raise _checksum_mismatch(path, 0, "metadata")
+    try:
+        meta_text = meta_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _where(path, 0, "metadata", "not UTF-8") from None
+    meta = _parse_meta(path, meta_text)
+    validator = _Validator(path, meta)
+
+    # The file's length follows from the header: refuse a short or long one before reading on.
+    start = header_size + meta_len + _CRC.size
+    full = block * RECORD.size + _CRC.size
+    blocks = -(-count // block)
+    end = start + count * RECORD.size + blocks * _CRC.size
+    if size < end:
+        k, have = divmod(size - start, full)
+        first, last = k * block + 1, min((k + 1) * block, count)
+        raise _truncated(path, first, f"records {first}-{last}", have,
+                         (last - first + 1) * RECORD.size + _CRC.size)
+    if size > end:
+        raise TraceError(f"{path}:{count + 1}: trailing bytes ({size - end} after the last of "
+                         f"{count} records)")
+
+    def records():
+        unpack, crc32, make, check = RECORD.iter_unpack, zlib.crc32, TraceRecord, validator.check
+        index = 0
+        while index < count:
+            first, last = index + 1, min(index + block, count)
+            want = (last - index) * RECORD.size
+            data = handle.read(want + _CRC.size)
+            if len(data) != want + _CRC.size:     # the file shrank while being read
+                raise _truncated(path, first, f"records {first}-{last}", len(data),
+                                 want + _CRC.size)
+            body = memoryview(data)[:want]
+            if crc32(body) != _CRC.unpack_from(data, want)[0]:
+                raise _checksum_mismatch(path, first, f"records {first}-{last}")
+            for fields in unpack(body):
+                index += 1
+                rec = make(*fields)
+                check(index, rec)
+                yield rec
+    return meta, records(), block
 
 
 def _parse_meta(path, text):
@@ -409,9 +519,9 @@ def _read_text(path, handle):
     if head != "innet-trace":
         raise _where(path, 1, "header", "not an innet trace (first line must start with "
                                         "'innet-trace')")
-    if version != str(VERSION):
+    if version not in map(str, READ_VERSIONS):
         raise _where(path, 1, "version", f"{version!r} is not supported (this reader: "
-                                         f"{VERSION})")
+                                         f"{', '.join(map(str, READ_VERSIONS))})")
     meta = _parse_meta(path, meta_text)
     validator = _Validator(path, meta)
 
@@ -423,75 +533,94 @@ def _read_text(path, handle):
             rec = _parse_text_record(path, lineno, line)
             validator.check(lineno, rec)
             yield rec
-    return meta, records()
+    return meta, records(), {"version": int(version), "form": "text",
+                             "checksums": "none (text form)"}
 
 
-def read_trace(path):
-    """Open a trace (binary or text, by content). Returns ``(metadata, records)`` where
-    ``records`` is a generator that validates each record as it yields it.
-
-    Raises
-    ------
-    TraceError
-        On the first problem, as ``file:record: field: problem``.
-    """
+def _open(path):
+    """Open a trace; returns ``(metadata, records, layout)``, ``layout`` a dict of the file's
+    ``version``, ``form`` (``binary`` or ``text``) and ``checksums`` (what they cover, or
+    ``none (...)``)."""
     path = Path(path)
     try:
-        handle = open(path, "rb")
+        handle = open(path, "rb")   # noqa: SIM115 (closed by the records generator)
     except OSError as exc:
         raise TraceError(f"{path}:0: file: {exc.strerror}") from None
-    start = handle.read(len(MAGIC))
-    handle.seek(0)
-    if start == MAGIC:
-        meta, gen = _read_binary(path, handle)
-    else:
-        text = open(path, encoding="utf-8", errors="replace")
+    try:
+        start = handle.read(len(MAGIC))
+        handle.seek(0)
+        if start == MAGIC:
+            meta, gen, layout = _read_binary(path, handle)
+        else:
+            handle.close()
+            handle = open(path, encoding="utf-8", errors="replace")   # noqa: SIM115
+            meta, gen, layout = _read_text(path, handle)
+    except BaseException:
         handle.close()
-        handle = text
-        meta, gen = _read_text(path, handle)
+        raise
 
     def closing():
         try:
             yield from gen
         finally:
             handle.close()
-    return meta, closing()
+    return meta, closing(), layout
 
 
-def write_trace(path, meta, records, fmt=None):
-    """Write a trace atomically (a temporary file renamed into place). ``fmt`` is ``binary`` or
-    ``text``; by default ``text`` for a ``.txt`` path, else ``binary``. Records are validated
-    as they are written (a bad record leaves no file behind).
+def read_trace(path):
+    """Open a trace (binary of either version, or text, by content). Returns
+    ``(metadata, records)`` where ``records`` is a generator that validates each record as it
+    yields it; in the binary form of version 2, it yields a block's records once the block's
+    checksum matched. The header, the metadata and the file's length are checked before this
+    returns.
+
+    Raises
+    ------
+    TraceError
+        On the first problem, as ``file:record: field: problem``, or
+        ``file:record: checksum mismatch (header | metadata | records A-B)``,
+        ``file:record: truncated (...)``, ``file:record: trailing bytes (...)``.
+    """
+    meta, records, _ = _open(path)
+    return meta, records
+
+
+def write_trace(path, meta, records, fmt=None, *, block_records=BLOCK_RECORDS):
+    """Write a trace of version :data:`VERSION` atomically (a temporary file renamed into
+    place). ``fmt`` is ``binary`` or ``text``; by default ``text`` for a ``.txt`` path, else
+    ``binary``. The binary form carries a CRC-32 per ``block_records`` records
+    (1..:data:`MAX_BLOCK_RECORDS`). The metadata's ``format_version`` is set to
+    :data:`VERSION`. Records are validated as they are written (a bad record leaves no file
+    behind).
 
     Returns the number of records written.
+
+    Raises
+    ------
+    TraceError
+        A record or the metadata is invalid (``file:record: field: problem``).
+    ValueError
+        ``fmt`` or ``block_records`` is not one of the above.
     """
     path = Path(path)
     fmt = fmt or ("text" if path.suffix == ".txt" else "binary")
-    meta = dict(meta)
-    meta.setdefault("format_version", VERSION)
+    if fmt not in ("binary", "text"):
+        raise ValueError(f"fmt must be 'binary' or 'text', not {fmt!r}")
+    if not 1 <= block_records <= MAX_BLOCK_RECORDS:
+        raise ValueError(f"block_records must be in [1, {MAX_BLOCK_RECORDS}], not "
+                         f"{block_records}")
+    meta = {**meta, "format_version": VERSION}
     validator = _Validator(path, _parse_meta(path, json.dumps(meta)))
     directory = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     os.chmod(tmp, 0o666 & ~current_umask())   # mkstemp creates 0600
-    count = 0
     try:
         with os.fdopen(fd, "wb") as out:
             meta_bytes = json.dumps(meta, sort_keys=True).encode()
             if fmt == "binary":
-                out.write(_HEADER.pack(MAGIC, VERSION, 0, len(meta_bytes)))
-                out.write(meta_bytes)
+                count = _write_binary(out, meta_bytes, records, validator, block_records)
             else:
-                out.write(f"innet-trace {VERSION} ".encode() + meta_bytes + b"\n")
-            batch = []
-            for rec in records:
-                count += 1
-                validator.check(count, rec)
-                batch.append(rec.pack() if fmt == "binary" else
-                             (rec.to_text() + "\n").encode())
-                if len(batch) >= 4096:
-                    out.write(b"".join(batch))
-                    batch = []
-            out.write(b"".join(batch))
+                count = _write_text(out, meta_bytes, records, validator)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -499,9 +628,52 @@ def write_trace(path, meta, records, fmt=None):
     return count
 
 
+def _header(meta_len, block_records, count):
+    header = _HEADER.pack(MAGIC, VERSION, 0, meta_len, block_records, count)
+    return header + _CRC.pack(zlib.crc32(header))
+
+
+def _write_binary(out, meta_bytes, records, validator, block_records):
+    out.write(_header(len(meta_bytes), block_records, 0))   # rewritten with the count below
+    out.write(meta_bytes + _CRC.pack(zlib.crc32(meta_bytes)))
+    count = 0
+    batch = []
+    for rec in records:
+        count += 1
+        validator.check(count, rec)
+        batch.append(rec.pack())
+        if len(batch) == block_records:
+            body = b"".join(batch)
+            out.write(body + _CRC.pack(zlib.crc32(body)))
+            batch = []
+    if batch:
+        body = b"".join(batch)
+        out.write(body + _CRC.pack(zlib.crc32(body)))
+    out.seek(0)
+    out.write(_header(len(meta_bytes), block_records, count))
+    return count
+
+
+def _write_text(out, meta_bytes, records, validator):
+    out.write(f"innet-trace {VERSION} ".encode() + meta_bytes + b"\n")
+    count = 0
+    batch = []
+    for rec in records:
+        count += 1
+        validator.check(count, rec)
+        batch.append((rec.to_text() + "\n").encode())
+        if len(batch) >= 4096:
+            out.write(b"".join(batch))
+            batch = []
+    out.write(b"".join(batch))
+    return count
+
+
 def trace_summary(path):
-    """Read a whole trace and summarise it (record counts per type and GPU, bytes, span)."""
-    meta, records = read_trace(path)
+    """Read (and so validate) a whole trace and summarise it: record counts per type and GPU,
+    bytes, span, and the file's ``version``, ``form`` and ``checksums`` (what they cover, or
+    ``none (version 1)`` / ``none (text form)``)."""
+    meta, records, layout = _open(path)
     counts = {name: 0 for name in TYPE_NAMES.values()}
     grad_bytes = mem_bytes = 0
     kernel_ns = 0
@@ -519,7 +691,7 @@ def trace_summary(path):
             mem_bytes += rec.bytes
         else:
             kernel_ns += rec.duration_ns
-    return {"file": str(path), "metadata": meta, "records": sum(counts.values()),
+    return {"file": str(path), **layout, "metadata": meta, "records": sum(counts.values()),
             "by_type": counts, "records_per_gpu": per_gpu, "grad_bytes": grad_bytes,
             "mem_bytes": mem_bytes, "kernel_ns": kernel_ns,
             "span_ns": (last - first) if first is not None else 0}
