@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.trace.format import read_trace
+from sim.trace.format import VERSION, read_trace, trace_summary
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
 
@@ -16,6 +16,18 @@ TRACES = Path(__file__).resolve().parent.parent / "traces"
 def test_sample_validates(path):
     meta, records = read_trace(path)
     assert sum(1 for _ in records) > 0 and meta["gpus"] == 4
+    # every sample is in the current version but the one kept as version 1 wrote it
+    assert trace_summary(path)["version"] == (1 if path.stem.endswith("_v1") else VERSION)
+
+
+def test_version_1_sample_reads_as_its_version_2_regeneration():
+    """The ring sample as version 1 wrote it (no checksums) and as version 2 writes it hold the
+    same metadata (but the format version) and the same records."""
+    old_meta, old = read_trace(TRACES / "resnet50_a100x4_ring_v1.itr")
+    new_meta, new = read_trace(TRACES / "resnet50_a100x4_ring.itr")
+    assert old_meta.pop("format_version") == 1 and new_meta.pop("format_version") == 2
+    assert old_meta == new_meta
+    assert list(old) == list(new)
 
 
 def test_samples_are_current(tmp_path):
