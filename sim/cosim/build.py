@@ -4,10 +4,11 @@ per switch, Verilog and toolchain in the user cache, one cocotb run at a time pe
 import fcntl
 import functools
 import hashlib
-import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+
+from sim.files import cache_dir
 
 __all__ = ["toolchain_fingerprint", "switch_build"]
 
@@ -60,9 +61,8 @@ def switch_build(spec, sim, build_dir=None, optimize=True, player=False):
         module = meta["module"]
     if build_dir is None:
         key = hashlib.sha256((verilog + toolchain_fingerprint(sim)).encode()).hexdigest()[:16]
-        cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
         flavour = "" if optimize or sim != "verilator" else "-O0"
-        build_dir = cache / "innet" / "rtl" / f"{sim}-{module}-{key}{flavour}"
+        build_dir = cache_dir("rtl") / f"{sim}-{module}-{key}{flavour}"
     build_dir = Path(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
     with open(build_dir / ".lock", "w") as lock, \

@@ -31,6 +31,7 @@ import numpy as np
 from hw.arbiter import DEFICIT_BITS
 from hw.packet import Kind
 from hw.spec import Policy
+from sim.files import cache_dir
 from sim.replay.plan import Message, Plan
 from sim.replay.result import ReplayResult
 
@@ -67,8 +68,7 @@ class SwitchArgs(ctypes.Structure):
 
 
 def _cache_dir():
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return root / "innet" / "model"
+    return cache_dir("model")
 
 
 @functools.lru_cache(maxsize=1)
