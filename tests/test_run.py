@@ -71,6 +71,55 @@ def test_default_config_is_valid():
         load_config("[experiment]\ngpu = 'tpu'\n", "x.toml")
 
 
+@pytest.mark.parametrize("text, hint", [
+    ("[experiment]\nworklods = ['resnet50']\n", "worklods: unknown key; did you mean 'workloads'?"),
+    ("[switch]\nslot = 4\n", "slot: unknown key; did you mean 'slots'?"),
+    ("[experiment]\nlanes = 2\n", "lanes: unknown key; it belongs in [switch]"),
+    ("[experiment]\nlane = 2\n", "lane: unknown key; did you mean [switch] lanes?"),
+    ("[swich]\n", ("[swich]: unknown section (expected [experiment], [switch]); did you mean "
+                   "[switch]?")),
+    ("[experiment]\nworkloads = ['bert-large']\n", "did you mean 'bert_large'?"),
+    ("[experiment]\npolicies = ['pri']\n", "did you mean 'prio'?"),
+])
+def test_misspelt_config_says_did_you_mean(tmp_path, capsys, text, hint):
+    bad = tmp_path / "typo.toml"
+    bad.write_text(text)
+    assert main(["run", str(bad), "-o", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and hint in err and str(bad) in err, err
+
+
+def test_unknown_key_far_from_any_has_no_guess():
+    with pytest.raises(ConfigError) as info:
+        load_config("[experiment]\nzzz = 1\n", "x.toml")
+    assert str(info.value) == "x.toml: [experiment] zzz: unknown key"
+
+
+ODD = '[experiment]\nname = "q\\"uote\\\\ \\u00e9"\ngpus = 16\nbucket_mb = [1, 2.5]\n'
+
+
+@pytest.mark.parametrize("user", [None, TINY, ODD])
+def test_print_config_reloads_to_the_same_configuration(tmp_path, capsys, user):
+    """``--print-config`` prints the default, or the user's file over the defaults, as TOML
+    that loads back to the same configuration; it runs nothing and writes nothing."""
+    args = ["run", "--print-config", "-o", str(tmp_path / "out")]
+    if user is not None:
+        (tmp_path / "user.toml").write_text(user)
+        args.insert(1, str(tmp_path / "user.toml"))
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    expected = load_config() if user is None else load_config(user, "user.toml")
+    again = load_config(printed, "printed.toml")
+    assert {**again.as_dict(), "source": None} == {**expected.as_dict(), "source": None}
+    assert "[experiment]" in printed and "[switch]" in printed
+    assert not (tmp_path / "out").exists()
+
+
+def test_print_config_applies_no_rtl(capsys):
+    assert main(["run", "--print-config", "--no-rtl"]) == 0
+    assert load_config(capsys.readouterr().out).rtl is False
+
+
 def test_replay_model_cli(capsys):
     assert main(["replay", "traces/resnet50_a100x4_inswitch.itr", "--flit-scale", "256",
                  "--json"]) == 0

@@ -147,6 +147,26 @@ def _cmd_sweep(args):
     return _run(args, _load(args.config), args.jobs or cpu_count(), dask=args.dask)
 
 
+def _cmd_print_config(args):
+    """``--print-config``: the effective configuration (the file over the defaults, with
+    ``--no-rtl`` applied) as TOML on stdout; nothing runs."""
+    from dataclasses import replace
+
+    from sim.experiment.config import to_toml
+    config = _load(args.config)
+    if args.no_rtl:
+        config = replace(config, rtl=False)
+    sys.stdout.write(to_toml(config))
+    return 0
+
+
+def _or_print_config(command):
+    """``command``, or :func:`_cmd_print_config` when ``--print-config`` is given."""
+    def dispatch(args):
+        return _cmd_print_config(args) if args.print_config else command(args)
+    return dispatch
+
+
 # -- bench cosim ----------------------------------------------------------------------------
 
 def _cmd_bench_cosim(args):
@@ -228,10 +248,12 @@ def register(sub, parser_class, positive):
         p.add_argument("--no-rtl", action="store_true", help="skip the RTL windows")
         p.add_argument("--quiet", action="store_true", help="no progress")
         p.add_argument("--json", action="store_true")
+        p.add_argument("--print-config", action="store_true",
+                       help="print the effective configuration as TOML and exit")
         if name == "sweep":
             p.add_argument("--dask", metavar="tcp://HOST:PORT",
                            help="run on this Dask distributed scheduler")
-        p.set_defaults(func=_cmd_run if name == "run" else _cmd_sweep)
+        p.set_defaults(func=_or_print_config(_cmd_run if name == "run" else _cmd_sweep))
 
 
 def register_bench(bench_sub, parser_class):

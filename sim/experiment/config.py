@@ -1,14 +1,17 @@
 """An experiment's configuration (``innet run``, ``innet sweep``): the embedded default, parsing
 and validating a TOML file, and the points of its cross product."""
 
+import difflib
 import itertools
+import json
+import re
 import tomllib
 from dataclasses import dataclass, fields, replace
 
 from hw.spec import Policy
 from sim.errors import ConfigError
 
-__all__ = ["ExperimentConfig", "load_config", "DEFAULT_CONFIG", "points", "MiB"]
+__all__ = ["ExperimentConfig", "load_config", "DEFAULT_CONFIG", "points", "MiB", "to_toml"]
 
 
 MiB = 1 << 20
@@ -82,14 +85,15 @@ def load_config(text=None, path="<default>"):
     for section, body in data.items():
         if section not in _SECTIONS:
             raise ConfigError(f"{path}: [{section}]: unknown section (expected "
-                             f"{', '.join('[' + s + ']' for s in _SECTIONS)})")
+                             f"{', '.join('[' + s + ']' for s in _SECTIONS)})"
+                             f"{_did_you_mean(section, _SECTIONS, '[{}]')}")
         if not isinstance(body, dict):
             raise ConfigError(f"{path}: {section}: expected a [section] table")
         for key, value in body.items():
             where = f"{path}: [{section}] {key}"
             kind = _SECTIONS[section].get(key)
             if kind is None:
-                raise ConfigError(f"{where}: unknown key")
+                raise ConfigError(f"{where}: unknown key{_key_suggestion(section, key)}")
             if kind is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             if kind is int and isinstance(value, bool) or not isinstance(value, kind):
@@ -104,6 +108,62 @@ def load_config(text=None, path="<default>"):
     return config
 
 
+def _did_you_mean(word, choices, form="{!r}"):
+    """``"; did you mean X?"`` for the choice closest to ``word`` (difflib), or ``""``."""
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f"; did you mean {form.format(close[0])}?" if close else ""
+
+
+def _key_suggestion(section, key):
+    """The hint for an unknown ``key`` in ``[section]``: the closest key of that section, or
+    the section that holds ``key`` (or a key close to it)."""
+    hint = _did_you_mean(key, _SECTIONS[section])
+    if hint:
+        return hint
+    for other, keys in _SECTIONS.items():
+        if other != section and key in keys:
+            return f"; it belongs in [{other}]"
+    for other, keys in _SECTIONS.items():
+        hint = _did_you_mean(key, keys, f"[{other}] {{}}")
+        if other != section and hint:
+            return hint
+    return ""
+
+
+#: Each key's comment in :data:`DEFAULT_CONFIG` (``to_toml`` repeats it).
+_COMMENTS = {m.group(1): m.group(2) for m in
+             (re.match(r"(\w+) = .*?(# .*)$", line) for line in DEFAULT_CONFIG.splitlines())
+             if m}
+
+
+def _toml_value(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        # A JSON string is a TOML basic string, but for DEL, which TOML wants escaped.
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+    return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+
+
+def to_toml(config):
+    """``config`` as a TOML document that :func:`load_config` reads back to an equal
+    configuration (all keys, in :data:`DEFAULT_CONFIG`'s sections and order, with its
+    comments)."""
+    origin = ("the embedded default" if config.source == "<default>"
+              else f"{config.source} merged with the defaults")
+    lines = [f"# innet run: the effective configuration ({origin})"]
+    for section, keys in _SECTIONS.items():
+        lines += ["", f"[{section}]"]
+        for key in keys:
+            line = f"{key} = {_toml_value(getattr(config, key))}"
+            if key in _COMMENTS:
+                line = f"{line:<22} {_COMMENTS[key]}"
+            lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
 def _validate(c, path):
     from sim.gpu.collectives import ALGORITHMS
     from sim.gpu.presets import PRESETS
@@ -112,23 +172,29 @@ def _validate(c, path):
     def bad(section, key, problem):
         raise ConfigError(f"{path}: [{section}] {key}: {problem}")
 
+    def hint(value, choices):
+        return _did_you_mean(value, choices) if isinstance(value, str) else ""
+
     for w in c.workloads:
         if w not in MODELS:
             bad("experiment", "workloads", f"unknown model {w!r} (choose from "
-                f"{', '.join(sorted(MODELS))})")
+                f"{', '.join(sorted(MODELS))}){hint(w, MODELS)}")
     if c.gpu not in PRESETS:
-        bad("experiment", "gpu", f"unknown GPU {c.gpu!r} (choose from {', '.join(PRESETS)})")
+        bad("experiment", "gpu", f"unknown GPU {c.gpu!r} (choose from {', '.join(PRESETS)})"
+            f"{hint(c.gpu, PRESETS)}")
     if not 2 <= c.gpus <= 64:
         bad("experiment", "gpus", f"must be 2..64, not {c.gpus}")
     for a in c.algorithms:
         if a not in ALGORITHMS or a == "direct":
-            bad("experiment", "algorithms", f"{a!r} is not one of ring, tree, inswitch")
+            bad("experiment", "algorithms", f"{a!r} is not one of ring, tree, inswitch"
+                f"{hint(a, ('ring', 'tree', 'inswitch'))}")
     for b in c.bucket_mb:
         if not isinstance(b, (int, float)) or isinstance(b, bool) or not 0 < b <= 4096:
             bad("experiment", "bucket_mb", f"{b!r} is not a size in MiB in (0, 4096]")
     for p in c.policies:
         if p not in Policy.names():
-            bad("experiment", "policies", f"{p!r} is not one of {', '.join(Policy.names())}")
+            bad("experiment", "policies", f"{p!r} is not one of {', '.join(Policy.names())}"
+                f"{hint(p, Policy.names())}")
     if not 0 <= c.p2p_mb <= 4096:
         bad("experiment", "p2p_mb", f"must be 0..4096, not {c.p2p_mb}")
     if c.sim not in ("verilator", "icarus"):
