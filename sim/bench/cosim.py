@@ -3,9 +3,9 @@ against the RTL on the same trace, the model alone on a large trace, and ``innet
 time. Every ratio is measured in the same run on the same machine. The model is timed with
 its compiled core (the default) and with the Python model it was written from.
 
-The co-simulation is timed with both drivers: the Verilog packet player (:mod:`sim.player`,
+The co-simulation is timed with both drivers: the Verilog packet player (:mod:`sim.cosim.player`,
 what ``innet run`` and ``innet replay`` use) and the per-cycle Python driver
-(:class:`sim.cosim.ReplayDriver`). The bare clock is timed on the switch alone and on the
+(:class:`sim.cosim.driver.ReplayDriver`). The bare clock is timed on the switch alone and on the
 player harness; the headline ratio divides by the faster of the two."""
 
 import subprocess

@@ -227,7 +227,9 @@ def _cmd_trace_info(args):
     summary = trace_summary(args.file)
     meta = summary["metadata"]
     _print(args, summary, [
-        f"{args.file}: innet trace v{meta.get('format_version', 1)}, {meta['gpus']} GPUs",
+        f"{args.file}: innet trace v{summary['version']} ({summary['form']}), "
+        f"{meta['gpus']} GPUs",
+        f"  checksums: {summary['checksums']}",
         "  metadata: " + ", ".join(f"{k}={v}" for k, v in sorted(meta.items())
                                      if k not in ("gpus",)),
         f"  records: {summary['records']} ("
