@@ -40,6 +40,7 @@ def assert_identical(ref, core):
     assert list(core.egress_flits) == list(ref.egress_flits)
     assert list(core.ingress_flits) == list(ref.ingress_flits)
     assert core.summary() | {"wall_s": 0} == ref.summary() | {"wall_s": 0}
+    assert core.extra["events"] == ref.extra["events"]   # the same events, superseded included
 
 
 def replay_both(ports, policy, seed, slots, chunk_flits, mtu, span_ns, reads=True,

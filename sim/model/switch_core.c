@@ -364,6 +364,7 @@ static void try_source(SwitchRun *s, i64 k, i64 t) {
     at(s, t, EV_SOURCE, k);
 }
 
+/* One live event per egress, at egress_armed[d]: egress() drops the superseded ones. */
 static void arm_egress(SwitchRun *s, i64 d, i64 t) {
     if (s->streaming[d] >= 0) return;
     t = max64(t, s->egress_free[d]);
@@ -535,6 +536,7 @@ static void continue_engine(SwitchRun *s) {
 }
 
 static void run_engine(SwitchRun *s, i64 t) {
+    if (t != s->engine_armed) return;   /* superseded by an earlier arm_engine_at */
     s->engine_armed = NONE;
     s->engine_blocked = 0;
     if (!s->eng_active) {
@@ -590,6 +592,7 @@ static void wake(SwitchRun *s, i64 k) {
 }
 
 static void egress(SwitchRun *s, i64 d, i64 t) {
+    if (t != s->egress_armed[d]) return;   /* superseded by an earlier arm_egress */
     s->egress_armed[d] = NONE;
     if (s->streaming[d] >= 0) return;
     if (t < s->egress_free[d]) {
