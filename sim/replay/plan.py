@@ -117,7 +117,8 @@ def build_plan(meta, records, config, path="trace"):
     contrib = []   # (message, record) of in-switch pieces, numbered after the loop
 
     def packet(s, d, k, n, m, q=-1):
-        src.append(s), dst.append(d), kind.append(Kind(k).value), flits.append(n), msg.append(m)
+        # k is a Kind: its .value directly (Kind(k) costs an enum look-up per packet)
+        src.append(s), dst.append(d), kind.append(k.value), flits.append(n), msg.append(m)
         seq.append(q)
         return len(src) - 1
 
