@@ -2,10 +2,11 @@
 
 import argparse
 import json
+import logging
 import math
 import sys
 
-__all__ = ["UsageError", "fail", "emit", "real_number"]
+__all__ = ["UsageError", "fail", "emit", "real_number", "show_progress"]
 
 
 class UsageError(Exception):
@@ -44,3 +45,33 @@ def real_number(name, minimum=None, exclusive=False):
             raise argparse.ArgumentTypeError(f"{name} must be {bound}, not {text!r}")
         return value
     return parse
+
+
+class _StderrNow(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record arrives (tests swap it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.setFormatter(logging.Formatter("... %(message)s"))
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):   # logging.StreamHandler.__init__ assigns it
+        pass
+
+
+_HANDLER = _StderrNow()
+
+
+def show_progress(enabled):
+    """Show (or hide) the progress messages models log on the ``innet`` logger — builds,
+    long replays — on stderr as ``... message`` lines. Models never print: they log, and the
+    command line decides (``--json`` and ``--quiet`` hide them)."""
+    logger = logging.getLogger("innet")
+    logger.propagate = False
+    if _HANDLER not in logger.handlers:
+        logger.addHandler(_HANDLER)
+    logger.setLevel(logging.INFO if enabled else logging.WARNING)

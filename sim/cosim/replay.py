@@ -3,14 +3,24 @@ backends (:class:`RtlPlayer`, :class:`RtlDriver`; :mod:`sim.replay.backend`), th
 behind both (:func:`replay_rtl`), and the bare clock rate the co-simulation's speed is
 measured against."""
 
+import logging
+import math
+import os
 import pickle
+import threading
 import time
 
 from sim.cosim.build import switch_build
 from sim.cosim.runner import run_cocotb
 from sim.replay.backend import ReplayBackend
 
-__all__ = ["RtlPlayer", "RtlDriver", "replay_rtl", "bare_clock_rate"]
+__all__ = ["RtlPlayer", "RtlDriver", "replay_rtl", "bare_clock_rate", "position_writer"]
+
+_log = logging.getLogger("innet.cosim")
+#: Seconds between progress reports of a running RTL replay.
+REPORT_EVERY_S = 10.0
+#: A replay expected to take longer than this is worth a warning with a coarser flit scale.
+LONG_REPLAY_S = 180.0
 
 
 class RtlPlayer(ReplayBackend):
@@ -36,7 +46,7 @@ class RtlDriver(RtlPlayer):
 
 
 def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall=0.0,
-               quiet=False, optimize=True, player=True):
+               quiet=False, optimize=True, player=True, expected_cycles=None):
     """Replay ``plan`` through the exported RTL switch under cocotb; returns a
     :class:`ReplayResult` (backend ``rtl-<sim>``). The build is cached in ``build_dir``
     (default: the user cache), keyed by the switch parameters. ``stall`` puts random
@@ -46,7 +56,10 @@ def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall
     :func:`sim.cosim.runner.run_cocotb`). ``player`` (default) moves the flits in the Verilog
     packet player (:mod:`sim.cosim.player`); ``player=False`` drives and samples every port
     from Python each cycle (:mod:`sim.cosim.driver`, the reference the player is checked
-    against)."""
+    against). While the simulation runs, its position (cycles, and of ``expected_cycles`` when
+    given, e.g. by the cycle-exact fast model, with an ETA) is logged on the ``innet.cosim``
+    logger every :data:`REPORT_EVERY_S` seconds, with a warning and a coarser flit scale to try
+    when the replay looks like taking more than :data:`LONG_REPLAY_S`."""
     began = time.perf_counter()
     with switch_build(plan.config.switch, sim, build_dir, optimize, player) as (
             verilog, module, build_dir, scratch):
@@ -54,16 +67,84 @@ def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall
         log = scratch / "player.log"
         plan_file.write_bytes(pickle.dumps(plan))
         bench = "sim.cosim.tb_player" if player else "sim.cosim.tb_replay"
-        run_cocotb(verilog, module, bench, sim=sim, build_dir=build_dir, waves=waves,
-                   env={"INNET_PLAN": plan_file, "INNET_RESULT": result_file,
-                        "INNET_SEED": seed, "INNET_STALL": stall, "INNET_LOG": log},
-                   plusargs=[f"+innet_log={log}"] if player else (),
-                   log_file=build_dir / "replay.log" if quiet else None, optimize=optimize)
+        env = {"INNET_PLAN": plan_file, "INNET_RESULT": result_file, "INNET_SEED": seed,
+               "INNET_STALL": stall, "INNET_LOG": log}
+        watcher = None
+        if _log.isEnabledFor(logging.INFO):
+            env["INNET_POSITION"] = scratch / "position.txt"
+            watcher = _PositionWatcher(env["INNET_POSITION"], expected_cycles,
+                                       plan.config.flit_scale)
+        try:
+            run_cocotb(verilog, module, bench, sim=sim, build_dir=build_dir, waves=waves,
+                       env=env, plusargs=[f"+innet_log={log}"] if player else (),
+                       log_file=build_dir / "replay.log" if quiet else None,
+                       optimize=optimize)
+        finally:
+            if watcher:
+                watcher.stop()
         result = pickle.loads(result_file.read_bytes())
     result.backend = f"rtl-{sim}"
     result.extra.update(build_dir=str(build_dir), total_wall_s=time.perf_counter() - began,
                         driver="player" if player else "python")
     return result
+
+
+def position_writer(path):
+    """The progress callback a replay bench passes to its driver: ``(cycle, started, total)``
+    written to ``path`` (replaced whole, so a reader never sees half a line). None without a
+    path."""
+    if not path:
+        return None
+
+    def write(cycle, started, total):
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{cycle} {started} {total} {time.time()}\n")
+        os.replace(tmp, path)
+    return write
+
+
+class _PositionWatcher:
+    """Reads a running replay's position file in a thread and logs progress: cycles done of
+    those expected, packets started, an ETA, and once, a warning when the replay looks like
+    taking more than :data:`LONG_REPLAY_S` with a flit scale that would take about a minute."""
+
+    def __init__(self, path, expected_cycles, flit_scale):
+        self.path, self.expected, self.flit_scale = path, expected_cycles, flit_scale
+        self.warned = False
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
+
+    def _watch(self):
+        first = None
+        while not self.done.wait(REPORT_EVERY_S):
+            try:
+                cycle, started, total, stamp = self.path.read_text().split()
+            except (OSError, ValueError):
+                continue   # the simulator is still building or has not written yet
+            cycle, started, total, stamp = int(cycle), int(started), int(total), float(stamp)
+            first = first or (cycle, stamp)
+            rate = (cycle - first[0]) / (stamp - first[1]) if stamp > first[1] else 0.0
+            text = f"RTL replay: cycle {cycle:,}"
+            if self.expected:
+                text += f" of {self.expected:,} ({100 * cycle / self.expected:.0f} %)"
+            text += f", {started:,} of {total:,} packets started"
+            if rate > 0 and self.expected:
+                eta = max(self.expected - cycle, 0) / rate
+                text += f", {rate:,.0f} cycles/s, about {eta:.0f} s to go"
+            _log.info(text)
+            # Cycles shrink in proportion to the flit scale: suggest one that takes a minute.
+            whole = self.expected / rate if rate > 0 and self.expected else 0.0
+            if whole > LONG_REPLAY_S and not self.warned:
+                self.warned = True
+                scale = self.flit_scale * math.ceil(whole / 60)
+                _log.warning(f"this RTL replay takes about {whole:.0f} s at this rate; "
+                             f"--flit-scale {scale} would take about a minute")
 
 
 def bare_clock_rate(config, sim="verilator", cycles=200_000, build_dir=None, player=False):

@@ -1,13 +1,16 @@
 """Building and running exported RTL under cocotb (Verilator or Icarus) from Python.
 
 One entry point, :func:`run_cocotb`, used by the tests, the benchmarks and the replay tools. It
-finds the simulators itself (:mod:`sim.tools`), always passes ``timescale=("1ns", "1ps")``
+finds the simulators itself (:mod:`sim.flow.tools`), always passes ``timescale=("1ns", "1ps")``
 (Amaranth writes no ``timescale``), builds in the directory it is given (so parallel runs never
 share a build), and turns a failing cocotb test into a Python exception.
 """
 
+import hashlib
+import logging
 import os
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -17,6 +20,7 @@ __all__ = ["SIMULATORS", "available_simulators", "run_cocotb", "CocotbFailure"]
 
 SIMULATORS = ("verilator", "icarus")
 _ROOT = Path(__file__).resolve().parents[2]
+_log = logging.getLogger("innet.cosim")
 
 
 class CocotbFailure(AssertionError):
@@ -42,6 +46,10 @@ def _results(xml_path):
             "message": None if failure is None else (failure.get("message") or failure.text),
         })
     return cases
+
+
+def _build_key(verilog_text, optimize):
+    return hashlib.sha256(f"{optimize}\n{verilog_text}".encode()).hexdigest()
 
 
 def run_cocotb(verilog_text, toplevel, test_module, *, sim, build_dir, env=None, waves=False,
@@ -103,6 +111,14 @@ def run_cocotb(verilog_text, toplevel, test_module, *, sim, build_dir, env=None,
     waves = waves or os.environ.get("WAVES", "0") not in ("", "0")
 
     runner = get_runner(sim)
+    # Say so when this build compiles (tens of seconds) rather than reuses an earlier one.
+    marker = build_dir / ".innet-built"
+    fresh = not marker.exists() or marker.read_text() != _build_key(verilog_text, optimize)
+    if fresh:
+        _log.info(f"building the {sim} model of {toplevel} in {build_dir} (first use of this "
+                  f"design{'' if optimize or sim != 'verilator' else ', quick -O0 build'}; "
+                  f"later runs reuse it)")
+    began = time.perf_counter()
     build_args = []
     if sim == "verilator":
         # The exported files carry their own lint waivers; anything else is fatal, as users see.
@@ -110,6 +126,9 @@ def run_cocotb(verilog_text, toplevel, test_module, *, sim, build_dir, env=None,
     runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir,
                  timescale=("1ns", "1ps"), waves=waves, build_args=build_args, always=False,
                  log_file=log_file)
+    if fresh:
+        marker.write_text(_build_key(verilog_text, optimize))
+        _log.info(f"built {toplevel} in {time.perf_counter() - began:.0f} s")
     # cocotb's runner sets the test process's PYTHONPATH from this process's sys.path.
     for path in [str(_ROOT)] + [str(Path(p).resolve()) for p in test_paths]:
         if path not in sys.path:

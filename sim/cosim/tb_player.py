@@ -4,7 +4,9 @@ player (:mod:`sim.cosim.player`): replays a pickled plan and pickles the
 
 Environment: ``INNET_PLAN`` (input pickle), ``INNET_RESULT`` (output pickle), ``INNET_LOG``
 (the harness's packet log, also passed as the ``+innet_log`` plusarg), ``INNET_SEED``,
-``INNET_STALL`` (probability that an egress holds ``tready`` low in a cycle; default 0).
+``INNET_STALL`` (probability that an egress holds ``tready`` low in a cycle; default 0),
+``INNET_POSITION`` (optional: where to write the replay's position for the parent's progress
+report, :func:`sim.cosim.replay.position_writer`).
 """
 
 import os
@@ -16,6 +18,7 @@ import cocotb
 
 from sim.cosim.pins import read_counters
 from sim.cosim.player import Player
+from sim.cosim.replay import position_writer
 
 
 def _split(value, n):
@@ -28,7 +31,7 @@ async def play(dut):
     player = Player(plan, seed=int(os.environ.get("INNET_SEED", "1")),
                     stall=float(os.environ.get("INNET_STALL", "0")))
     began = time.perf_counter()
-    await player.play(dut)
+    await player.play(dut, progress=position_writer(os.environ.get("INNET_POSITION")))
     inject = player.check(Path(os.environ["INNET_LOG"]).read_text())
     wall = time.perf_counter() - began   # the simulation and the scoreboard
     n = player.N

@@ -4,20 +4,21 @@ a pickled plan through the exported switch with the per-cycle
 back.
 
 Environment: ``INNET_PLAN`` (input pickle), ``INNET_RESULT`` (output pickle), ``INNET_SEED``,
-``INNET_STALL`` (probability that an egress holds ``tready`` low in a cycle; default 0).
+``INNET_STALL`` (probability that an egress holds ``tready`` low in a cycle; default 0),
+``INNET_POSITION`` (optional: see :func:`sim.cosim.replay.position_writer`).
 """
 
 import os
 import pickle
+import random
 import time
 from pathlib import Path
-
-import random
 
 import cocotb
 
 from sim.cosim.driver import ReplayDriver, replay_dut
 from sim.cosim.pins import read_counters
+from sim.cosim.replay import position_writer
 
 
 @cocotb.test()
@@ -29,7 +30,8 @@ async def replay(dut):
     stall = float(os.environ.get("INNET_STALL", "0"))
     driver = ReplayDriver(plan, seed=seed, stall=stall, rng=random.Random(seed))
     began = time.perf_counter()
-    await replay_dut(dut, driver)
+    await replay_dut(dut, driver,
+                     progress=position_writer(os.environ.get("INNET_POSITION")))
     wall = time.perf_counter() - began
     errors = read_counters(dut)
     result = driver.result("rtl", errors, wall)
