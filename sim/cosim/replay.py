@@ -14,7 +14,8 @@ from sim.cosim.build import switch_build
 from sim.cosim.runner import run_cocotb
 from sim.replay.backend import ReplayBackend
 
-__all__ = ["RtlPlayer", "RtlDriver", "replay_rtl", "bare_clock_rate", "position_writer"]
+__all__ = ["RtlPlayer", "RtlDriver", "replay_rtl", "bare_clock_rate", "position_writer",
+           "report_position"]
 
 _log = logging.getLogger("innet.cosim")
 #: Seconds between progress reports of a running RTL replay.
@@ -104,6 +105,19 @@ def position_writer(path):
     return write
 
 
+async def report_position(dut, loop, write, every=100_000):
+    """A cocotb coroutine for a replay bench: every ``every`` clock cycles, ``write(cycle,
+    started, total)`` with the packets ``loop`` (the replay's ClosedLoop) has started. Its own
+    trigger, so the position advances even while no packet event wakes the bench's Python."""
+    from cocotb.triggers import ClockCycles
+
+    cycle = 0
+    while True:
+        await ClockCycles(dut.clk, every)
+        cycle += every
+        write(cycle, loop.started, loop.total)
+
+
 class _PositionWatcher:
     """Reads a running replay's position file in a thread and logs progress: cycles done of
     those expected, packets started, an ETA, and once, a warning when the replay looks like
@@ -121,12 +135,15 @@ class _PositionWatcher:
         self.thread.join()
 
     def _watch(self):
-        first = None
+        first, last = None, None
         while not self.done.wait(REPORT_EVERY_S):
             try:
                 cycle, started, total, stamp = self.path.read_text().split()
             except (OSError, ValueError):
                 continue   # the simulator is still building or has not written yet
+            if stamp == last:
+                continue   # no new position since the last report
+            last = stamp
             cycle, started, total, stamp = int(cycle), int(started), int(total), float(stamp)
             first = first or (cycle, stamp)
             rate = (cycle - first[0]) / (stamp - first[1]) if stamp > first[1] else 0.0

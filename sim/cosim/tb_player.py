@@ -18,7 +18,7 @@ import cocotb
 
 from sim.cosim.pins import read_counters
 from sim.cosim.player import Player
-from sim.cosim.replay import position_writer
+from sim.cosim.replay import position_writer, report_position
 
 
 def _split(value, n):
@@ -31,7 +31,10 @@ async def play(dut):
     player = Player(plan, seed=int(os.environ.get("INNET_SEED", "1")),
                     stall=float(os.environ.get("INNET_STALL", "0")))
     began = time.perf_counter()
-    await player.play(dut, progress=position_writer(os.environ.get("INNET_POSITION")))
+    write = position_writer(os.environ.get("INNET_POSITION"))
+    if write:
+        cocotb.start_soon(report_position(dut, player.loop, write))
+    await player.play(dut)
     inject = player.check(Path(os.environ["INNET_LOG"]).read_text())
     wall = time.perf_counter() - began   # the simulation and the scoreboard
     n = player.N

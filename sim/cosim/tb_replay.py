@@ -18,7 +18,7 @@ import cocotb
 
 from sim.cosim.driver import ReplayDriver, replay_dut
 from sim.cosim.pins import read_counters
-from sim.cosim.replay import position_writer
+from sim.cosim.replay import position_writer, report_position
 
 
 @cocotb.test()
@@ -30,8 +30,10 @@ async def replay(dut):
     stall = float(os.environ.get("INNET_STALL", "0"))
     driver = ReplayDriver(plan, seed=seed, stall=stall, rng=random.Random(seed))
     began = time.perf_counter()
-    await replay_dut(dut, driver,
-                     progress=position_writer(os.environ.get("INNET_POSITION")))
+    write = position_writer(os.environ.get("INNET_POSITION"))
+    if write:
+        cocotb.start_soon(report_position(dut, driver.loop, write))
+    await replay_dut(dut, driver)
     wall = time.perf_counter() - began
     errors = read_counters(dut)
     result = driver.result("rtl", errors, wall)
