@@ -36,10 +36,17 @@ it on and reads it from the pins.
 
 from hw.packet import USER_LAYOUT, DType, Kind, decode
 from sim.cosim.pins import SwitchPins, configure_replay
-from sim.cosim.stimulus import (contribution_user, memory_user, memory_words,
-                                random_contribution_words, tdata, user_pid, wrap_seq)
+from sim.cosim.stimulus import (
+    contribution_user,
+    memory_user,
+    memory_words,
+    random_contribution_words,
+    tdata,
+    user_pid,
+    wrap_seq,
+)
 from sim.model.reduce import reduce_words
-from sim.replay.config import REPLAY_JOB
+from sim.replay.config import MAX_REPLAY_CYCLES, REPLAY_JOB
 from sim.replay.loop import ClosedLoop
 from sim.replay.result import ReplayResult
 
@@ -460,7 +467,8 @@ class ReplayDriver:
             wall_s=wall_s)
 
 
-async def replay_dut(dut, driver, max_cycles=10_000_000, watchdog=100_000, progress=None):
+async def replay_dut(dut, driver, max_cycles=MAX_REPLAY_CYCLES, watchdog=100_000,
+                     progress=None):
     """Run ``driver`` against an exported switch ``dut`` (``innet export switch``) until every
     message is delivered. Raises AssertionError if nothing leaves the switch for ``watchdog``
     cycles while packets are outstanding (a deadlock), or on a scoreboard mismatch."""

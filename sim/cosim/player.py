@@ -18,10 +18,16 @@ import time
 
 from hw.packet import USER_LAYOUT, DType, Kind
 from sim.cosim.player_verilog import DESC_FIELDS
-from sim.cosim.stimulus import (contribution_user, digest, hashed_contribution_words,
-                                memory_user, user_pid, wrap_seq)
+from sim.cosim.stimulus import (
+    contribution_user,
+    digest,
+    hashed_contribution_words,
+    memory_user,
+    user_pid,
+    wrap_seq,
+)
 from sim.model.reduce import reduce_words
-from sim.replay.config import REPLAY_JOB
+from sim.replay.config import MAX_REPLAY_CYCLES, REPLAY_JOB
 from sim.replay.loop import ClosedLoop
 from sim.replay.result import ReplayResult
 
@@ -136,12 +142,13 @@ class Player:
     def done(self):
         return self.loop.finished() and not any(self.busy)
 
-    async def play(self, dut, max_cycles=10_000_000, watchdog=100_000, progress=None):
+    async def play(self, dut, max_cycles=MAX_REPLAY_CYCLES, watchdog=100_000, progress=None):
         """Run the replay on a player harness ``dut`` (reset and job configuration first, as
         :func:`sim.cosim.pins.configure_replay` does). Raises AssertionError on a deadlock
         (no packet ended for ``watchdog`` cycles with packets outstanding), a plan that can
         never finish, or an online scoreboard mismatch."""
         from cocotb.triggers import FallingEdge, RisingEdge
+
         from sim.cosim.pins import configure_replay
 
         N = self.N

@@ -11,6 +11,10 @@ __all__ = ["ReplayConfig", "REPLAY_JOB"]
 
 #: The reduction job every in-switch contribution of a replay belongs to.
 REPLAY_JOB = 1
+#: A replay that has not finished after this many cycles is stopped as an error. Deadlocks are
+#: caught long before by the backends' watchdogs; this only bounds the RTL's 32-bit cycle
+#: counters (a trace at flit scale 1 can run for tens of millions of cycles).
+MAX_REPLAY_CYCLES = 1 << 31
 #: Job-table entries of the switch a replay runs on: job 0 (unused) and :data:`REPLAY_JOB`.
 REPLAY_JOBS = REPLAY_JOB + 1
 
