@@ -2,7 +2,6 @@
 
 import pickle
 
-from hw.spec import SwitchSpec
 from sim.cosim.build import switch_build
 from sim.cosim.runner import run_cocotb
 from sim.reliability.soak import SoakConfig
@@ -21,9 +20,8 @@ def soak_rtl(cycles, seed=1, sim="verilator", policy="rr", resets=0, watchdog=DE
     Returns the statistics dict (``failures`` empty when the run was clean)."""
     spacing = cycles // (resets + 1)
     cfg = SoakConfig(resets=tuple(spacing * (i + 1) for i in range(resets)), **config)
-    switch = SwitchSpec(ports=cfg.ports, lanes=cfg.lanes, slots=cfg.slots,
-                        chunk_flits=cfg.chunk_flits, jobs=cfg.jobs, policy=policy)
-    with switch_build(switch, sim, optimize=optimize) as (verilog, module, build_dir, scratch):
+    with switch_build(cfg.switch(policy), sim, optimize=optimize) as (
+            verilog, module, build_dir, scratch):
         params, result = scratch / "soak.pkl", scratch / "result.pkl"
         params.write_bytes(pickle.dumps({"config": cfg, "seed": seed, "cycles": cycles,
                                          "watchdog": watchdog}))

@@ -29,6 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from hw.packet import MAX_PORTS, USER_LAYOUT, DType, Kind, decode, encode
+from hw.spec import SwitchSpec
 from sim.cosim.pins import counter_pins
 from sim.cosim.stimulus import (contribution_user, memory_user, memory_words,
                                 random_contribution_words, tdata, user_pid, wrap_seq)
@@ -88,6 +89,11 @@ class SoakConfig:
             raise ValueError(f"Soak needs 3..{MAX_PORTS - 1} ports, not {self.ports}")
         if self.slots < 3 or self.chunk_flits < 2 or self.jobs < 4:
             raise ValueError("Soak needs at least 3 slots, 2-flit chunks and 4 job entries")
+
+    def switch(self, policy="rr"):
+        """The switch the soak runs on (every element type, so jobs of each can run)."""
+        return SwitchSpec(ports=self.ports, lanes=self.lanes, slots=self.slots,
+                          chunk_flits=self.chunk_flits, jobs=self.jobs, policy=policy)
 
 
 @dataclass
