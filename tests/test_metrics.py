@@ -29,11 +29,16 @@ def hand_replay(messages, packets, message_done, egress_flits=(0,), stall_cycles
                 slot_peak=0, slot_mean=0.0):
     """A replay result from a table of packets.
 
-    ``messages``: (src, kind, record) per message, message id = position; ``packets``:
-    (message id, inject cycle, deliver cycle or -1) per packet, packet id = position.
+    ``messages``: (src, kind, record) or (src, kind, record, issue cycle) per message,
+    message id = position; without an issue cycle, a message is issued when its first packet
+    enters the switch. ``packets``: (message id, inject cycle, deliver cycle or -1) per packet,
+    packet id = position.
     """
-    msgs = [Message(mid, src, kind, 1, 0, -1, record) for mid, (src, kind, record)
-            in enumerate(messages)]
+    first_in = {}
+    for mid, inject, _ in packets:
+        first_in.setdefault(mid, inject)
+    msgs = [Message(mid, src, kind, 1, issue[0] if issue else first_in.get(mid, 0), -1, record)
+            for mid, (src, kind, record, *issue) in enumerate(messages)]
     for pid, (mid, _, _) in enumerate(packets):
         msgs[mid].packets.append(pid)
     def column(i):
@@ -108,6 +113,21 @@ def test_allreduce_is_the_union_of_bucket_windows():
     assert metrics.allreduce_ms(replay, records, cycle_ns=2.5) == pytest.approx(61 * 2.5 / 1e6)
 
 
+def test_bucket_window_starts_when_the_bucket_is_ready():
+    """A bucket's window starts at its earliest message's issue cycle, not when a first
+    packet entered the switch: time a bucket waited at its GPU (behind other traffic) is
+    all-reduce time (docs/metrics.md, "Two results that look wrong")."""
+    records = {0: grad(0, 0, 0), 1: grad(1, 1, 0, peer=0), 2: grad(2, 0, 1)}
+    # bucket 0: issued at 3 and 5, in at 10 and 12, done at 20 and 25; bucket 1: issued at
+    # 18, in at 30 (it waited behind bucket 0's message on GPU 0), done at 40
+    replay = hand_replay([(0, Kind.MEM_WRITE, 0, 3), (1, Kind.MEM_WRITE, 1, 5),
+                          (0, Kind.MEM_WRITE, 2, 18)],
+                         [(0, 10, 20), (1, 12, 25), (2, 30, 40)], {0: 20, 1: 25, 2: 40})
+    assert metrics.bucket_windows_cycles(replay, records) == {0: (3, 25), 1: (18, 40)}
+    # [3, 40] = 38 cycles; from the first packets in it would be [10, 25] + [30, 40] = 27
+    assert metrics.allreduce_ms(replay, records, cycle_ns=1e6) == pytest.approx(38.0)
+
+
 def test_allreduce_counts_adjacent_windows_whole():
     records = {0: grad(0, 0, 0), 1: grad(1, 0, 1)}
     replay = hand_replay([(0, Kind.MEM_WRITE, 0), (0, Kind.MEM_WRITE, 1)],
@@ -130,7 +150,7 @@ def test_link_utilization_of_an_empty_window_is_per_cycle():
 def test_allreduce_on_a_replayed_trace_matches_a_cycle_set():
     """A tiny trace through the fast model: two buckets whose windows overlap, each a message
     each way (one waiting for the other); the all-reduce time is the number of distinct cycles
-    any bucket's window covers."""
+    any bucket's window (ready to done) covers."""
     records = [grad(0, 0, 0), grad(1, 1, 0, peer=0),
                TraceRecord.grad(gpu=0, peer=1, id=2, time_ns=4, bytes=512, algo="ring",
                                 bucket=1, dependency=1),
@@ -140,15 +160,17 @@ def test_allreduce_on_a_replayed_trace_matches_a_cycle_set():
                        mtu_flits=16)
     replay = replay_model(build_plan({"gpus": 2}, records, cfg))
     by_id = {r.id: r for r in records}
-    covered = {0: set(), 1: set()}
+    ready, done = {}, {}
     for m in replay.plan.messages:
-        covered[by_id[m.record].bucket] |= set(
-            range(int(replay.inject[m.packets[0]]), replay.message_done[m.mid] + 1))
+        b = by_id[m.record].bucket
+        ready[b] = min(ready.get(b, m.issue), m.issue)
+        done[b] = max(done.get(b, 0), replay.message_done[m.mid])
+    covered = {b: set(range(ready[b], done[b] + 1)) for b in ready}
     assert covered[0] & covered[1] and covered[0] - covered[1]   # the windows overlap
     expected_ns = len(covered[0] | covered[1]) * cfg.cycle_ns
     assert metrics.allreduce_ms(replay, by_id, cfg.cycle_ns) == pytest.approx(expected_ns / 1e6)
-    assert metrics.gradient_window_cycles(replay, by_id) == (
-        min(min(c) for c in covered.values()), max(max(c) for c in covered.values()))
+    first_in = min(int(replay.inject[m.packets[0]]) for m in replay.plan.messages)
+    assert metrics.gradient_window_cycles(replay, by_id) == (first_in, max(done.values()))
 
 
 # -- point-to-point link delay -----------------------------------------------------------------

@@ -37,7 +37,7 @@ lanes = 2              # with the flit scale, lanes only set bytes per flit; 2 b
 slots = 16
 chunk_flits = 4
 mtu_flits = 64
-target_flits = 4000    # simulated flits per GPU per iteration (sets the flit scale)
+target_flits = 4000    # simulated gradient flits per GPU per iteration (sets the flit scale)
 """
 
 

@@ -77,22 +77,30 @@ def gradient_window_cycles(replay, records_by_id):
 
 
 def bucket_windows_cycles(replay, records_by_id):
-    """Per gradient bucket, the cycles its messages were in the switch.
+    """Per gradient bucket, the cycles from the bucket being ready to send to its all-reduce
+    being done.
+
+    A bucket is ready at the issue cycle of its earliest message (the GPU model's start of
+    the bucket's collective, docs/metrics.md). The window starts there, not when a first
+    packet entered the switch: a bucket queued at its GPUs behind other traffic (the
+    pipeline-stage writes) is all-reduce time too. Counted from the first packet in, adding
+    2 GiB of such traffic per GPU made BERT-large's ring all-reduce 11 % *shorter* (buckets
+    held back at the GPUs then ran together, filling each other's gaps; docs/metrics.md,
+    "Two results that look wrong").
 
     Returns
     -------
     dict
-        bucket → ``(first, last)``: the earliest cycle a first packet of one of the bucket's
-        messages entered the switch, and the latest cycle one of them was complete. Messages
-        without packets or never completed are left out (a bucket with none is absent).
+        bucket → ``(ready, last)``: the earliest issue cycle of the bucket's messages, and the
+        latest cycle one of them was complete. Messages without packets or never completed
+        are left out (a bucket with none is absent).
     """
     windows = {}
     for m in gradient_messages(replay, records_by_id):
         if m.packets and m.mid in replay.message_done:
             bucket = records_by_id[m.record].bucket
             lo, hi = windows.get(bucket, (1 << 62, -1))
-            windows[bucket] = (min(lo, int(replay.inject[m.packets[0]])),
-                               max(hi, replay.message_done[m.mid]))
+            windows[bucket] = (min(lo, m.issue), max(hi, replay.message_done[m.mid]))
     return windows
 
 
@@ -187,7 +195,7 @@ def slowdown_link(gpu, link_delay_ns):
 
 
 def allreduce_ms(replay, records_by_id, cycle_ns):
-    """``allreduce_ms``: the union over buckets of [first gradient piece in, last piece or
+    """``allreduce_ms``: the union over buckets of [bucket ready to send, last piece or
     result out] (:func:`bucket_windows_cycles`), ms. A cycle covered by several buckets'
     windows counts once; both ends of a window are inclusive."""
     total_ns, reach = 0.0, -1

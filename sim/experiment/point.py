@@ -58,10 +58,10 @@ def run_point(config, workload_name, bucket_mb, algo, policy, rtl_dir=None):
     p2p_bytes = int(config.p2p_mb * MiB)
     it_config = IterationConfig(n_gpus=n, algo=algo, bucket_cap_bytes=int(bucket_mb * MiB))
     alone = simulate_iteration(workload, gpu, it_config)
-    # Bytes one GPU puts on its link in the iteration set the flit scale.
-    grad_bytes = sum(alone.bucket_bytes)
-    link_bytes = 2 * grad_bytes + p2p_bytes
-    flit_scale = scale_for(link_bytes, config.lanes, config.target_flits)
+    # The gradient bytes one GPU puts on its link in the iteration set the flit scale; the
+    # point-to-point traffic does not, so a sweep over p2p_mb keeps one time resolution
+    # (docs/metrics.md, "Time mapping").
+    flit_scale = scale_for(2 * sum(alone.bucket_bytes), config.lanes, config.target_flits)
     rcfg = _replay_config(config, policy, gpu, flit_scale)
     # Trace pieces of one MTU, so no piece rounds up to a mostly empty packet.
     meta, records, result = generate_trace(workload, gpu, n, algo=algo, bucket_mb=bucket_mb,
