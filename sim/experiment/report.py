@@ -164,8 +164,9 @@ GLOSSARY = {
     "slowdown_hbm": "backward time lost to HBM bandwidth that collective kernels take",
     "slowdown_link": "delay that the gradients sharing the switch add to the pipeline-stage "
                      "traffic backprop waits on (largest over GPUs)",
-    "allreduce_ms": "time some bucket's all-reduce is in the switch: the union over buckets "
-                    "of [first gradient piece in, last piece or result out] (fast model)",
+    "allreduce_ms": "time some bucket's all-reduce is under way: the union over buckets of "
+                    "[bucket ready to send, last piece or result out] (fast model); time a "
+                    "bucket waits at its GPU counts",
     "exposed_comm_ms": "last gradient delivery − end of the backward pass, if positive: "
                        "communication the backward pass did not hide",
     "iteration_ms": "max(end of the backward pass, last gradient delivery) + optimizer step",
@@ -503,8 +504,9 @@ def _setup(config, rows):
     ]
     lines += [f"- **Arbiter `{p}`**: {_policy_text(p, rcfg[p])}." for p in policies]
     lines.append(f"- **Time**: flit scale (real flits per simulated flit) and cycle time per "
-                 f"workload: {'; '.join(times)}; the flit scale brings one GPU's link bytes "
-                 f"per iteration under {config.target_flits:,} simulated flits.")
+                 f"workload: {'; '.join(times)}; the flit scale brings one GPU's gradient link "
+                 f"bytes (2 × gradients) per iteration under {config.target_flits:,} simulated "
+                 f"flits.")
     if any(r.get("rtl_window_packets") for r in rows):
         shared = [p for p in policies if rtl_config(rcfg[p], config.policies).policy != p]
         lines.append(f"- **RTL**: the first bucket window of every point through the RTL "
