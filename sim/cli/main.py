@@ -449,6 +449,8 @@ def build_parser():
     from sim.cli import model as cli_model
     cli_model.register(sub, _Parser, _positive)
     cli_run.register(sub, _Parser, _positive)
+    from sim.cli import cache as cli_cache
+    cli_cache.register(sub, _Parser)
     return parser
 
 
