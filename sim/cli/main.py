@@ -2,11 +2,15 @@
 
 Bad input (arguments, parameters, paths) is reported as one line ``innet: error: ...`` on stderr
 with exit status 2, no traceback, and no output file left behind. Every command that reports
-numbers takes ``--json``.
+numbers takes ``--json``. Ctrl-C ends any command with one line ``innet: interrupted...`` and
+exit status 130 (``innet run`` keeps its finished points; see ``--resume``); a closed stdout
+(``innet ... | head``) ends it quietly with status 141, as SIGPIPE would.
 """
 
 import argparse
 import json
+import os
+import select
 import subprocess
 import sys
 import tempfile
@@ -462,6 +466,7 @@ def main(argv=None):
         return exc.code
     try:
         status = args.func(args)
+        sys.stdout.flush()   # a closed pipe shows here, not in the interpreter's exit
     except (UsageError, InputError, ParameterError) as exc:
         # The user's mistake, by type: one line, exit status 2. Anything else is a bug.
         print(f"innet: error: {exc}", file=sys.stderr)
@@ -469,7 +474,32 @@ def main(argv=None):
     except SynthError as exc:   # a tool failed (a log tail may follow the first line)
         print(f"innet: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as exc:
+        # Ctrl-C: one line (what was kept, when the command says), 128 + SIGINT as a shell
+        # reports a process killed by it; no traceback.
+        if sys.stderr.isatty():
+            sys.stderr.write("\n")   # after the terminal's ^C or a progress line
+        print("innet: interrupted" + (f": {exc}" if str(exc) else ""), file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        # The reader of stdout went away (innet ... | head): stop quietly with 128 + SIGPIPE,
+        # the status of a process the signal ended (`yes | head`), and let the interpreter's
+        # last flush go to /dev/null.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return status or 0
+
+
+def _stdout_closed():
+    """Whether stdout is a pipe whose reader has gone (poll reports an error on it)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
+    except (OSError, ValueError, AttributeError):   # no file descriptor (a test's capture)
+        return False
 
 
 if __name__ == "__main__":
