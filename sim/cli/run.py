@@ -4,6 +4,7 @@ Registered into the main parser by :func:`register`.
 """
 
 import json
+import os
 import shlex
 import sys
 import time
@@ -14,6 +15,7 @@ from hw.errors import ParameterError
 from hw.spec import ELEMENT_TYPES, Policy
 from sim.cli.output import UsageError, real_number
 from sim.cli.output import emit as _emit
+from sim.errors import InputError
 
 __all__ = ["register"]
 
@@ -106,30 +108,60 @@ def _load(path):
 
 
 def _run(args, config, jobs, dask=None):
+    """Run the points of a new run (``config``) or of the run ``args.resume`` (``config``
+    None), each written into the run directory as it finishes; then the report.
+
+    Everything that can be checked is checked before the first point: a bad output folder or
+    run name costs nothing and writes nothing. Interrupted (Ctrl-C) or failed, the finished
+    points stay in the run directory and a line says how to resume."""
     from dataclasses import replace
 
     from sim.cosim.runner import available_simulators
     from sim.experiment.report import summary_table, write_results
-    from sim.experiment.run import execute, progress_printer
+    from sim.experiment.run import RunJournal, execute, progress_printer
 
-    if args.no_rtl:
-        config = replace(config, rtl=False)
-    if config.rtl and config.sim not in available_simulators():
-        raise UsageError(f"{config.source}: [experiment] sim: {config.sim} is not installed "
-                         f"(or pass --no-rtl)")
-    name = args.name or f"{config.name}-{datetime.now():%Y%m%d-%H%M%S}"
-    out_dir = Path(args.output) / name
-    if not Path(args.output).exists():
-        Path(args.output).mkdir(parents=True)
-    command = "innet " + " ".join(shlex.quote(a) for a in sys.argv[1:]) \
-        if sys.argv and sys.argv[0].endswith("innet") else f"innet {args.command}"
+    if args.resume:
+        journal = RunJournal.open(args.resume)
+        config, command, out_dir = journal.config, journal.command, journal.path
+        done = journal.finished()
+        if (out_dir / "results.json").exists():
+            raise UsageError(f"{out_dir}: the run is complete (results.json); nothing to "
+                             f"resume")
+        if config.rtl and config.sim not in available_simulators():
+            raise UsageError(f"{out_dir}: the run's RTL windows need {config.sim}, which is "
+                             f"not installed")
+    else:
+        if args.no_rtl:
+            config = replace(config, rtl=False)
+        if config.rtl and config.sim not in available_simulators():
+            raise UsageError(f"{config.source}: [experiment] sim: {config.sim} is not "
+                             f"installed (or pass --no-rtl)")
+        out_dir = _new_run_dir(args, config)
+        command = "innet " + " ".join(shlex.quote(a) for a in sys.argv[1:]) \
+            if sys.argv and sys.argv[0].endswith("innet") else f"innet {args.command}"
+        made_root = not out_dir.parent.exists()
+        try:
+            out_dir.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"-o {out_dir.parent}: cannot create: {exc.strerror}") from None
+        try:
+            journal = RunJournal.create(out_dir, config, command)
+        except BaseException:
+            _remove_empty(out_dir.parent, made_root)
+            raise
+        done = {}
     began = time.perf_counter()
-    results = execute(config, jobs=jobs, dask=dask,
-                      progress=progress_printer(not args.quiet and not args.json))
-    wall = time.perf_counter() - began
-    if not args.quiet and not args.json:
-        sys.stderr.write("\n")
-    files = write_results(config, results, out_dir, wall, command)
+    try:
+        results = execute(config, jobs=jobs, dask=dask, done=done, on_result=journal.record,
+                          progress=progress_printer(not args.quiet and not args.json))
+        wall = journal.wall_s + time.perf_counter() - began
+        if not args.quiet and not args.json:
+            sys.stderr.write("\n")
+        files = write_results(config, results, out_dir, wall, command)
+    except BaseException as exc:
+        _stopped(args, journal, exc, time.perf_counter() - began,
+                 remove=None if args.resume else made_root)
+        raise
     payload = json.loads((out_dir / "results.json").read_text())
     payload["output_dir"] = str(out_dir)
     _emit(args, payload, [summary_table(results), "",
@@ -138,13 +170,107 @@ def _run(args, config, jobs, dask=None):
     return 0
 
 
+def _check_name(name, what):
+    """A run name is one folder name inside the results folder: not empty, ``.`` or ``..``, no
+    path separator (so no absolute path), at most 255 bytes."""
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
+        raise UsageError(f"{what} {name!r}: a run name is one folder inside the results folder "
+                         f"(not empty, '.' or '..'; no '/' or '\\')")
+    try:
+        size = len(os.fsencode(name))
+    except UnicodeEncodeError:
+        raise UsageError(f"{what} {name!r}: not a file name") from None
+    if size > 255:
+        raise UsageError(f"{what}: a run name has at most 255 bytes, not {size}")
+
+
+def _new_run_dir(args, config):
+    """The directory of a new run, checked (nothing is written): ``-o`` is a folder or can be
+    made one, the name stays inside it, and no run of that name exists. An explicit
+    ``--name`` that exists is refused; the default ``<experiment>-<timestamp>`` takes the first
+    free suffix ``-2``, ``-3``... (two runs started within a second)."""
+    root = Path(args.output or "results")
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"-o {root}: not a directory (-o names the folder runs are written in)")
+    ancestor = root
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"-o {root}: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UsageError(f"-o {root}: {ancestor} is not writable")
+    if args.name is not None:
+        _check_name(args.name, "--name")
+        out_dir = root / args.name
+        if out_dir.exists() or out_dir.is_symlink():
+            raise UsageError(f"{out_dir}: exists; choose another --name (a run is never "
+                             f"overwritten; an unfinished one continues with "
+                             f"innet {args.command} --resume {shlex.quote(str(out_dir))})")
+        return out_dir
+    _check_name(config.name, f"{config.source}: [experiment] name")
+    base = f"{config.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    out_dir, suffix = root / base, 1
+    while out_dir.exists() or out_dir.is_symlink():
+        suffix += 1
+        out_dir = root / f"{base}-{suffix}"
+    return out_dir
+
+
+def _remove_empty(directory, made):
+    """Remove ``directory`` if this run ``made`` it and it is empty."""
+    if made:
+        try:
+            directory.rmdir()
+        except OSError:
+            pass
+
+
+def _stopped(args, journal, exc, seconds, remove):
+    """A run stopped before its report (``exc``): keep what finished and say how to resume;
+    a new run (``remove`` not None: whether it made the results folder) that finished no
+    point leaves nothing behind. A KeyboardInterrupt is raised again with that one line."""
+    from sim.experiment.config import points
+
+    kept = len(journal.finished())
+    if kept == 0 and remove is not None:
+        journal.remove()
+        _remove_empty(journal.path.parent, remove)
+        what = "no point had finished; nothing kept"
+    else:
+        try:
+            journal.add_wall(seconds)
+        except (OSError, InputError):   # a full disk: the points are kept all the same
+            pass
+        what = (f"{kept} of {len(points(journal.config))} points kept in {journal.path}; "
+                f"resume with: innet {args.command} --resume {shlex.quote(str(journal.path))}")
+    if isinstance(exc, KeyboardInterrupt):
+        raise KeyboardInterrupt(what) from None
+    if kept:
+        print(f"innet: {what}", file=sys.stderr)
+
+
+def _config(args):
+    """The configuration of a new run; None with ``--resume`` (the run directory has it)."""
+    if args.resume:
+        given = [option for option, value in (("CONFIG", args.config), ("--name", args.name),
+                                              ("-o", args.output), ("--no-rtl", args.no_rtl))
+                 if value]
+        if given:
+            raise UsageError(f"--resume continues a run with its own configuration, name and "
+                             f"folder: drop {', '.join(given)}")
+        return None
+    if args.config is None and args.command == "sweep":
+        raise UsageError("sweep needs a CONFIG file (or --resume DIR)")
+    return _load(args.config)
+
+
 def _cmd_run(args):
-    return _run(args, _load(args.config), args.jobs)
+    return _run(args, _config(args), args.jobs)
 
 
 def _cmd_sweep(args):
     from sim.experiment.run import cpu_count
-    return _run(args, _load(args.config), args.jobs or cpu_count(), dask=args.dask)
+    return _run(args, _config(args), args.jobs or cpu_count(), dask=args.dask)
 
 
 def _cmd_print_config(args):
@@ -238,10 +364,17 @@ def register(sub, parser_class, positive):
                            ("sweep", "run a configuration's cross product on a process pool "
                                      "or a Dask cluster")):
         p = sub.add_parser(name, help=helptext)
-        p.add_argument("config", nargs="?" if name == "run" else None,
-                       help="configuration file (TOML)")
-        p.add_argument("-o", "--output", default="results", help="results root directory")
-        p.add_argument("--name", help="run name (default: <experiment>-<timestamp>)")
+        p.add_argument("config", nargs="?",
+                       help="configuration file (TOML)" + (" (required unless --resume)"
+                                                           if name == "sweep" else ""))
+        p.add_argument("-o", "--output",
+                       help="results root directory (default: results)")
+        p.add_argument("--name", help="run name: one folder in the results directory, never "
+                                      "overwritten (default: <experiment>-<timestamp>, "
+                                      "suffixed -2, -3... if taken)")
+        p.add_argument("--resume", metavar="DIR",
+                       help="finish the interrupted run in DIR: run only its missing points, "
+                            "with its stored configuration, then write the report")
         p.add_argument("--jobs", type=positive("--jobs", 1, 256),
                        default=1 if name == "run" else None,
                        help="worker processes")

@@ -17,6 +17,7 @@ import io
 import json
 from pathlib import Path
 
+from sim.errors import OutputPathError
 from sim.experiment.metrics import rtl_agreement
 from sim.files import atomic_writes
 
@@ -530,9 +531,18 @@ def _glossary():
 
 def write_results(config, results, out_dir, wall_s, command):
     """Write results.json, results.csv, report.md and the plots into ``out_dir`` (all or
-    nothing)."""
+    nothing; results.json is renamed into place last, so its presence marks a complete run).
+
+    Raises
+    ------
+    OutputPathError
+        ``out_dir`` cannot be made or written.
+    """
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputPathError(f"{out_dir}: cannot create: {exc.strerror}") from None
     rows = [_row(r) for r in results]
     payload = {"config": config.as_dict(), "command": command, "wall_s": wall_s,
                "points": [{**_row(r), "validation": r.validation} for r in results]}
@@ -545,11 +555,11 @@ def write_results(config, results, out_dir, wall_s, command):
     writer.writerows(rows)
     plots = _plots(results)
     names = ["results.json", "results.csv", "report.md"] + [name for name, _ in plots]
-    with atomic_writes([out_dir / n for n in names]) as temps:
-        temps[0].write_text(json.dumps(payload, indent=2, default=float) + "\n")
-        temps[1].write_text(buf.getvalue())
-        temps[2].write_text(_report(config, results, wall_s, command, [n for n, _ in plots]))
-        for temp, (_, figure) in zip(temps[3:], plots):
+    with atomic_writes([out_dir / n for n in names[1:] + names[:1]]) as temps:
+        temps[-1].write_text(json.dumps(payload, indent=2, default=float) + "\n")
+        temps[0].write_text(buf.getvalue())
+        temps[1].write_text(_report(config, results, wall_s, command, [n for n, _ in plots]))
+        for temp, (_, figure) in zip(temps[2:-1], plots):
             figure.savefig(temp, format="png", dpi=110, bbox_inches="tight")
     import matplotlib.pyplot as plt
     for _, figure in plots:
