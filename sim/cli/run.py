@@ -4,6 +4,7 @@ Registered into the main parser by :func:`register`.
 """
 
 import json
+import logging
 import os
 import shlex
 import sys
@@ -60,7 +61,16 @@ def _cmd_replay(args):
         from sim.cosim.runner import available_simulators
         if args.sim not in available_simulators():
             raise UsageError(f"--sim {args.sim}: simulator not installed")
-        result = replay_rtl(plan, args.sim, waves=args.waves, quiet=not args.verbose)
+        expected = None
+        if logging.getLogger("innet").isEnabledFor(logging.INFO):
+            # The fast model is cycle-exact against the RTL and takes seconds: its cycle count
+            # is what the RTL replay's progress counts towards.
+            from sim.model.switch import replay_model
+            expected = replay_model(plan).cycles
+            print(f"... the fast model expects {expected:,} cycles; replaying them through the "
+                  f"RTL ({args.sim})", file=sys.stderr, flush=True)
+        result = replay_rtl(plan, args.sim, waves=args.waves, quiet=not args.verbose,
+                            expected_cycles=expected)
     summary = result.summary()
     summary.update({"trace": str(path), "switch": cfg.as_dict(), "cycle_ns": cfg.cycle_ns})
     if args.backend == "model":

@@ -89,6 +89,9 @@ def execute(config, jobs=1, dask=None, progress=None, done=None, on_result=None)
             client = Client(dask, timeout=10)
         except (OSError, TimeoutError) as exc:
             raise InputError(f"--dask {dask}: cannot connect: {exc}") from None
+        if progress:
+            progress(f"[{len(todo) - len(pending)}/{len(todo)}] {len(pending)} points submitted "
+                     f"to {dask}")
         try:
             futures = [client.submit(run_point, config, *todo[i], pure=False) for i in pending]
             index = {f.key: i for f, i in zip(futures, pending)}
@@ -99,6 +102,9 @@ def execute(config, jobs=1, dask=None, progress=None, done=None, on_result=None)
         finally:
             client.close()
     elif jobs > 1:
+        if progress:   # the first point takes seconds to finish: say what is under way
+            progress(f"[{len(todo) - len(pending)}/{len(todo)}] running {len(pending)} points "
+                     f"on {min(jobs, len(pending))} worker processes")
         pool = ProcessPoolExecutor(max_workers=jobs, initializer=_quiet_on_interrupt)
         try:
             futures = {pool.submit(run_point, config, *todo[i]): i for i in pending}
