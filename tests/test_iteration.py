@@ -1,5 +1,7 @@
 """The data-parallel iteration model: buckets, overlap, exposed communication, stragglers."""
 
+import math
+
 import pytest
 
 from sim.gpu.collectives import allreduce_cost
@@ -95,3 +97,63 @@ def test_synthetic_chain():
 def test_config_validation():
     with pytest.raises(ValueError, match="speed has 2 factors for 8 GPUs"):
         simulate_iteration(resnet50(8), A100, IterationConfig(n_gpus=8, speed=[1, 1]))
+
+
+# -- IterationConfig's ranges (tests/test_inputs.py has them from the command line) -------------
+
+@pytest.mark.parametrize("changes, message", [
+    ({"n_gpus": 0}, r"n_gpus must be an integer in \[1, 64\]"),
+    ({"n_gpus": 65}, r"n_gpus must be an integer in \[1, 64\] \(one switch of 64 ports"),
+    ({"algo": "mesh"}, "algo must be one of ring, tree, direct, inswitch, not 'mesh'"),
+    ({"bucket_cap_bytes": 0}, r"bucket_cap_bytes must be an integer in \[1, 1125899906842624\]"),
+    ({"first_bucket_bytes": 0.5}, "first_bucket_bytes must be an integer"),
+    ({"fusion_bytes": 2**60}, "fusion_bytes must be an integer"),
+    ({"cycle_s": math.nan}, r"cycle_s must be a finite number in \[0, 1000\]"),
+    ({"cycle_s": 0}, "cycle_s must be positive, not 0"),
+    ({"grad_accum": 0}, "grad_accum must be an integer"),
+    ({"speed": [1.0] * 7 + [math.nan]}, r"the speed factor of GPU 7 must be a finite number in "
+                                        r"\[0.001, 1000\]"),
+    ({"speed": [1.0] * 7 + [math.inf]}, "the speed factor of GPU 7 must be a finite number"),
+    ({"speed": [1e-300] + [1.0] * 7}, "the speed factor of GPU 0 must be a finite number"),
+    ({"speed": [-0.0] + [1.0] * 7}, "the speed factor of GPU 0 must be a finite number"),
+    ({"channels": 0}, "channels must be an integer"),
+    ({"optimizer_bytes_per_param": math.inf}, "optimizer_bytes_per_param must be a finite"),
+])
+def test_config_ranges(changes, message):
+    config = IterationConfig(n_gpus=8, **{k: v for k, v in changes.items() if k != "n_gpus"})
+    if "n_gpus" in changes:
+        config.n_gpus = changes["n_gpus"]
+    with pytest.raises(ValueError, match=message):
+        config.validate()
+
+
+def test_config_against_the_gpu_and_workload():
+    """What depends on the GPU and the workload: channels up to the SMs, gradients and each
+    layer's activations within HBM, and at most MAX_KERNELS kernels to simulate."""
+    from sim.gpu.iteration import MAX_KERNELS
+    from sim.gpu.workloads import transformer
+    with pytest.raises(ValueError, match=r"channels must be an integer in \[1, 108\]"):
+        simulate_iteration(resnet50(8), A100, IterationConfig(n_gpus=8, channels=109))
+    with pytest.raises(ValueError, match="gradients, .* do not fit in the HBM of one A100"):
+        simulate_iteration(transformer(hidden=20_000, layers=8, seq=8, batch=1), A100,
+                           IterationConfig(n_gpus=8))
+    with pytest.raises(ValueError, match="layer conv1 of resnet50 outputs .* bytes of "
+                                         "activations, more than the HBM"):
+        simulate_iteration(resnet50(30_000), A100, IterationConfig(n_gpus=8))
+    accum = MAX_KERNELS // (2 * len(resnet50(8).layers)) + 1
+    with pytest.raises(ValueError, match=f"at most {MAX_KERNELS}"):
+        simulate_iteration(resnet50(8), A100, IterationConfig(n_gpus=8, grad_accum=accum))
+
+
+@pytest.mark.parametrize("factor", [1e-3, 1e3])
+def test_speed_factors_at_the_bounds_simulate(factor):
+    """The extremes of the speed range run to the end (no deadlock, no overflow)."""
+    base = simulate_iteration(resnet50(8), A100, IterationConfig(n_gpus=4), record=False)
+    r = simulate_iteration(resnet50(8), A100,
+                           IterationConfig(n_gpus=4, speed=[1.0, 1.0, 1.0, factor]),
+                           record=False)
+    assert math.isfinite(r.iteration_s)
+    if factor < 1:
+        assert r.iteration_s > 500 * base.iteration_s
+    else:
+        assert r.iteration_s == pytest.approx(base.iteration_s, rel=0.05)

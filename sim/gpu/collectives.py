@@ -26,12 +26,17 @@ the fastest of NCCL's protocols (LL, LL128, Simple) as NCCL's tuner does.
 """
 
 import math
+import numbers
 from dataclasses import dataclass
 
-__all__ = ["ALGORITHMS", "PROTOCOLS", "CollectiveCost", "allreduce_cost", "collective_cost",
-           "expand_collective", "Message", "SIMPLE_EFFICIENCY"]
+from sim.gpu.presets import ModelInputError, check_count, check_real
+
+__all__ = ["ALGORITHMS", "OPS", "PROTOCOLS", "CollectiveCost", "allreduce_cost",
+           "collective_cost", "expand_collective", "Message", "SIMPLE_EFFICIENCY"]
 
 ALGORITHMS = ("ring", "tree", "direct", "inswitch")
+#: the collective operations :func:`collective_cost` knows
+OPS = ("allreduce", "reducescatter", "allgather", "reduce", "broadcast", "p2p")
 
 #: Fraction of the effective link bandwidth the Simple protocol reaches on large ring
 #: all-reduces. One constant fitted to nccl-tests on 8×A100 and 8×H100 together (see
@@ -126,17 +131,33 @@ def _traffic(op, algo, n, size):
 def collective_cost(gpu, n, size_bytes, op="allreduce", algo="ring", channels=None):
     """Cost of a collective on ``n`` GPUs of type ``gpu`` (a :class:`sim.gpu.GPU`).
 
+    ``size_bytes`` is at most the GPU's HBM (the buffer lives in it), ``channels`` (one CTA on
+    an SM of its own each) at most the GPU's SMs. ``n`` is any integer from 2: the engine's
+    scaling benchmarks (``innet bench model``) take it to 1,024; what a user asks for is held to
+    :data:`sim.gpu.presets.MAX_GPUS` by :class:`sim.gpu.iteration.IterationConfig` and by the
+    command line.
+
     Raises
     ------
-    ValueError
-        For n < 2 (p2p: n may be 2), a negative size or an unknown algorithm.
+    ModelInputError
+        (a ValueError) For an unknown algorithm or operation, n not an integer of at least 2,
+        a size that is negative, not finite or larger than the GPU's HBM, or a channel count
+        outside [1, the GPU's SMs].
     """
     if algo not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algo!r}; choose from {', '.join(ALGORITHMS)}")
-    if n < 2:
-        raise ValueError(f"a collective needs at least 2 GPUs, not {n}")
-    if size_bytes < 0:
-        raise ValueError(f"size must be non-negative, not {size_bytes}")
+        raise ModelInputError(f"unknown algorithm {algo!r}; choose from {', '.join(ALGORITHMS)}")
+    if op not in OPS:
+        raise ModelInputError(f"unknown collective {op!r}; choose from {', '.join(OPS)}")
+    if isinstance(n, numbers.Real) and n < 2:
+        raise ModelInputError(f"a collective needs at least 2 GPUs, not {n!r}")
+    check_count("the GPU count", n, 2)
+    if isinstance(size_bytes, numbers.Real) and size_bytes < 0:
+        raise ModelInputError(f"size must be non-negative, not {size_bytes}")
+    check_real("size_bytes", size_bytes, 0, gpu.hbm_bytes,
+               f"the buffer lives in the HBM of one {gpu.name}")
+    if channels is not None:
+        check_count("channels", channels, 1, gpu.sms,
+                    f"a channel is one CTA on an SM of its own; {gpu.name} has {gpu.sms} SMs")
     link_bytes, hbm_bytes, steps = _traffic(op, algo, n, size_bytes)
     bandwidth = gpu.link_effective_gbps * 1e9
     scale = math.log2(n) / 3.0   # NCCL's base latencies are for 8 GPUs

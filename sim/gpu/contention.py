@@ -18,7 +18,10 @@ the link term for collectives). A slowdown is attributed to its causes by re-run
 with one resource contended at a time and splitting the total in proportion.
 """
 
+import math
 from dataclasses import dataclass
+
+from sim.gpu.presets import ModelInputError
 
 __all__ = ["CTA_SM_OCCUPANCY", "KernelSpec", "kernel_time", "Overlap", "overlap",
            "KERNEL_GAP_S"]
@@ -141,8 +144,19 @@ def rates_during(gpu, kernel, comm, link_share=1.0):
 def overlap(gpu, kernel, comm, link_share=1.0):
     """Run ``kernel`` and collective ``comm`` (a :class:`sim.collectives.CollectiveCost`) at
     the same time on one GPU, as if each lasted the other's whole duration (the steady state
-    the overlap query reports)."""
+    the overlap query reports).
+
+    Raises
+    ------
+    ModelInputError
+        (a ValueError) For a kernel that takes no time or no finite time alone (no FLOPs and
+        no HBM bytes, or counts that are not finite): its slowdown is undefined.
+    """
     compute_alone = kernel_time(gpu, kernel)
+    if not 0 < compute_alone < math.inf:
+        raise ModelInputError(f"kernel {kernel.name!r} takes {compute_alone} s alone "
+                              f"({kernel.flops} FLOPs, {kernel.hbm_bytes} HBM bytes): its "
+                              f"slowdown is undefined")
     comm_alone = comm.time_s
     compute_s, comm_stream_s, share, k_hbm, c_hbm = rates_during(gpu, kernel, comm, link_share)
     comm_s = comm.latency_s + comm_stream_s

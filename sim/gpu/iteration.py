@@ -17,13 +17,21 @@ speeds, not with N.
 import math
 from dataclasses import dataclass, field
 
-from sim.gpu.collectives import collective_cost
+from sim.gpu.collectives import ALGORITHMS, collective_cost
 from sim.gpu.contention import KERNEL_GAP_S, KernelSpec, kernel_time, rates_during, sm_share_during
+from sim.gpu.presets import MAX_BYTES, MAX_GPUS, ModelInputError, check_count, check_real
 
 __all__ = ["IterationConfig", "Bucket", "make_buckets", "simulate_iteration", "simulate_streams",
            "IterationResult"]
 
 MiB = 1 << 20
+
+#: Range of a GPU's speed factor (1.0 nominal): a GPU 1000 times slower than its peers is
+#: broken, not a straggler, and its kernels would outlast a trace record's duration field.
+MIN_SPEED, MAX_SPEED = 1e-3, 1e3
+#: Most compute kernels one simulation steps through (kernels per GPU x distinct speed
+#: factors): about half a minute and a gigabyte at most.
+MAX_KERNELS = 1_000_000
 
 
 @dataclass
@@ -64,19 +72,79 @@ class IterationConfig:
     optimizer_bytes_per_param: float = 16.0
 
     def validate(self):
-        if self.n_gpus < 1:
-            raise ValueError(f"n_gpus must be at least 1, not {self.n_gpus}")
-        if self.grad_accum < 1:
-            raise ValueError(f"grad_accum must be at least 1, not {self.grad_accum}")
+        """Check every parameter against its range.
+
+        Raises
+        ------
+        ModelInputError
+            (a ValueError) Naming the parameter, its range and why: ``n_gpus`` in [1,
+            :data:`~sim.gpu.presets.MAX_GPUS`]; the bucket sizes whole bytes in [1,
+            :data:`~sim.gpu.presets.MAX_BYTES`]; ``cycle_s`` in (0, 1000]; ``grad_accum`` at
+            least 1; one speed factor per GPU, each finite in [:data:`MIN_SPEED`,
+            :data:`MAX_SPEED`]; ``channels`` at least 1; ``optimizer_bytes_per_param``
+            finite in [0, 1000].
+        """
+        check_count("n_gpus", self.n_gpus, 1, MAX_GPUS, f"one switch of {MAX_GPUS} ports as an "
+                    f"NVSwitch gen3, each GPU on a port of its own")
+        if self.algo not in ALGORITHMS:
+            raise ModelInputError(f"algo must be one of {', '.join(ALGORITHMS)}, "
+                                  f"not {self.algo!r}")
         if self.bucketing not in ("ddp", "horovod"):
-            raise ValueError(f"bucketing must be ddp or horovod, not {self.bucketing!r}")
-        if self.bucket_cap_bytes <= 0 or self.first_bucket_bytes <= 0:
-            raise ValueError("bucket sizes must be positive")
+            raise ModelInputError(f"bucketing must be ddp or horovod, not {self.bucketing!r}")
+        for name in ("first_bucket_bytes", "bucket_cap_bytes", "fusion_bytes"):
+            check_count(name, getattr(self, name), 1, MAX_BYTES, "whole bytes, at most 2^50")
+        check_real("cycle_s", self.cycle_s, 0, 1000.0, "seconds")
+        if self.cycle_s == 0:
+            raise ModelInputError("cycle_s must be positive, not 0")
+        if not isinstance(self.overlap, bool):
+            raise ModelInputError(f"overlap must be True or False, not {self.overlap!r}")
+        check_count("grad_accum", self.grad_accum, 1, MAX_KERNELS // 2,
+                    "micro-batches per all-reduce")
         if self.speed is not None:
             if len(self.speed) != self.n_gpus:
-                raise ValueError(f"speed has {len(self.speed)} factors for {self.n_gpus} GPUs")
-            if any(s <= 0 for s in self.speed):
-                raise ValueError("speed factors must be positive")
+                raise ModelInputError(f"speed has {len(self.speed)} factors for {self.n_gpus} "
+                                      f"GPUs")
+            for g, factor in enumerate(self.speed):
+                check_real(f"the speed factor of GPU {g}", factor, MIN_SPEED, MAX_SPEED,
+                           f"a GPU at most {MAX_SPEED:g} times slower or faster than nominal")
+        if self.channels is not None:
+            check_count("channels", self.channels, 1, None, "SMs of the collective kernels")
+        check_real("optimizer_bytes_per_param", self.optimizer_bytes_per_param, 0, 1000.0)
+
+    def validate_for(self, workload, gpu):
+        """:meth:`validate`, then what depends on the workload and the GPU.
+
+        Raises
+        ------
+        ModelInputError
+            Also for ``channels`` above the GPU's SMs; gradients (all of them live on every
+            GPU) or one layer's activations larger than the GPU's HBM; or more than
+            :data:`MAX_KERNELS` compute kernels to simulate (per micro-batch a forward and a
+            backward kernel per layer, for every GPU class of one speed factor).
+        """
+        self.validate()
+        if self.channels is not None:
+            check_count("channels", self.channels, 1, gpu.sms,
+                        f"a channel is one CTA on an SM of its own; {gpu.name} has {gpu.sms} "
+                        f"SMs")
+        if workload.gradient_bytes > gpu.hbm_bytes:
+            raise ModelInputError(
+                f"{workload.name}'s gradients, {workload.gradient_bytes} bytes, do not fit in "
+                f"the HBM of one {gpu.name}, {gpu.hbm_bytes} bytes (data parallelism keeps all "
+                f"of them on every GPU)")
+        biggest = max(workload.layers, key=lambda layer: layer.activation_bytes, default=None)
+        if biggest is not None and biggest.activation_bytes > gpu.hbm_bytes:
+            raise ModelInputError(
+                f"layer {biggest.name} of {workload.name} outputs {biggest.activation_bytes} "
+                f"bytes of activations, more than the HBM of one {gpu.name}, {gpu.hbm_bytes} "
+                f"bytes: use a smaller batch or sequence")
+        classes = len(set(self.speed)) if self.speed is not None else 1
+        kernels = (2 * len(workload.layers) * self.grad_accum + 1) * classes
+        if kernels > MAX_KERNELS:
+            raise ModelInputError(
+                f"the iteration has {kernels} compute kernels to simulate ({len(workload.layers)}"
+                f" layers x 2 x {self.grad_accum} micro-batches + the optimizer, x {classes} "
+                f"speed factors); at most {MAX_KERNELS} (about half a minute)")
 
 
 @dataclass
@@ -194,7 +262,7 @@ class _Collective:
 def simulate_iteration(workload, gpu, config=None, record=True):
     """Simulate one iteration; returns an :class:`IterationResult`."""
     config = config or IterationConfig()
-    config.validate()
+    config.validate_for(workload, gpu)
     layers = workload.layers
     buckets = make_buckets(workload, config)
 

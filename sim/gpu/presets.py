@@ -1,12 +1,85 @@
-"""GPU presets: the resources the contention model shares out.
+"""GPU presets: the resources the contention model shares out, and the limits of the model
+(how many GPUs one switch holds, the largest byte count it takes) with the exception it raises
+for a parameter outside them.
 
 Units: bandwidths in GB/s with GB = 10^9 bytes; throughput in TFLOP/s (10^12); clocks in MHz;
 memory in bytes. Sources are in ``docs/calibration.md`` and on each field below.
 """
 
+import math
+import numbers
 from dataclasses import dataclass, replace
 
-__all__ = ["GPU", "PRESETS", "gpu_preset", "NCCL_NVLINK_GBPS"]
+from sim.errors import InputError
+
+__all__ = ["GPU", "PRESETS", "gpu_preset", "NCCL_NVLINK_GBPS", "ModelInputError", "MAX_GPUS",
+           "MAX_BYTES", "check_count", "check_real", "shown"]
+
+
+class ModelInputError(InputError, ValueError):
+    """A parameter of the GPU model outside its range (a GPU count, a size, a speed factor):
+    one line naming the parameter, its range and the reason for the range."""
+
+
+#: Most GPUs the model puts in one NVLink domain. The collectives assume every GPU reaches
+#: every other at its full NVLink bandwidth through one layer of switches, each GPU on a port
+#: of each switch: a layer of NVSwitch gen3 chips (64 NVLink ports each) holds 64 GPUs. The
+#: in-network switch the model drives has the same port count (hw/packet.py ``PORT_BITS`` = 6).
+MAX_GPUS = 64
+
+#: Largest byte count the model takes (a bucket cap, a message piece, a streamed kernel):
+#: 2^50 bytes (1024 TiB), far beyond any GPU's memory, and small enough that every time and
+#: rate computed from it stays finite.
+MAX_BYTES = 1 << 50
+
+
+def shown(value):
+    """``value`` for an error message; an integer of more than 15 digits in scientific notation
+    (``1.00e+300``), not its hundreds of digits (and with no float, which could overflow)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and \
+            abs(value) >= 10**15:
+        digits = str(abs(int(value)))
+        return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"
+    return repr(value)
+
+
+def _bound(value):
+    """A range's bound for an error message: integers in full, other numbers as ``%g``."""
+    return str(value) if isinstance(value, numbers.Integral) else f"{value:g}"
+
+
+def check_count(name, value, minimum, maximum=None, why=""):
+    """``value`` if it is an integer (not a bool; numpy integers count) in [minimum, maximum].
+
+    Raises
+    ------
+    ModelInputError
+        ``name must be an integer in [minimum, maximum] (why), not value``.
+    """
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum or \
+            (maximum is not None and value > maximum):
+        bound = f"in [{minimum}, {maximum}]" if maximum is not None else f"at least {minimum}"
+        raise ModelInputError(f"{name} must be an integer {bound}"
+                              f"{f' ({why})' if why else ''}, not {shown(value)}")
+    return value
+
+
+def check_real(name, value, minimum, maximum, why=""):
+    """``value`` if it is a finite real number (not a bool) in [minimum, maximum].
+
+    Raises
+    ------
+    ModelInputError
+        ``name must be a finite number in [minimum, maximum] (why), not value``.
+    """
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or \
+            not (isinstance(value, numbers.Integral) or math.isfinite(value)) or \
+            not minimum <= value <= maximum:
+        raise ModelInputError(f"{name} must be a finite number in [{_bound(minimum)}, "
+                              f"{_bound(maximum)}]"
+                              f"{f' ({why})' if why else ''}, not {shown(value)}")
+    return value
+
 
 #: Effective bandwidth of one NVLink per direction in NCCL's own topology model (GB/s):
 #: NCCL ``src/graph/topo.h`` ``SM70_NVLINK_BW`` 20.0, ``SM80_NVLINK_BW`` 20.0,

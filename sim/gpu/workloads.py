@@ -10,8 +10,10 @@ mixed precision parameters and their gradients stay FP32, which is what DDP buck
 
 from dataclasses import dataclass, field
 
+from sim.gpu.presets import check_count
+
 __all__ = ["Layer", "Workload", "resnet50", "vgg16", "bert_large", "gpt2_xl", "transformer",
-           "MODELS", "build_workload"]
+           "MODELS", "build_workload", "MAX_DIMENSION", "MAX_LAYERS", "POSITIONS"]
 
 
 @dataclass(frozen=True)
@@ -251,14 +253,31 @@ def gpt2_xl(batch=4, seq=1024):
 MODELS = {"resnet50": resnet50, "vgg16": vgg16, "bert_large": bert_large, "gpt2_xl": gpt2_xl}
 
 
+#: Largest batch, sequence length and hidden size :func:`build_workload` takes: enough that
+#: every FLOP and byte count stays a finite float (a workload near it does not fit a GPU's
+#: memory anyway, which the iteration model checks against the GPU).
+MAX_DIMENSION = 1 << 24
+#: Most transformer layers :func:`build_workload` takes: a hundred times the deepest published
+#: stacks (GPT-3 96, Megatron-Turing NLG 105); the iteration model simulates every layer.
+MAX_LAYERS = 10_000
+#: Position embeddings of the published models: the longest sequence each takes.
+POSITIONS = {"bert_large": 512, "gpt2_xl": 1024}
+
+
 def build_workload(name, batch=None, **kwargs):
     """A workload by name (``resnet50``, ``vgg16``, ``bert_large``, ``gpt2_xl``,
     ``transformer``).
 
+    ``batch``, ``seq`` and ``hidden`` are integers in [1, :data:`MAX_DIMENSION`], ``layers`` in
+    [1, :data:`MAX_LAYERS`]; BERT-large and GPT-2 XL take sequences up to their position
+    embeddings (:data:`POSITIONS`).
+
     Raises
     ------
     ValueError
-        For an unknown model.
+        For an unknown model, or a sequence length for a CNN.
+    ModelInputError
+        (a ValueError) For a size outside its range.
     """
     key = name.lower().replace("-", "_")
     if key == "bert":
@@ -270,4 +289,13 @@ def build_workload(name, batch=None, **kwargs):
         kwargs["batch"] = batch
     if "seq" in kwargs and key in ("resnet50", "vgg16"):
         raise ValueError(f"{key} has no sequence length")
+    if "seq" in kwargs and key in POSITIONS:
+        check_count("seq", kwargs["seq"], 1, POSITIONS[key],
+                    f"{key} has {POSITIONS[key]} position embeddings")
+    for param, unit in (("batch", "samples per GPU"), ("seq", "tokens"), ("hidden", "features")):
+        if param in kwargs:
+            check_count(param, kwargs[param], 1, MAX_DIMENSION, unit)
+    if "layers" in kwargs:
+        check_count("layers", kwargs["layers"], 1, MAX_LAYERS,
+                    "each is simulated; 100 times the deepest published transformers")
     return builders[key](**kwargs)
