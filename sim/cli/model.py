@@ -3,33 +3,73 @@
 Registered into the main parser by :func:`register`.
 """
 
+import math
 import re
+from fractions import Fraction
 from pathlib import Path
 
 from sim.cli.output import UsageError, emit as _print, real_number
+from sim.gpu.presets import MAX_BYTES, ModelInputError, shown
 
 __all__ = ["register", "parse_size"]
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}
+MiB = 1 << 20
+
+#: Most records ``innet trace gen`` makes: 320 MB as a binary trace, and about 3 GB of memory
+#: and a few minutes to generate (a record takes some 270 bytes and 12 us in Python).
+MAX_TRACE_RECORDS = 10_000_000
 
 
-def parse_size(text):
-    """``"1GiB"`` → 1073741824; ``"25MB"`` → 25000000; plain numbers are bytes.
+def parse_size(text, what="size"):
+    """``"1GiB"`` → 1073741824; ``"25MB"`` → 25000000; plain numbers are bytes. The value,
+    computed exactly, must be a whole number of bytes in [1, 2^50].
 
     Raises
     ------
     UsageError
-        For anything else.
+        For anything else, naming ``what`` (``size``, or the option).
     """
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(text))
+    text = str(text)
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
     if not match or match.group(2).upper() not in _UNITS:
-        raise UsageError(f"size {text!r} is not a number of bytes with an optional unit "
-                         f"(B, KB, MB, GB, KiB, MiB, GiB)")
-    value = float(match.group(1)) * _UNITS[match.group(2).upper()]
+        raise UsageError(f"{what} {_echo(text)} is not a number of bytes with an optional "
+                         f"unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+    value = Fraction(match.group(1)) * _UNITS[match.group(2).upper()]
     if value <= 0:
-        raise UsageError(f"size {text!r} must be positive")
+        raise UsageError(f"{what} {_echo(text)} must be positive")
+    if value > MAX_BYTES:
+        raise UsageError(f"{what} {_echo(text)} is more than {MAX_BYTES} bytes (2^50, "
+                         f"1024 TiB), the largest size the model takes")
+    if value.denominator != 1:
+        raise UsageError(f"{what} {_echo(text)} is {float(value):.12g} bytes, not a whole number "
+                         f"of bytes")
     return int(value)
+
+
+def _echo(text, limit=40):
+    """``text`` quoted for an error message, cut short when it is long."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
+
+
+def _bytes_option(flag, value, unit, unit_name):
+    """A number of ``unit_name`` (``unit`` bytes each; finite, from :func:`real_number`) as
+    whole bytes, truncated as DDP truncates ``bucket_cap_mb``; a positive value must come to at
+    least one byte, and none to more than 2^50.
+
+    Raises
+    ------
+    UsageError
+    """
+    if value > MAX_BYTES / unit:
+        raise UsageError(f"{flag} must be at most {MAX_BYTES / unit:g} {unit_name} (2^50 bytes), "
+                         f"not {value:g}")
+    nbytes = int(value * unit)
+    if value > 0 and nbytes < 1:
+        raise UsageError(f"{flag} {value:g} is less than one byte (1 byte = {1 / unit:.3g} "
+                         f"{unit_name})")
+    return nbytes
 
 
 def _gpu(name):
@@ -54,8 +94,19 @@ def _workload(name, batch, args=None):
         extra["seq"] = args.seq
     try:
         return build_workload(name, batch=batch, **extra)
+    except ModelInputError:
+        raise   # names the option's parameter itself
     except (ValueError, TypeError) as exc:
         raise UsageError(f"--model: {exc}") from None
+
+
+def _check_gpus(n):
+    """``--gpus``: one switch holds at most MAX_GPUS (the iteration model checks it too; the
+    command line says it first, naming the option, before making a list per GPU)."""
+    from sim.gpu.presets import MAX_GPUS
+    if n > MAX_GPUS:
+        raise UsageError(f"--gpus must be at most {MAX_GPUS} (one switch of {MAX_GPUS} ports as "
+                         f"an NVSwitch gen3, each GPU on a port of its own), not {shown(n)}")
 
 
 def _check_algo(algo):
@@ -70,7 +121,8 @@ def _cmd_collective(args):
     from sim.gpu.collectives import collective_cost
     gpu = _gpu(args.gpu)
     _check_algo(args.algo)
-    size = parse_size(args.size)
+    _check_gpus(args.gpus)
+    size = parse_size(args.size, "--size")
     cost = collective_cost(gpu, args.gpus, size, args.op, args.algo, args.channels)
     payload = {"gpu": gpu.name, "gpus": args.gpus, "op": args.op, "algo": args.algo,
                "size_bytes": size, "time_us": cost.time_s * 1e6, "algbw_GBps": cost.algbw_gbps,
@@ -87,20 +139,28 @@ def _cmd_collective(args):
 
 # -- model overlap -------------------------------------------------------------------------
 
-def _parse_compute(text):
+def _parse_compute(text, gpu):
+    """``gemm:M,N,K`` (FP16 operands and result, which must fit in the GPU's HBM) or
+    ``stream:BYTES`` as a :class:`KernelSpec`."""
     from sim.gpu.contention import KernelSpec
     kind, _, rest = text.partition(":")
     if kind == "gemm":
-        try:
-            m, n, k = (int(x) for x in rest.split(","))
-        except ValueError:
-            raise UsageError(f"--compute {text!r}: expected gemm:M,N,K") from None
+        match = re.fullmatch(r"([0-9]+),([0-9]+),([0-9]+)", rest)
+        if not match:
+            raise UsageError(f"--compute {_echo(text)}: expected gemm:M,N,K")
+        m, n, k = (int(x) for x in match.groups())
         if min(m, n, k) <= 0:
-            raise UsageError(f"--compute {text!r}: dimensions must be positive")
-        return KernelSpec(f"gemm {m}x{n}x{k}", 2.0 * m * n * k, 2.0 * (m * k + k * n + m * n))
+            raise UsageError(f"--compute {_echo(text)}: dimensions must be positive")
+        matrix_bytes = 2 * (m * k + k * n + m * n)
+        if matrix_bytes > gpu.hbm_bytes:
+            raise UsageError(f"--compute {_echo(text)}: the three matrices take "
+                             f"{shown(matrix_bytes)} bytes (2 an element), more than the HBM "
+                             f"of one {gpu.name}, {gpu.hbm_bytes} bytes")
+        return KernelSpec(f"gemm {m}x{n}x{k}", 2.0 * m * n * k, float(matrix_bytes))
     if kind == "stream":
-        return KernelSpec(f"stream {rest}", 0.0, float(parse_size(rest)), False)
-    raise UsageError(f"--compute {text!r}: expected gemm:M,N,K or stream:BYTES")
+        nbytes = parse_size(rest, f"--compute {_echo(text)}: size")
+        return KernelSpec(f"stream {rest}", 0.0, float(nbytes), False)
+    raise UsageError(f"--compute {_echo(text)}: expected gemm:M,N,K or stream:BYTES")
 
 
 def _cmd_overlap(args):
@@ -108,11 +168,13 @@ def _cmd_overlap(args):
     from sim.gpu.contention import overlap
     gpu = _gpu(args.gpu)
     _check_algo(args.algo)
-    kernel = _parse_compute(args.compute)
+    _check_gpus(args.gpus)
+    kernel = _parse_compute(args.compute, gpu)
     op, _, size_text = args.comm.partition(":")
     if op != "allreduce" or not size_text:
-        raise UsageError(f"--comm {args.comm!r}: expected allreduce:SIZE")
-    comm = collective_cost(gpu, args.gpus, parse_size(size_text), "allreduce", args.algo)
+        raise UsageError(f"--comm {_echo(args.comm)}: expected allreduce:SIZE")
+    size = parse_size(size_text, f"--comm {_echo(args.comm)}: size")
+    comm = collective_cost(gpu, args.gpus, size, "allreduce", args.algo)
     o = overlap(gpu, kernel, comm)
     payload = {"gpu": gpu.name, "gpus": args.gpus, "algo": args.algo, "compute": kernel.name,
                "comm": args.comm, **{k: v for k, v in o.__dict__.items()}}
@@ -131,29 +193,58 @@ def _cmd_overlap(args):
 
 # -- model iteration -----------------------------------------------------------------------
 
+def _straggler_speeds(args):
+    """The per-GPU speed factors of the ``--straggler GPU:FACTOR`` options, or None."""
+    from sim.gpu.iteration import MAX_SPEED, MIN_SPEED
+    if not args.straggler:
+        return None
+    speed = [1.0] * args.gpus
+    given = set()
+    for item in args.straggler:
+        match = re.fullmatch(r"([0-9]+):([0-9A-Za-z.+-]+)", item)
+        try:
+            if not match:
+                raise ValueError(item)
+            g, factor = int(match.group(1)), float(match.group(2))
+        except ValueError:
+            raise UsageError(f"--straggler {item!r}: expected GPU:FACTOR") from None
+        if not 0 <= g < args.gpus:
+            raise UsageError(f"--straggler {item!r}: GPU must be in [0, {args.gpus - 1}], "
+                             f"not {shown(g)}")
+        if not (math.isfinite(factor) and MIN_SPEED <= factor <= MAX_SPEED):
+            raise UsageError(f"--straggler {item!r}: the factor must be a finite number in "
+                             f"[{MIN_SPEED:g}, {MAX_SPEED:g}] (a GPU at most {MAX_SPEED:g} "
+                             f"times slower or faster than nominal), not {match.group(2)}")
+        if g in given:
+            raise UsageError(f"--straggler {item!r}: GPU {g} has a factor already "
+                             f"({speed[g]:g})")
+        given.add(g)
+        speed[g] = factor
+    return speed
+
+
 def _iteration_config(args):
+    """The :class:`IterationConfig` of the options ``innet model iteration`` and ``innet trace
+    gen`` share (what the model validates it checks itself)."""
     from sim.gpu.iteration import IterationConfig
-    speed = None
-    if args.straggler:
-        speed = [1.0] * args.gpus
-        for item in args.straggler:
-            gpu_text, _, factor_text = item.partition(":")
-            try:
-                g, factor = int(gpu_text), float(factor_text)
-            except ValueError:
-                raise UsageError(f"--straggler {item!r}: expected GPU:FACTOR") from None
-            if not 0 <= g < args.gpus or factor <= 0:
-                raise UsageError(f"--straggler {item!r}: GPU must be in [0, {args.gpus - 1}] "
-                                 f"and the factor positive")
-            speed[g] = factor
-    if args.gpus < 1:
-        raise UsageError(f"--gpus must be at least 1, not {args.gpus}")
-    return IterationConfig(n_gpus=args.gpus, algo=args.algo,
-                           bucketing=args.bucketing,
-                           bucket_cap_bytes=int(args.bucket_mb * (1 << 20)),
-                           first_bucket_bytes=int(args.first_bucket_mb * (1 << 20)),
+    _check_gpus(args.gpus)
+    if args.bucketing != "ddp":
+        given = [flag for flag, value in (("--bucket-mb", args.bucket_mb),
+                                          ("--first-bucket-mb", args.first_bucket_mb))
+                 if value is not None]
+        if given:
+            raise UsageError(f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} "
+                             f"to --bucketing ddp only (Horovod fuses gradients up to "
+                             f"{IterationConfig.fusion_bytes} bytes)")
+    sizes = {}
+    if args.bucket_mb is not None:
+        sizes["bucket_cap_bytes"] = _bytes_option("--bucket-mb", args.bucket_mb, MiB, "MiB")
+    if args.first_bucket_mb is not None:
+        sizes["first_bucket_bytes"] = _bytes_option("--first-bucket-mb", args.first_bucket_mb,
+                                                    MiB, "MiB")
+    return IterationConfig(n_gpus=args.gpus, algo=args.algo, bucketing=args.bucketing,
                            overlap=not args.no_overlap, grad_accum=args.grad_accum,
-                           speed=speed, channels=args.channels)
+                           speed=_straggler_speeds(args), channels=args.channels, **sizes)
 
 
 def _cmd_iteration(args):
@@ -213,9 +304,12 @@ def _cmd_trace_gen(args):
         raise UsageError(f"{out}: directory {out.parent} does not exist")
     if args.p2p_mb < 0:
         raise UsageError(f"--p2p-mb must not be negative, not {args.p2p_mb}")
-    meta, records, result = generate_trace(workload, gpu, args.gpus, args.algo, args.bucket_mb,
-                                           int(args.chunk_kb * 1024),
-                                           p2p_bytes=int(args.p2p_mb * (1 << 20)))
+    meta, records, result = generate_trace(
+        workload, gpu, args.gpus, args.algo,
+        chunk_bytes=_bytes_option("--chunk-kb", args.chunk_kb, 1024, "KiB"),
+        config=_iteration_config(args),
+        p2p_bytes=_bytes_option("--p2p-mb", args.p2p_mb, MiB, "MiB"),
+        max_records=MAX_TRACE_RECORDS)
     count = write_trace(out, meta, records, args.format)
     _print(args, {"file": str(out), "records": count, **meta},
            [f"wrote {out}: {count} records, {args.gpus} GPUs, {workload.name}, {args.algo}, "
@@ -318,10 +412,10 @@ def _iteration_arguments(p, positive, gpus_min=1):
     p.add_argument("--algo", default="ring")
     p.add_argument("--bucketing", choices=["ddp", "horovod"], default="ddp")
     p.add_argument("--bucket-mb", type=real_number("--bucket-mb", 0, exclusive=True),
-                   default=25.0, help="DDP bucket_cap_mb (MiB)")
+                   help="DDP bucket_cap_mb (MiB, default 25)")
     p.add_argument("--first-bucket-mb",
-                   type=real_number("--first-bucket-mb", 0, exclusive=True), default=1.0,
-                   help="DDP first bucket (MiB)")
+                   type=real_number("--first-bucket-mb", 0, exclusive=True),
+                   help="DDP first bucket (MiB, default 1)")
     p.add_argument("--no-overlap", action="store_true",
                    help="all-reduce after backward instead of during it")
     p.add_argument("--grad-accum", type=positive("--grad-accum"), default=1)

@@ -4,15 +4,18 @@ from dataclasses import replace
 
 from sim.gpu.collectives import SWITCH, expand_collective
 from sim.gpu.iteration import IterationConfig, simulate_iteration
+from sim.gpu.presets import MAX_BYTES, ModelInputError, check_count, check_real
 from sim.trace.format import PHASES, SWITCH_PORT, TraceRecord
 
-__all__ = ["generate_trace"]
+__all__ = ["MAX_FIELD", "generate_trace"]
 
 MiB = 1 << 20
+#: Largest value of a record's 32-bit fields: a piece's bytes, a kernel's duration in ns, an id.
+MAX_FIELD = 0xFFFFFFFF
 
 
 def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_bytes=64 * 1024,
-                   job=0, config=None, p2p_bytes=0):
+                   job=0, config=None, p2p_bytes=0, max_records=None):
     """Simulate one iteration and describe it as trace records.
 
     Per GPU: a kernel record for every compute kernel and every collective kernel (with the SMs
@@ -26,16 +29,49 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
     middle backward kernel ends (activation gradients crossing a pipeline-stage boundary), as
     mem records of at most ``chunk_bytes`` each, sharing the links with the gradients.
 
+    The iteration is the one ``config`` (an :class:`IterationConfig`) describes, whose
+    ``n_gpus`` must be ``n_gpus``; without one, the default configuration with ``algo`` and
+    buckets of ``bucket_mb`` MiB (``algo`` and ``bucket_mb`` are not used with a ``config``).
+
     Returns ``(metadata, records, result)``.
+
+    Raises
+    ------
+    ModelInputError
+        (a ValueError) For fewer than 2 GPUs, a configuration for another GPU count,
+        ``chunk_bytes`` outside [1, :data:`MAX_FIELD`] (a record's bytes field),
+        ``p2p_bytes`` outside [0, 2^50], ``job`` outside [0, 65535], a kernel that lasts
+        longer than a record's duration field holds (:data:`MAX_FIELD` ns, 4.29 s), or more
+        than ``max_records`` records (when given), counted before any record is made; and
+        whatever :meth:`IterationConfig.validate_for` raises.
     """
     if n_gpus < 2:
-        raise ValueError(f"a data-parallel trace needs at least 2 GPUs, not {n_gpus}")
-    if chunk_bytes < 1:
-        raise ValueError(f"chunk size must be positive, not {chunk_bytes}")
-    config = config or IterationConfig(n_gpus=n_gpus, algo=algo,
-                                       bucket_cap_bytes=int(bucket_mb * MiB))
+        raise ModelInputError(f"a data-parallel trace needs at least 2 GPUs, not {n_gpus}")
+    check_count("chunk_bytes", chunk_bytes, 1, MAX_FIELD, "a trace record's bytes field is 32 "
+                "bits")
+    check_count("p2p_bytes", p2p_bytes, 0, MAX_BYTES, "at most 2^50")
+    check_count("job", job, 0, 0xFFFF, "a trace record's job field is 16 bits")
+    if config is None:
+        check_real("bucket_mb", bucket_mb, 1 / MiB, MAX_BYTES / MiB, "MiB, at least one byte")
+        config = IterationConfig(n_gpus=n_gpus, algo=algo,
+                                 bucket_cap_bytes=int(bucket_mb * MiB))
+    elif config.n_gpus != n_gpus:
+        raise ModelInputError(f"the configuration is for {config.n_gpus} GPUs, the trace for "
+                              f"{n_gpus}")
     result = simulate_iteration(workload, gpu, config, record=True)
     gpus_of_class = [result.classes[key] for key in result.classes]
+    if max_records is not None:
+        count = _count_records(result, gpus_of_class, config.algo, n_gpus, chunk_bytes,
+                               p2p_bytes)
+        if count > max_records:
+            raise ModelInputError(
+                f"the trace would hold {count} records, more than {max_records}: use larger "
+                f"pieces (now {chunk_bytes} bytes) or fewer point-to-point bytes")
+    longest = max((e for e in result.timeline), key=lambda e: e[4] - e[3], default=None)
+    if longest is not None and round((longest[4] - longest[3]) * 1e9) > MAX_FIELD:
+        raise ModelInputError(
+            f"kernel {longest[2]} lasts {longest[4] - longest[3]:.3f} s, longer than a trace "
+            f"record holds ({MAX_FIELD} ns, 4.29 s)")
     records = []
     next_id = 0
 
@@ -57,7 +93,7 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
             comm_windows[tag] = (start, end)
         for g in gpus_of_class[ci]:
             records.append(TraceRecord.kernel(gpu=g, id=new_id(), start_ns=start_ns,
-                                              duration_ns=min(dur_ns, 0xFFFFFFFF), phase=phase,
+                                              duration_ns=dur_ns, phase=phase,
                                               sms=min(sms, 0xFFFF),
                                               hbm_kib=min(int(hbm // 1024), 0xFFFFFFFF),
                                               job=job))
@@ -115,3 +151,14 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
             "p2p_bytes": p2p_bytes,
             "generator": "innet trace gen"}
     return meta, records, result
+
+
+def _count_records(result, gpus_of_class, algo, n_gpus, chunk_bytes, p2p_bytes):
+    """How many records :func:`generate_trace` makes of ``result``, without making them."""
+    count = sum(len(gpus_of_class[e[0]]) for e in result.timeline)
+    if p2p_bytes > 0 and any(e[1] == "compute" and e[5] == "bwd" for e in result.timeline):
+        count += n_gpus * -(-p2p_bytes // chunk_bytes)
+    for nbytes in result.bucket_bytes:
+        count += sum(-(-m.nbytes // chunk_bytes) for m in expand_collective(algo, n_gpus, nbytes)
+                     if m.src != SWITCH)
+    return count
