@@ -291,14 +291,39 @@ def trace_of(tmp_path, capsys, *options):
     return meta, list(records)
 
 
-@pytest.mark.parametrize("options", [
-    ["--no-overlap"], ["--straggler", "1:0.5"], ["--grad-accum", "2"], ["--channels", "8"],
-    ["--bucketing", "horovod"], ["--first-bucket-mb", "16"], ["--bucket-mb", "5"],
+@pytest.mark.parametrize("options, key, value", [
+    (["--no-overlap"], "overlap", False),
+    (["--straggler", "1:0.5"], "straggler_speed_factors", {"1": 0.5}),
+    (["--grad-accum", "2"], "grad_accum_microbatches", 2),
+    (["--channels", "8"], "channels_sms", 8),
+    (["--bucketing", "horovod"], "bucketing", "horovod"),
+    (["--first-bucket-mb", "16"], "first_bucket_bytes", 16 << 20),
+    (["--bucket-mb", "5"], "bucket_cap_bytes", 5 << 20),
+    (["--algo", "inswitch"], "algo", "inswitch"),
+    (["--gpu", "h100"], "gpu", "H100 SXM5 80GB"),
+    (["--p2p-mb", "1"], "p2p_bytes", 1 << 20),
+    (["--chunk-kb", "512"], "chunk_bytes", 512 << 10),
 ])
-def test_trace_gen_option_changes_the_trace(tmp_path, capsys, options):
-    _, base = trace_of(tmp_path, capsys)
-    _, records = trace_of(tmp_path, capsys, *options)
+def test_trace_gen_option_changes_the_trace(tmp_path, capsys, options, key, value):
+    base_meta, base = trace_of(tmp_path, capsys)
+    meta, records = trace_of(tmp_path, capsys, *options)
+    assert meta[key] == value and base_meta[key] != value
     assert records != base, f"{options} left the trace as it was"
+
+
+def test_trace_gen_metadata_records_the_whole_configuration(tmp_path, capsys):
+    meta, _ = trace_of(tmp_path, capsys)
+    assert meta["straggler_speed_factors"] == {} and meta["overlap"] is True
+    assert meta["channels_sms"] is None and meta["collective_sms"] == A100.ring_channels
+    assert {k: meta[k] for k in ("first_bucket_bytes", "bucket_cap_bytes", "fusion_bytes",
+                                 "fusion_cycle_s", "grad_accum_microbatches", "bucketing",
+                                 "optimizer_bytes_per_param")} == {
+        "first_bucket_bytes": 1 << 20, "bucket_cap_bytes": 25 << 20, "fusion_bytes": 64 * 10**6,
+        "fusion_cycle_s": 5e-3, "grad_accum_microbatches": 1, "bucketing": "ddp",
+        "optimizer_bytes_per_param": 16.0}
+    meta, _ = trace_of(tmp_path, capsys, "--model", "transformer", "--batch", "2", "--hidden",
+                       "256", "--layers", "2", "--seq", "128")
+    assert (meta["hidden_features"], meta["layers"], meta["seq_tokens"]) == (256, 2, 128)
 
 
 def test_trace_gen_uses_the_configuration_of_model_iteration(tmp_path, capsys):

@@ -22,10 +22,18 @@ def test_sample_validates(path):
 
 def test_version_1_sample_reads_as_its_version_2_regeneration():
     """The ring sample as version 1 wrote it (no checksums) and as version 2 writes it hold the
-    same metadata (but the format version) and the same records."""
+    same metadata (but the format version, and the configuration keys trace gen has recorded
+    since) and the same records."""
     old_meta, old = read_trace(TRACES / "resnet50_a100x4_ring_v1.itr")
     new_meta, new = read_trace(TRACES / "resnet50_a100x4_ring.itr")
     assert old_meta.pop("format_version") == 1 and new_meta.pop("format_version") == 2
+    added = {key: new_meta.pop(key) for key in set(new_meta) - set(old_meta)}
+    assert added == {"bucketing": "ddp", "first_bucket_bytes": 1 << 20,
+                     "fusion_bytes": 64 * 10**6, "fusion_cycle_s": 5e-3, "overlap": True,
+                     "grad_accum_microbatches": 1, "straggler_speed_factors": {},
+                     "channels_sms": None, "collective_sms": 24,
+                     "optimizer_bytes_per_param": 16.0, "job": 0, "seq_tokens": None,
+                     "hidden_features": None, "layers": None}
     assert old_meta == new_meta
     assert list(old) == list(new)
 

@@ -310,6 +310,9 @@ def _cmd_trace_gen(args):
         config=_iteration_config(args),
         p2p_bytes=_bytes_option("--p2p-mb", args.p2p_mb, MiB, "MiB"),
         max_records=MAX_TRACE_RECORDS)
+    # The model's options as given (null: the model's own default).
+    meta.update({"seq_tokens": args.seq, "hidden_features": args.hidden,
+                 "layers": args.layers})
     count = write_trace(out, meta, records, args.format)
     _print(args, {"file": str(out), "records": count, **meta},
            [f"wrote {out}: {count} records, {args.gpus} GPUs, {workload.name}, {args.algo}, "

@@ -33,6 +33,15 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
     ``n_gpus`` must be ``n_gpus``; without one, the default configuration with ``algo`` and
     buckets of ``bucket_mb`` MiB (``algo`` and ``bucket_mb`` are not used with a ``config``).
 
+    The metadata records the whole configuration, units in the key names: ``gpus``, ``gpu``,
+    ``model``, ``batch`` (samples per GPU), ``algo``, ``bucketing``, ``first_bucket_bytes``,
+    ``bucket_cap_bytes``, ``fusion_bytes`` and ``fusion_cycle_s`` (Horovod), ``overlap``,
+    ``grad_accum_microbatches``, ``straggler_speed_factors`` (GPU → factor; the GPUs not
+    named run at 1.0), ``channels_sms`` (asked for; null: NCCL's default) and
+    ``collective_sms`` (what the collectives used), ``optimizer_bytes_per_param``,
+    ``chunk_bytes``, ``p2p_bytes``, ``job``; and the result, ``iteration_s``, and the
+    ``generator``.
+
     Returns ``(metadata, records, result)``.
 
     Raises
@@ -149,7 +158,17 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
             "algo": config.algo, "bucket_cap_bytes": config.bucket_cap_bytes,
             "chunk_bytes": chunk_bytes, "iteration_s": result.iteration_s,
             "p2p_bytes": p2p_bytes,
-            "generator": "innet trace gen"}
+            "generator": "innet trace gen",
+            # the rest of the iteration's configuration
+            "bucketing": config.bucketing, "first_bucket_bytes": config.first_bucket_bytes,
+            "fusion_bytes": config.fusion_bytes, "fusion_cycle_s": config.cycle_s,
+            "overlap": config.overlap, "grad_accum_microbatches": config.grad_accum,
+            "straggler_speed_factors": {str(g): factor for g, factor
+                                        in enumerate(config.speed or []) if factor != 1.0},
+            "channels_sms": config.channels,
+            "collective_sms": result.comm_sms[0] if result.comm_sms else None,
+            "optimizer_bytes_per_param": config.optimizer_bytes_per_param,
+            "job": job}
     return meta, records, result
 
 
