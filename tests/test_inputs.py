@@ -148,9 +148,11 @@ TRACE_HOLES = [
     (["--gpus", "100000", "--algo", "ring"], "--gpus must be at most 64"),
     (["--chunk-kb", "1e-9"], "--chunk-kb 1e-09 is less than one byte"),
     (["--chunk-kb", "1e306"], "--chunk-kb must be at most 1.09951e+12 KiB (2^50 bytes)"),
-    (["--chunk-kb", "5000000"],
-     ("chunk_bytes must be an integer in [1, 4294967295] (a trace record's bytes field is 32 "
-      "bits), not 5120000000")),
+    # a piece larger than a record's 32-bit bytes field (a 6.4 GB tensor, sent whole)
+    (["--chunk-kb", "5000000", "--model", "transformer", "--hidden", "20000", "--layers", "1",
+      "--gpu", "h100", "--gpus", "2", "--algo", "inswitch"],
+     ("a message piece of 5120000000 bytes does not fit in a trace record's bytes field (at "
+      "most 4294967295): use smaller pieces")),
     (["--chunk-kb", "0.001"], "the trace would hold 1431196368 records, more than 10000000"),
     (["--p2p-mb", "1e-9"], "--p2p-mb 1e-09 is less than one byte"),
     (["--p2p-mb", "1e306"], "--p2p-mb must be at most 1.07374e+09 MiB (2^50 bytes)"),

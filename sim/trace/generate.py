@@ -48,16 +48,16 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
     ------
     ModelInputError
         (a ValueError) For fewer than 2 GPUs, a configuration for another GPU count,
-        ``chunk_bytes`` outside [1, :data:`MAX_FIELD`] (a record's bytes field),
-        ``p2p_bytes`` outside [0, 2^50], ``job`` outside [0, 65535], a kernel that lasts
+        ``chunk_bytes`` outside [1, 2^50] or a piece larger than a record's bytes field
+        (:data:`MAX_FIELD`), ``p2p_bytes`` outside [0, 2^50], ``job`` outside [0, 65535], a
+        kernel that lasts
         longer than a record's duration field holds (:data:`MAX_FIELD` ns, 4.29 s), or more
         than ``max_records`` records (when given), counted before any record is made; and
         whatever :meth:`IterationConfig.validate_for` raises.
     """
     if n_gpus < 2:
         raise ModelInputError(f"a data-parallel trace needs at least 2 GPUs, not {n_gpus}")
-    check_count("chunk_bytes", chunk_bytes, 1, MAX_FIELD, "a trace record's bytes field is 32 "
-                "bits")
+    check_count("chunk_bytes", chunk_bytes, 1, MAX_BYTES, "at most 2^50")
     check_count("p2p_bytes", p2p_bytes, 0, MAX_BYTES, "at most 2^50")
     check_count("job", job, 0, 0xFFFF, "a trace record's job field is 16 bits")
     if config is None:
@@ -76,11 +76,13 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
             raise ModelInputError(
                 f"the trace would hold {count} records, more than {max_records}: use larger "
                 f"pieces (now {chunk_bytes} bytes) or fewer point-to-point bytes")
-    longest = max((e for e in result.timeline), key=lambda e: e[4] - e[3], default=None)
+    longest = max(result.timeline, key=lambda e: e[4] - e[3], default=None)
     if longest is not None and round((longest[4] - longest[3]) * 1e9) > MAX_FIELD:
         raise ModelInputError(
             f"kernel {longest[2]} lasts {longest[4] - longest[3]:.3f} s, longer than a trace "
             f"record holds ({MAX_FIELD} ns, 4.29 s)")
+    if p2p_bytes > 0:
+        _check_piece(min(chunk_bytes, p2p_bytes))
     records = []
     next_id = 0
 
@@ -135,6 +137,7 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
                 piece_ids.append([])
                 continue
             count = max(1, -(-m.nbytes // chunk_bytes))
+            _check_piece(min(chunk_bytes, m.nbytes))   # the first piece is the largest
             issue_ns = int(round((begin + (end - begin) * m.step / steps) * 1e9))
             ids = []
             for k in range(count):
@@ -170,6 +173,13 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
             "optimizer_bytes_per_param": config.optimizer_bytes_per_param,
             "job": job}
     return meta, records, result
+
+
+def _check_piece(nbytes):
+    """Refuse a message piece larger than a record's 32-bit bytes field."""
+    if nbytes > MAX_FIELD:
+        raise ModelInputError(f"a message piece of {nbytes} bytes does not fit in a trace "
+                              f"record's bytes field (at most {MAX_FIELD}): use smaller pieces")
 
 
 def _count_records(result, gpus_of_class, algo, n_gpus, chunk_bytes, p2p_bytes):
