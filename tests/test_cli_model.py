@@ -72,6 +72,13 @@ def test_trace_gen_info_validate(tmp_path):
     (["model", "overlap", "--comm", "allgather:1MiB"], "expected allreduce:SIZE"),
     (["model", "iteration", "--model", "alexnet"], "unknown model 'alexnet'"),
     (["model", "iteration", "--straggler", "9:0.5"], "--straggler '9:0.5'"),
+    # the holes of "Contention and iterations that predict measurements", item 4
+    (["model", "iteration", "--bucket-mb", "1e-9"], "--bucket-mb 1e-09 is less than one byte"),
+    (["model", "iteration", "--channels", "1000"], "channels must be an integer in [1, 108]"),
+    (["model", "iteration", "--straggler", "3:nan"],
+     "--straggler '3:nan': the factor must be a finite number in [0.001, 1000]"),
+    (["model", "collective", "--size", "0.1"], "--size '0.1' is 0.1 bytes, not a whole number"),
+    (["model", "collective", "--gpus", "100000"], "--gpus must be at most 64"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message):
     status, out, err = run(*args)
