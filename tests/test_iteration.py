@@ -99,6 +99,52 @@ def test_config_validation():
         simulate_iteration(resnet50(8), A100, IterationConfig(n_gpus=8, speed=[1, 1]))
 
 
+def _chain(n, speeds, kernels=20):
+    """The synthetic program of ``innet bench model``, shorter: ``kernels`` chained 500 µs
+    kernels, each followed by a 25 MiB all-reduce overlapping the next."""
+    kernel = KernelSpec("k", A100.tensor_tflops * 1e12 * A100.compute_efficiency * 500e-6, 1e6)
+    queue = [(f"k{i}", kernel, "bwd") for i in range(kernels)]
+    launches = [(i, 25 * MiB, f"ar{i}") for i in range(kernels)]
+    return simulate_streams(A100, n, queue, launches, algo="ring", speed=speeds, record=False)
+
+
+def test_engine_work_grows_as_n_log_n_with_every_gpu_different():
+    """No two GPUs alike: the engine's work (compute-stream updates and heap operations, as it
+    counts them) grows no faster than N log N from 64 to 512 GPUs. A stepping engine that
+    visits every GPU at every event grows as N² (x64 here, against x12 for N log N)."""
+    work = {}
+    for n in (64, 512):
+        r = _chain(n, [1.0 + 0.001 * k for k in range(n)])
+        assert len(r.classes) == n
+        ops = r.engine_ops
+        work[n] = ops["stream_updates"] + ops["heap_ops"]
+        # a bounded amount of work per event
+        assert work[n] <= 8 * ops["events"]
+    n_log_n = (512 * math.log2(512)) / (64 * math.log2(64))
+    assert 512 / 64 / 2 <= work[512] / work[64] <= n_log_n
+
+
+def test_many_classes_agree_with_one():
+    """GPUs whose speeds differ by parts in 10^12 are simulated as classes of their own, each
+    advanced lazily at its own events; they must finish as one class would (a GPU advanced at
+    a wrong rate, or left behind, would show)."""
+    one = _chain(16, None)
+    many = _chain(16, [1.0 + 1e-12 * k for k in range(16)])
+    assert len(many.classes) == 16
+    for key in ("iteration_s", "allreduce_s", "backward_s", "exposed_comm_s"):
+        assert getattr(many, key) == pytest.approx(getattr(one, key), rel=1e-9)
+
+
+def test_straggler_among_distinct_speeds_sets_the_pace():
+    """Every GPU at its own speed: the collectives wait for the slowest member, so the
+    iteration is as slow as with every GPU at the slowest speed, give or take contention."""
+    speeds = [1.0 + 0.01 * k for k in range(32)]
+    mixed = _chain(32, speeds)
+    slowest = _chain(32, [1.0] * 32)
+    assert mixed.iteration_s == pytest.approx(slowest.iteration_s, rel=0.01)
+    assert mixed.iteration_s >= 20 * 500e-6
+
+
 # -- IterationConfig's ranges (tests/test_inputs.py has them from the command line) -------------
 
 @pytest.mark.parametrize("changes, message", [

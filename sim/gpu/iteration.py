@@ -11,9 +11,11 @@ SMs (NCCL kernels spin), which is how a straggler slows everyone else's backprop
 
 GPUs with the same speed factor behave identically (the collectives are symmetric), so they
 are simulated once per distinct speed factor: the cost grows with the number of distinct
-speeds, not with N.
+speeds, not with N, and as K log K for K distinct speeds: an event touches only the streams it
+concerns (see :class:`_Streams`).
 """
 
+import heapq
 import math
 from dataclasses import dataclass, field
 
@@ -186,7 +188,8 @@ def make_buckets(workload, config):
 class IterationResult:
     """Times in seconds. ``timeline`` lists ``(gpu_class, stream, name, start, end, tag,
     hbm_bytes)``: ``tag`` is the phase of a compute kernel or the index of a collective;
-    ``classes`` maps each speed factor to its GPUs."""
+    ``classes`` maps each speed factor to its GPUs; ``engine_ops`` counts the engine's work
+    (events, compute-stream updates, heap operations), for complexity tests."""
 
     n_gpus: int
     algo: str
@@ -206,27 +209,38 @@ class IterationResult:
     timeline: list = field(default_factory=list)
     classes: dict = field(default_factory=dict)
     comm_sms: list = field(default_factory=list)
+    engine_ops: dict = field(default_factory=dict)
 
     def summary(self):
-        return {k: v for k, v in self.__dict__.items() if k not in ("timeline", "comm_sms")}
+        return {k: v for k, v in self.__dict__.items()
+                if k not in ("timeline", "comm_sms", "engine_ops")}
 
 
 class _Class:
     """The GPUs sharing one speed factor: their compute stream, and what it has done so far
-    (times in seconds of simulated time)."""
+    (times in seconds of simulated time).
 
-    __slots__ = ("bwd_alone_s", "bwd_end", "bwd_start", "comm_pos", "compute", "done_at",
-                 "extra", "fwd_end", "gap", "gpus", "kernel_start", "opt_end", "opt_start", "pos",
-                 "prev_phase", "progress", "queue_end", "speed")
+    The stream's progress is brought up to date lazily: ``progress`` is the fraction of the
+    current kernel done at time ``t0``, and the kernel has run at ``rates`` since."""
+
+    __slots__ = ("bwd_alone_s", "bwd_end", "bwd_start", "comm", "comm_pos", "comm_ver", "compute",
+                 "done_at", "extra", "fwd_end", "gap_end", "gpus", "kernel_start", "opt_end",
+                 "opt_start", "pos", "prev_phase", "progress", "queue_end", "rates", "speed", "t0",
+                 "ver")
 
     def __init__(self, speed, gpus, queue):
         self.speed = speed
         self.gpus = gpus
         self.compute = list(queue)   # (name, KernelSpec, phase); the optimizer is appended
         self.pos = 0                 # the current compute kernel
-        self.progress = 0.0          # fraction of the current compute kernel done
-        self.gap = 0.0               # remaining launch gap before the current kernel
+        self.progress = 0.0          # fraction of the current compute kernel done at t0
+        self.t0 = 0.0
+        self.rates = None            # (rate, alone_s, sm_s, hbm_s) of the kernel since t0
+        self.gap_end = None          # end of the launch gap before the current kernel, if in one
         self.kernel_start = None
+        self.ver = 0                 # version of the stream's event in the event heap
+        self.comm = None             # its rate for the streaming collective (fraction per s)
+        self.comm_ver = 0            # version of that rate in the slowest-member heap
         self.comm_pos = 0            # next collective to launch on this class
         self.extra = {"sm": 0.0, "hbm": 0.0}   # backward time lost to each cause
         self.done_at = None
@@ -244,8 +258,8 @@ class _Class:
 class _Collective:
     """One collective of ``launches``; they run one at a time on the communication stream."""
 
-    __slots__ = ("after", "begin", "cost", "end", "index", "latency_left", "launched", "name",
-                 "progress")
+    __slots__ = ("after", "begin", "cost", "end", "index", "latency_end", "latency_left",
+                 "launched", "name", "progress")
 
     def __init__(self, index, after, name, cost):
         self.index = index
@@ -253,8 +267,9 @@ class _Collective:
         self.name = name
         self.cost = cost             # a CollectiveCost: alone, per GPU
         self.launched = set()        # classes that launched it (their SMs are held)
-        self.latency_left = cost.latency_s
-        self.progress = 0.0          # fraction streamed
+        self.latency_left = cost.latency_s   # 0 once the latency has passed
+        self.latency_end = None      # when it passes, once every class has launched it
+        self.progress = 0.0          # fraction streamed (at _Streams.coll_t0)
         self.begin = None            # every class has launched it and the stream is free
         self.end = None
 
@@ -313,15 +328,33 @@ def simulate_streams(gpu, n, queue, launches, *, algo="ring", speed=None, channe
 
 _MAX_STEPS = 50_000_000
 
+# What an entry of the event heap is about: a class's compute stream (a launch gap or a kernel
+# ends), the collective on the stream (its latency or transfer ends), a fusion-cycle tick.
+_STREAM, _COLL, _TICK = 0, 1, 2
+
+# An event is due once what it waits for is within these of its end (as the stepping engine
+# this replaced judged it): a kernel or transfer 1e-12 of a whole, a gap or latency 1e-15 s, a
+# fusion tick 1e-12 s.
+_FRACTION_EPS = 1e-12
+_SECONDS_EPS = 1e-15
+_TICK_EPS = 1e-12
+
 
 class _Streams:
     """The event loop of :func:`simulate_streams`.
 
-    Each step launches the collectives whose data is ready, sets every running kernel's rate
-    from what else runs on its GPU, moves to the next event (a kernel, a launch gap, a
-    collective's latency or transfer ends, or a fusion cycle ticks), and retires what
-    finished. When nothing can progress, the classes whose collectives are all done start
-    the optimizer (``final``), or the iteration is over.
+    Each step takes the events due next from a heap, retires what finished (compute streams in
+    class order, then the collective), launches the collectives whose data is ready, starts
+    the collective on the stream once every member has launched it, and gives a new rate to
+    the streams whose rate changed. When nothing can progress, the classes whose collectives
+    are all done start the optimizer (``final``), or the iteration is over.
+
+    Cost. A class's compute stream is advanced lazily, from its own rate, only when that rate
+    changes or its kernel ends; its next event waits in the heap. A collective streams at its
+    slowest member's rate, kept in a second heap of the members' rates. So an event costs
+    O(log K) for K classes, and the only steps that touch every class are the few each
+    collective makes (it starts streaming, it ends): O((kernels + collectives) K log K) per
+    iteration, not O(events × K). ``ops`` counts the work (the complexity test reads it).
     """
 
     def __init__(self, gpu, n, queue, launches, *, algo, speed, channels, overlap, final,
@@ -345,9 +378,16 @@ class _Streams:
         self.current = 0        # the collective on the stream; len(colls) once all are done
         self.ready_tick = {}    # (class, collective) -> time of the fusion cycle launching it
         self.timeline = []
+        self.heap = []          # events: (due, end, kind, index, version); see _live
+        self.streaming = False  # the current collective's latency has passed: it streams
+        self.coll_rate = None   # its rate (fraction per second) since coll_t0, while streaming
+        self.coll_t0 = 0.0
+        self.coll_ver = 0
+        self.slowest = []       # (rate, class, comm_ver): the members' rates, slowest first
+        self.ops = {"events": 0, "stream_updates": 0, "heap_ops": 0}
 
     def run(self):
-        """Step from event to event until every GPU is done.
+        """Run from event to event until every GPU is done.
 
         Raises
         ------
@@ -355,119 +395,307 @@ class _Streams:
             On a deadlock (a GPU waits for a collective that cannot start), or after
             ``_MAX_STEPS`` steps.
         """
+        everyone = range(len(self.classes))
+        for c in self.classes:
+            if c.compute:
+                c.kernel_start = 0.0
+        for ci in everyone:
+            self._launch(ci, set())
+        self._begin()
+        self._update(everyone)
         for _ in range(_MAX_STEPS):
-            self._launch_ready()
-            coll = self.colls[self.current] if self.current < len(self.colls) else None
-            all_launched = coll is not None and len(coll.launched) == len(self.classes)
-            if all_launched and coll.begin is None:
-                coll.begin = self.t   # every member has launched and the stream is free
-            streaming = all_launched and coll.latency_left <= 0
-            compute_rates, coll_rate = self._rates(coll, streaming)
-            moving = coll if all_launched else None
-            dt = self._next_event(compute_rates, moving, coll_rate)
-            if dt == math.inf:
+            due = self._next_due()
+            if due is None:
                 if self._start_optimizer():
                     continue
                 self._check_finished()
                 return
-            self._advance_compute(compute_rates, dt)
-            if moving is not None:
-                self._advance_collective(moving, coll_rate, dt)
-            self.t += dt
-            self._retire_kernels()
-            if coll is not None and coll.progress >= 1.0 - 1e-12:
-                self._retire_collective(coll)
+            self._step(due)
         raise RuntimeError("iteration simulation did not converge")
+
+    # -- the event heap -------------------------------------------------------------------------
+
+    def _push(self, due, end, kind, index, version):
+        """Schedule an event ending at ``end`` and due (close enough to end) from ``due``."""
+        heapq.heappush(self.heap, (due, end, kind, index, version))
+        self.ops["heap_ops"] += 1
+
+    def _live(self, entry):
+        """Whether a heap entry still stands (later changes make earlier entries stale)."""
+        _, _, kind, index, version = entry
+        if kind == _STREAM:
+            return self.classes[index].ver == version
+        if kind == _COLL:
+            return index == self.current and version == self.coll_ver
+        return self.classes[index].comm_pos == version   # a tick for collective ``version``
+
+    def _next_due(self):
+        """Move to the next event; returns the entries due then (None: nothing can progress).
+
+        The next event is the earliest end; everything within its tolerance of its own end is
+        due too. An entry ending before the one due first is due no later than that end, so
+        only the entries due by then need looking at."""
+        heap, live, ops = self.heap, self._live, self.ops
+        while heap and not live(heap[0]):
+            heapq.heappop(heap)
+            ops["heap_ops"] += 1
+        if not heap:
+            return None
+        horizon = heap[0][1]
+        popped = []
+        while heap and heap[0][0] <= horizon:
+            entry = heapq.heappop(heap)
+            ops["heap_ops"] += 1
+            if live(entry):
+                popped.append(entry)
+        t = min(entry[1] for entry in popped)
+        due = []
+        for entry in popped:
+            if entry[0] <= t:
+                due.append(entry)
+            else:
+                self._push(*entry)
+        ops["events"] += 1
+        self.t = t
+        return due
 
     # -- the stages of a step -----------------------------------------------------------------
 
+    def _step(self, due):
+        """Handle the events due now: the compute streams (in class order), the collective,
+        the fusion ticks; then launches, the start of the next collective, and new rates."""
+        t = self.t
+        classes = self.classes
+        dirty, launch, coll_entry, streams = set(), set(), None, []
+        for entry in due:
+            if entry[2] == _STREAM:
+                streams.append(entry)
+            elif entry[2] == _COLL:
+                coll_entry = entry
+            else:
+                launch.add(entry[3])
+        streams.sort(key=lambda entry: entry[3])
+        for _, end, _, ci, _ in streams:
+            c = classes[ci]
+            if c.gap_end is not None:
+                if c.gap_end - t <= _SECONDS_EPS:     # the launch gap is over: the kernel runs
+                    c.gap_end = None
+                    c.kernel_start = t
+                    c.t0 = t
+                    dirty.add(ci)
+                else:
+                    self._schedule(ci)
+                continue
+            self._advance(c)
+            if end <= t or c.progress >= 1.0 - _FRACTION_EPS:
+                self._retire_kernel(ci, c)
+                dirty.add(ci)
+                launch.add(ci)
+            else:
+                self._schedule(ci)
+        everyone = False
+        if coll_entry is not None:
+            everyone = self._collective_event(coll_entry[1])
+        for ci in sorted(launch):
+            self._launch(ci, dirty)
+        everyone = self._begin() or everyone
+        self._update(range(len(classes)) if everyone else dirty)
+
+    def _collective_event(self, end):
+        """The collective on the stream passed its latency or streamed its last byte (its
+        event ``end`` is now, or near enough). Returns whether every class's rates change."""
+        t = self.t
+        coll = self.colls[self.current]
+        if not self.streaming:
+            if end <= t or coll.latency_end - t <= _SECONDS_EPS:
+                coll.latency_left = 0.0
+                self.streaming = True
+                self.slowest = []
+                return True
+            self._schedule_collective()
+            return False
+        self._advance_collective()
+        if end <= t or coll.progress >= 1.0 - _FRACTION_EPS:
+            self._retire_collective(coll)
+            return True
+        self._schedule_collective()
+        return False
+
     def _launchable(self, ci, b):
         """Whether class ``ci`` launches collective ``b`` now (its data is ready and, with
-        Horovod's fusion cycle, the cycle has ticked)."""
+        Horovod's fusion cycle, the cycle has ticked). The first time the data is ready, a
+        fusion tick still to come is scheduled."""
         after = self.colls[b].after if self.overlap else self.queue_len - 1
         if self.classes[ci].pos <= after:
             return False
         if self.cycle_s is None:
             return True
-        if (ci, b) not in self.ready_tick:
-            self.ready_tick[(ci, b)] = math.ceil(self.t / self.cycle_s - 1e-9) * self.cycle_s
-        return self.t >= self.ready_tick[(ci, b)] - 1e-12
+        tick = self.ready_tick.get((ci, b))
+        if tick is None:
+            tick = self.ready_tick[(ci, b)] = \
+                math.ceil(self.t / self.cycle_s - 1e-9) * self.cycle_s
+            if self.t < tick - _TICK_EPS:
+                self._push(tick - _TICK_EPS, tick, _TICK, ci, b)
+        return self.t >= tick - _TICK_EPS
 
-    def _launch_ready(self):
-        """Launch the collectives whose data is ready (in order, one stream per GPU)."""
-        colls = self.colls
-        for ci, c in enumerate(self.classes):
-            while c.comm_pos < len(colls) and self._launchable(ci, c.comm_pos):
-                colls[c.comm_pos].launched.add(ci)
-                c.comm_pos += 1
+    def _launch(self, ci, dirty):
+        """Launch class ``ci``'s collectives whose data is ready (in order, one stream per
+        GPU); ``dirty`` gains the class if it launched the collective on the stream."""
+        c, colls = self.classes[ci], self.colls
+        while c.comm_pos < len(colls) and self._launchable(ci, c.comm_pos):
+            colls[c.comm_pos].launched.add(ci)
+            if c.comm_pos == self.current:
+                dirty.add(ci)
+            c.comm_pos += 1
 
-    def _rates(self, coll, streaming):
-        """Each class's compute rate and the collective's streaming rate, until the next event.
+    def _begin(self):
+        """Once every class has launched the collective on the stream, it begins: its latency,
+        then its transfer. Returns whether it streams at once (every class's rates change)."""
+        if self.current == len(self.colls):
+            return False
+        coll = self.colls[self.current]
+        if coll.begin is not None or len(coll.launched) < len(self.classes):
+            return False
+        coll.begin = self.t
+        if coll.latency_left <= 0:
+            self.streaming = True
+            self.slowest = []
+            return True
+        coll.latency_end = self.t + coll.latency_left
+        self._schedule_collective()
+        return False
 
-        Returns ``(compute_rates, coll_rate)``: per class ``None`` (no kernel running) or
+    def _rates(self, ci, c, coll):
+        """Class ``ci``'s rates from what runs on its GPU now.
+
+        Returns ``(rates, comm)``: ``rates`` is ``None`` (no kernel running) or
         ``(rate, alone_s, sm_s, hbm_s)`` — the fraction of the kernel done per second, its
         time alone, and its time slowed by the collective's SMs only or HBM traffic only (for
-        the attribution); ``coll_rate`` is the fraction of ``coll`` streamed per second (the
-        slowest member's rate; 0 while not streaming).
+        the attribution); ``comm`` is the fraction of the streaming collective this GPU could
+        stream per second (None while it does not stream).
         """
         gpu = self.gpu
-        comm_rates = []
-        compute_rates = []
-        for ci, c in enumerate(self.classes):
-            kernel = None
-            if c.pos < len(c.compute) and c.gap <= 0:
-                kernel = c.compute[c.pos][1]
-            holds = coll is not None and ci in coll.launched
-            alone = kernel_time(gpu, kernel) / c.speed if kernel is not None else None
-            if kernel is not None and holds and streaming:
-                comp_s, comm_s, share, k_hbm, _ = rates_during(gpu, kernel, coll.cost)
-                comp_s /= c.speed
-                comm_rates.append(1.0 / comm_s if comm_s else math.inf)
-                # single-cause slowdowns for attribution
-                sm_s = kernel_time(gpu, kernel, share) / c.speed
-                hbm_s = kernel_time(gpu, kernel, 1.0, k_hbm) / c.speed if k_hbm else alone
-                compute_rates.append((1.0 / comp_s if comp_s else math.inf, alone,
-                                      sm_s, hbm_s))
-            elif kernel is not None and holds:
-                share = sm_share_during(gpu, coll.cost.sms)
-                comp_s = kernel_time(gpu, kernel, share) / c.speed
-                compute_rates.append((1.0 / comp_s if comp_s else math.inf, alone, comp_s,
-                                      alone))
-                if streaming:
-                    comm_rates.append(math.inf)
-            else:
-                if kernel is not None:
-                    compute_rates.append((1.0 / alone if alone else math.inf, alone, alone,
-                                          alone))
-                else:
-                    compute_rates.append(None)
-                if holds and streaming:
-                    _, comm_s, _, _, _ = rates_during(gpu, None, coll.cost)
-                    comm_rates.append(1.0 / comm_s if comm_s else math.inf)
-        coll_rate = min(comm_rates) if streaming and comm_rates else 0.0
-        return compute_rates, coll_rate
+        kernel = None
+        if c.pos < len(c.compute) and c.gap_end is None:
+            kernel = c.compute[c.pos][1]
+        holds = coll is not None and ci in coll.launched
+        streaming = holds and self.streaming
+        if kernel is None:
+            if not streaming:
+                return None, None
+            _, comm_s, _, _, _ = rates_during(gpu, None, coll.cost)
+            return None, (1.0 / comm_s if comm_s else math.inf)
+        alone = kernel_time(gpu, kernel) / c.speed
+        if streaming:
+            comp_s, comm_s, share, k_hbm, _ = rates_during(gpu, kernel, coll.cost)
+            comp_s /= c.speed
+            # single-cause slowdowns for attribution
+            sm_s = kernel_time(gpu, kernel, share) / c.speed
+            hbm_s = kernel_time(gpu, kernel, 1.0, k_hbm) / c.speed if k_hbm else alone
+            return ((1.0 / comp_s if comp_s else math.inf, alone, sm_s, hbm_s),
+                    1.0 / comm_s if comm_s else math.inf)
+        if holds:
+            share = sm_share_during(gpu, coll.cost.sms)
+            comp_s = kernel_time(gpu, kernel, share) / c.speed
+            return (1.0 / comp_s if comp_s else math.inf, alone, comp_s, alone), None
+        return (1.0 / alone if alone else math.inf, alone, alone, alone), None
 
-    def _next_event(self, compute_rates, moving, coll_rate):
-        """Seconds to the next event (``inf``: nothing can progress). ``moving`` is the
-        collective on the stream once every class has launched it, else None."""
-        t = self.t
-        dt = math.inf
-        for (ci, b), tick in self.ready_tick.items():
-            if tick > t and self.classes[ci].comm_pos == b:
-                dt = min(dt, tick - t)
-        for ci, c in enumerate(self.classes):
-            if c.gap > 0:
-                dt = min(dt, c.gap)
-            elif compute_rates[ci] is not None:
-                rate = compute_rates[ci][0]
-                dt = min(dt, (1.0 - c.progress) / rate if rate != math.inf else 0.0)
-        if moving is not None:
-            if moving.latency_left > 0:
-                dt = min(dt, moving.latency_left)
-            elif coll_rate > 0:
-                dt = min(dt, (1.0 - moving.progress) / coll_rate
-                         if coll_rate != math.inf else 0.0)
-        return dt
+    def _update(self, cis):
+        """New rates for classes ``cis`` (what runs on their GPUs changed); the streaming
+        collective's rate follows its slowest member."""
+        coll = self.colls[self.current] if self.current < len(self.colls) else None
+        classes, ops = self.classes, self.ops
+        for ci in cis:
+            c = classes[ci]
+            rates, comm = self._rates(ci, c, coll)
+            ops["stream_updates"] += 1
+            if rates != c.rates:
+                self._advance(c)   # up to now at the old rate
+                c.rates = rates
+                if rates is not None:
+                    self._schedule(ci)
+            if comm is not None and comm != c.comm:
+                c.comm_ver += 1
+                heapq.heappush(self.slowest, (comm, ci, c.comm_ver))
+                ops["heap_ops"] += 1
+            c.comm = comm
+        if self.streaming:
+            slowest = self.slowest
+            while slowest[0][2] != classes[slowest[0][1]].comm_ver:
+                heapq.heappop(slowest)
+                ops["heap_ops"] += 1
+            rate = slowest[0][0]
+            if rate != self.coll_rate:
+                self._advance_collective()
+                self.coll_rate = rate
+                self._schedule_collective()
+
+    def _advance(self, c):
+        """Bring class ``c``'s kernel up to now at its rate since ``t0``, charging backward
+        time lost to contention to its causes."""
+        dt = self.t - c.t0
+        c.t0 = self.t
+        rates = c.rates
+        if rates is None:
+            return
+        rate, alone, sm_s, hbm_s = rates
+        if rate == math.inf:
+            c.progress = 1.0
+            return
+        if dt <= 0:
+            return
+        self.ops["stream_updates"] += 1
+        c.progress += rate * dt
+        if alone:
+            actual_s = 1.0 / rate
+            extra = dt * (1.0 - alone / actual_s) if actual_s > alone else 0.0
+            if extra > 0 and c.compute[c.pos][2] == "bwd":
+                parts = {"sm": max(0.0, sm_s - alone), "hbm": max(0.0, hbm_s - alone)}
+                weight = sum(parts.values())
+                for key, part in parts.items():
+                    c.extra[key] += extra * (part / weight if weight else 0.5)
+
+    def _schedule(self, ci):
+        """Put class ``ci``'s next event (its gap or kernel ends) on the heap; its progress is
+        up to date."""
+        c = self.classes[ci]
+        c.ver += 1
+        if c.gap_end is not None:
+            self._push(c.gap_end - _SECONDS_EPS, c.gap_end, _STREAM, ci, c.ver)
+            return
+        t, rate = self.t, c.rates[0]
+        if rate == math.inf:
+            self._push(t, t, _STREAM, ci, c.ver)
+        else:
+            self._push(t + (1.0 - _FRACTION_EPS - c.progress) / rate,
+                       t + (1.0 - c.progress) / rate, _STREAM, ci, c.ver)
+
+    def _advance_collective(self):
+        """Bring the streaming collective's progress up to now."""
+        coll = self.colls[self.current]
+        rate, dt = self.coll_rate, self.t - self.coll_t0
+        self.coll_t0 = self.t
+        if rate is None:
+            return
+        if rate == math.inf:
+            coll.progress += 1.0
+        elif dt > 0:
+            coll.progress += rate * dt
+
+    def _schedule_collective(self):
+        """Put the collective's next event (its latency or transfer ends) on the heap."""
+        coll = self.colls[self.current]
+        self.coll_ver += 1
+        if not self.streaming:
+            end = coll.latency_end
+            self._push(end - _SECONDS_EPS, end, _COLL, self.current, self.coll_ver)
+            return
+        t, rate = self.t, self.coll_rate
+        if rate == math.inf:
+            self._push(t, t, _COLL, self.current, self.coll_ver)
+        else:
+            self._push(t + (1.0 - _FRACTION_EPS - coll.progress) / rate,
+                       t + (1.0 - coll.progress) / rate, _COLL, self.current, self.coll_ver)
 
     def _start_optimizer(self):
         """With nothing able to progress: a class whose queue is done and whose collectives
@@ -475,7 +703,7 @@ class _Streams:
         if self.current < len(self.colls):
             return False
         progressed = False
-        for c in self.classes:
+        for ci, c in enumerate(self.classes):
             if c.pos == len(c.compute) and c.done_at is None:
                 if self.final is None:
                     c.done_at = self.t
@@ -483,8 +711,9 @@ class _Streams:
                 elif len(c.compute) == self.queue_len:
                     c.compute.append(self.final)
                     c.opt_start = self.t
-                    c.gap = KERNEL_GAP_S
+                    c.gap_end = self.t + KERNEL_GAP_S
                     c.kernel_start = None
+                    self._schedule(ci)
                     progressed = True
         return progressed
 
@@ -496,74 +725,38 @@ class _Streams:
                 self.current < len(self.colls):
             raise RuntimeError("deadlock: a collective cannot start")
 
-    def _advance_compute(self, compute_rates, dt):
-        """Run every class's compute stream for ``dt`` seconds (a launch gap, or the current
-        kernel at its rate), charging backward time lost to contention to its causes."""
-        for ci, c in enumerate(self.classes):
-            if c.gap > 0:
-                c.gap -= dt
-                continue
-            rates = compute_rates[ci]
-            if rates is None:
-                continue
-            rate, alone, sm_s, hbm_s = rates
-            if c.kernel_start is None:
-                c.kernel_start = self.t
-            if rate != math.inf:
-                c.progress += rate * dt
-            else:
-                c.progress = 1.0
-            if alone and rate != math.inf:
-                actual_s = 1.0 / rate
-                extra = dt * (1.0 - alone / actual_s) if actual_s > alone else 0.0
-                if extra > 0 and c.compute[c.pos][2] == "bwd":
-                    parts = {"sm": max(0.0, sm_s - alone), "hbm": max(0.0, hbm_s - alone)}
-                    weight = sum(parts.values())
-                    for key, part in parts.items():
-                        c.extra[key] += extra * (part / weight if weight else 0.5)
-
-    def _advance_collective(self, coll, coll_rate, dt):
-        """Run the collective every class has launched for ``dt``: latency, then transfer."""
-        if coll.latency_left > 0:
-            coll.latency_left -= dt
-            if coll.latency_left <= 1e-15:
-                coll.latency_left = 0.0
-        elif coll_rate > 0:
-            coll.progress += coll_rate * dt if coll_rate != math.inf else 1.0
-
-    def _retire_kernels(self):
-        """Retire the compute kernels that finished, noting what the metrics need."""
+    def _retire_kernel(self, ci, c):
+        """Class ``ci``'s compute kernel finished: note what the metrics need; a launch gap
+        precedes its next kernel."""
         t = self.t
-        for ci, c in enumerate(self.classes):
-            if c.gap <= 1e-15 and c.gap != 0:
-                c.gap = 0.0
-            if c.gap == 0 and c.pos < len(c.compute) and c.progress >= 1.0 - 1e-12:
-                name, spec, phase = c.compute[c.pos]
-                if self.record:
-                    self.timeline.append((ci, "compute", name, c.kernel_start, t, phase,
-                                          spec.hbm_bytes))
-                if phase == "bwd":
-                    alone_s = kernel_time(self.gpu, spec) / c.speed
-                    if c.bwd_start is None or c.prev_phase != "bwd":
-                        # a new backward pass (the last one is the one reported)
-                        c.bwd_start = c.kernel_start
-                        c.bwd_alone_s = alone_s
-                    else:
-                        c.bwd_alone_s += KERNEL_GAP_S + alone_s
-                    c.bwd_end = t
-                c.prev_phase = phase
-                if phase == "fwd":
-                    c.fwd_end = t
-                if c.pos == self.queue_len - 1:
-                    c.queue_end = t
-                if phase == "opt":
-                    c.opt_end = t
-                    c.done_at = t
-                c.pos += 1
-                c.progress = 0.0
-                c.kernel_start = None
-                if c.pos < len(c.compute):
-                    c.gap = KERNEL_GAP_S
+        name, spec, phase = c.compute[c.pos]
+        if self.record:
+            self.timeline.append((ci, "compute", name, c.kernel_start, t, phase,
+                                  spec.hbm_bytes))
+        if phase == "bwd":
+            alone_s = kernel_time(self.gpu, spec) / c.speed
+            if c.bwd_start is None or c.prev_phase != "bwd":
+                # a new backward pass (the last one is the one reported)
+                c.bwd_start = c.kernel_start
+                c.bwd_alone_s = alone_s
+            else:
+                c.bwd_alone_s += KERNEL_GAP_S + alone_s
+            c.bwd_end = t
+        c.prev_phase = phase
+        if phase == "fwd":
+            c.fwd_end = t
+        if c.pos == self.queue_len - 1:
+            c.queue_end = t
+        if phase == "opt":
+            c.opt_end = t
+            c.done_at = t
+        c.pos += 1
+        c.progress = 0.0
+        c.kernel_start = None
+        c.rates = None
+        if c.pos < len(c.compute):
+            c.gap_end = t + KERNEL_GAP_S
+            self._schedule(ci)
 
     def _retire_collective(self, coll):
         """The collective on the stream finished: the next one may take the stream."""
@@ -573,6 +766,11 @@ class _Streams:
                 self.timeline.append((ci, "comm", coll.name, coll.begin, self.t, coll.index,
                                       coll.cost.hbm_bytes))
         self.current += 1
+        self.streaming = False
+        self.coll_rate = None
+        self.slowest = []
+        for c in self.classes:
+            c.comm = None
 
     # -- the metrics ----------------------------------------------------------------------------
 
@@ -609,4 +807,5 @@ class _Streams:
             timeline=self.timeline,
             classes={str(cl.speed): list(cl.gpus) for cl in classes},
             comm_sms=[x.cost.sms for x in colls],
+            engine_ops=dict(self.ops),
         )
