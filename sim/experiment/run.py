@@ -36,14 +36,37 @@ POINTS_DIR = "points"
 _FORMAT = 1
 
 
+# A pool worker's state for Ctrl-C (see _quiet_on_interrupt).
+_interrupted = False
+_in_point = False
+
+
 def _quiet_on_interrupt():
-    """Pool worker initializer: Ctrl-C reaches every process of the terminal's group; a worker
-    then ends at once, quietly (its point is unfinished anyway), and the parent, which sees a
-    broken pool, reports once. An exception instead would travel back through the pool's
-    queues, or leave the worker to start the next point."""
-    def leave(signum, frame):
+    """Pool worker initializer. Ctrl-C reaches every process of the terminal's group: the
+    parent reports once, and a worker ends quietly (no traceback), at once while it computes a
+    point (unfinished anyway), else before it starts the next one. Never while it sends a
+    result: the parent would wait forever for the rest of the message. An exception instead of
+    the exit would travel back through the pool's queues as the point's result."""
+    signal.signal(signal.SIGINT, _leave)
+
+
+def _leave(signum, frame):
+    global _interrupted
+    _interrupted = True
+    if _in_point:
         os._exit(128 + signum)
-    signal.signal(signal.SIGINT, leave)
+
+
+def _pooled_point(config, *point):
+    """:func:`run_point` in a pool worker, which ends here if interrupted."""
+    global _in_point
+    _in_point = True
+    try:
+        if _interrupted:
+            os._exit(128 + signal.SIGINT)
+        return run_point(config, *point)
+    finally:
+        _in_point = False
 
 
 def execute(config, jobs=1, dask=None, progress=None, done=None, on_result=None):
@@ -107,7 +130,7 @@ def execute(config, jobs=1, dask=None, progress=None, done=None, on_result=None)
                      f"on {min(jobs, len(pending))} worker processes")
         pool = ProcessPoolExecutor(max_workers=jobs, initializer=_quiet_on_interrupt)
         try:
-            futures = {pool.submit(run_point, config, *todo[i]): i for i in pending}
+            futures = {pool.submit(_pooled_point, config, *todo[i]): i for i in pending}
             from concurrent.futures import as_completed
             for count, future in enumerate(as_completed(futures), len(todo) - len(pending) + 1):
                 finish(futures[future], future.result())
