@@ -55,11 +55,11 @@ def atomic_writes(paths):
 
 #: innet's caches, by name: what each holds. Each is a directory of entries (one build or one
 #: library each) under :func:`cache_dir`; every entry can be rebuilt, so any can be removed.
+#: Builders: sim/cosim/build.py (one build per switch configuration, simulator and
+#: toolchain) and sim/model/switch_core.py (one library per source and compiler).
 CACHES = {
-    "rtl": "simulator builds of the exported switch (sim/cosim/build.py): one per switch "
-           "configuration, simulator and toolchain, about 200-320 MB each",
-    "model": "the fast model's compiled C core (sim/model/switch_core.py): one per source "
-             "and compiler, under 100 kB each",
+    "rtl": "simulator builds of the switch, 200-320 MB each",
+    "model": "the fast model's compiled C core",
 }
 
 

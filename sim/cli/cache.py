@@ -17,6 +17,16 @@ def _mb(size):
     return size / 1e6
 
 
+def _show_mb(size):
+    """MB with one decimal; three below 0.1 MB, so a small cache does not read as empty."""
+    mb = _mb(size)
+    return f"{mb:.1f} MB" if mb >= 0.1 or size == 0 else f"{mb:.3f} MB"
+
+
+def _entries(n):
+    return f"{n} {'entry' if n == 1 else 'entries'}"
+
+
 def _cmd_cache(args):
     rows = []
     for name, what in CACHES.items():
@@ -27,9 +37,9 @@ def _cmd_cache(args):
     width = max(len(r["path"]) for r in rows)
     lines = ["innet caches (every entry is rebuilt on demand; `innet cache clean` empties "
              "them):"]
-    lines += [f"  {r['name']:<6}{r['path']:<{width}}  {r['entries']:>4} entries "
-              f"{r['mb']:>9.1f} MB  {r['holds']}" for r in rows]
-    lines.append(f"  total {_mb(total):.1f} MB")
+    lines += [f"  {r['name']:<6} {r['path']:<{width}}  {_entries(r['entries']):>12} "
+              f"{_show_mb(r['bytes']):>11}  {r['holds']}" for r in rows]
+    lines.append(f"  total {_show_mb(total)}")
     emit(args, {"caches": rows, "total_bytes": total, "total_mb": round(_mb(total), 3)},
          lines)
     return 0
@@ -46,11 +56,11 @@ def _cmd_clean(args):
     total = sum(r["bytes_freed"] for r in rows)
     parts = []
     for r in rows:
-        part = f"{r['name']} {r['removed']} entries ({r['mb_freed']:.1f} MB)"
+        part = f"{r['name']} {_entries(r['removed'])} ({_show_mb(r['bytes_freed'])})"
         if r["kept_in_use"]:
             part += f", {r['kept_in_use']} kept: in use by a running innet"
         parts.append(part)
-    lines = [f"freed {_mb(total):.1f} MB: " + "; ".join(parts)]
+    lines = [f"freed {_show_mb(total)}: " + "; ".join(parts)]
     emit(args, {"cleaned": rows, "bytes_freed": total, "mb_freed": round(_mb(total), 3)},
          lines)
     return 0
