@@ -273,7 +273,8 @@ def _cmd_bench_reduce(args):
 def _cmd_bench_model(args):
     from sim.bench.model import bench_model
 
-    result = bench_model(progress=_progress(args), hetero_max=args.hetero_max)
+    sizes = {} if args.hetero_max is None else {"hetero_max": args.hetero_max}
+    result = bench_model(progress=_progress(args), **sizes)
     result["command"] = " ".join(["innet"] + sys.argv[1:])
     r = result["resnet50_8gpu"]
     lines = [f"ResNet-50, 8 x A100, one iteration: {r['wall_s']:.3f} s wall "
@@ -418,8 +419,9 @@ def build_parser():
     bred.set_defaults(func=_cmd_bench_reduce)
 
     bmod = bench_sub.add_parser("model", help="GPU model speed (ResNet-50, synthetic N GPUs)")
-    bmod.add_argument("--hetero-max", type=_positive("--hetero-max", 8), default=64,
-                      help="largest GPU count for the all-different-speeds run (default 64)")
+    bmod.add_argument("--hetero-max", type=_positive("--hetero-max", 8), default=None,
+                      help="largest GPU count for the all-different-speeds run (default "
+                           "sim.bench.model.HETERO_MAX, 1024)")
     bmod.add_argument("--json", action="store_true")
     bmod.set_defaults(func=_cmd_bench_model)
 
