@@ -6,6 +6,20 @@ import pytest
 
 from sim.cosim.runner import SIMULATORS, available_simulators
 
+#: A small experiment (4 points, no RTL, seconds) for the tests of innet run.
+TINY = """
+[experiment]
+name = "tiny"
+workloads = ["bert_large"]
+gpus = 4
+algorithms = ["ring", "inswitch"]
+bucket_mb = [25, 100]
+policies = ["rr"]
+rtl = false
+[switch]
+target_flits = 4000
+"""
+
 
 def requested_simulators():
     """``SIM=icarus|verilator`` picks one; the default is every simulator in SIMULATORS (those

@@ -27,20 +27,10 @@ from sim.experiment import report
 from sim.experiment import run as run_module
 from sim.experiment.config import load_config, points
 
+from .conftest import TINY
+
 ROOT = Path(__file__).resolve().parent.parent
 
-TINY = """
-[experiment]
-name = "tiny"
-workloads = ["bert_large"]
-gpus = 4
-algorithms = ["ring", "inswitch"]
-bucket_mb = [25, 100]
-policies = ["rr"]
-rtl = false
-[switch]
-target_flits = 4000
-"""
 N_POINTS = len(points(load_config(TINY)))
 
 

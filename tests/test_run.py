@@ -8,18 +8,7 @@ from sim.cli.main import main
 from sim.errors import ConfigError
 from sim.experiment.config import load_config
 
-TINY = """
-[experiment]
-name = "tiny"
-workloads = ["bert_large"]
-gpus = 4
-algorithms = ["ring", "inswitch"]
-bucket_mb = [25, 100]
-policies = ["rr"]
-rtl = false
-[switch]
-target_flits = 4000
-"""
+from .conftest import TINY
 
 
 def test_run_writes_the_report(tmp_path, capsys):
