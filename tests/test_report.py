@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from sim.cli.main import main
+from sim.experiment.answer import GLOSSARY
 from sim.experiment.point import PointResult
-from sim.experiment.report import COLUMNS, GLOSSARY, TERMINAL_COLUMNS, summary_table
+from sim.experiment.tables import COLUMNS, TERMINAL_COLUMNS, summary_table
 from sim.gpu.workloads import build_workload
 from sim.replay.config import ReplayConfig
 

@@ -127,8 +127,9 @@ def _run(args, config, jobs, dask=None):
     from dataclasses import replace
 
     from sim.cosim.runner import available_simulators
-    from sim.experiment.report import summary_table, write_results
+    from sim.experiment.report import write_results
     from sim.experiment.run import RunJournal, execute, progress_printer
+    from sim.experiment.tables import summary_table
 
     if args.resume:
         journal = RunJournal.open(args.resume)

@@ -1,0 +1,127 @@
+"""The tables of an experiment's results: one row per point (policies that give identical
+results share one, ``rr=prio``), as Markdown for report.md and as an aligned table that fits
+100 columns for the terminal."""
+
+from sim.experiment.metrics import rtl_agreement
+
+__all__ = ["COLUMNS", "TERMINAL_COLUMNS", "summary_table", "merge_policies", "markdown_table",
+           "point_row", "and_list", "arbiter_label"]
+
+
+#: The table columns (key, heading, format), in report order.
+COLUMNS = [
+    ("workload", "workload", "{}"), ("bucket_mb", "bucket MiB", "{:g}"),
+    ("algo", "algorithm", "{}"), ("policy", "arbiter", "{}"),
+    ("backprop_alone_ms", "bwd alone ms", "{:.2f}"), ("backprop_ms", "bwd ms", "{:.2f}"),
+    ("backprop_slowdown", "slowdown %", "{:+.1%}"), ("slowdown_sm", "SM %", "{:.1%}"),
+    ("slowdown_hbm", "HBM %", "{:.1%}"), ("slowdown_link", "link %", "{:.1%}"),
+    ("allreduce_ms", "all-reduce ms", "{:.2f}"), ("exposed_comm_ms", "exposed ms", "{:.2f}"),
+    ("iteration_ms", "iteration ms", "{:.2f}"), ("link_utilization", "link util", "{:.2f}"),
+]
+
+
+def point_row(point):
+    row = {"workload": point.workload, "bucket_mb": point.bucket_mb, "algo": point.algo,
+           "policy": point.policy}
+    row.update(point.metrics)
+    if point.validation:
+        row["rtl_window_packets"] = point.validation.get("packets")
+        row.update(rtl_agreement(point.validation))
+    return row
+
+
+def _outcome(row):
+    """What a point's row says about the model: everything but its policy, wall times and
+    the RTL window's check."""
+    return {k: v for k, v in row.items()
+            if k != "policy" and not k.startswith("rtl_") and not k.endswith("wall_s")}
+
+
+def merge_policies(rows):
+    """``rows`` with the policies that gave identical outcomes at a (workload, bucket,
+    algorithm) merged: a list of ``(row, policies)``, in report order. The row is the first
+    policy's; ``policies`` a tuple of the policies it stands for."""
+    groups, by_point = [], {}
+    for row in rows:
+        siblings = by_point.setdefault((row["workload"], row["bucket_mb"], row["algo"]), [])
+        for group in siblings:
+            if _outcome(group[0]) == _outcome(row):
+                group[1].append(row["policy"])
+                break
+        else:
+            group = (row, [row["policy"]])
+            siblings.append(group)
+            groups.append(group)
+    return [(row, tuple(policies)) for row, policies in groups]
+
+
+def arbiter_label(policies):
+    return "=".join(policies)
+
+
+def and_list(items):
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def markdown_table(rows):
+    """The per-point table as Markdown, identical policies on one row (``rr=prio``)."""
+    head = "| " + " | ".join(h for _, h, _ in COLUMNS) + " |"
+    rule = "|" + "|".join("---" for _ in COLUMNS) + "|"
+    body = []
+    for row, policies in merge_policies(rows):
+        row = dict(row, policy=arbiter_label(policies))
+        body.append("| " + " | ".join(fmt.format(row[k]) for k, _, fmt in COLUMNS) + " |")
+    return "\n".join([head, rule] + body)
+
+
+def _pct(x):
+    return f"{100 * x:.1f}"
+
+
+#: The terminal table's columns (key, heading, format, right-aligned), chosen to fit 100
+#: columns: the backward time overlapped and the link utilization are in report.md only.
+TERMINAL_COLUMNS = [
+    ("workload", "workload", str, False), ("bucket_mb", "MiB", "{:g}".format, True),
+    ("algo", "algorithm", str, False), ("policy", "arbiter", str, False),
+    ("backprop_alone_ms", "bwd ms", "{:.2f}".format, True),
+    ("backprop_slowdown", "slow %", lambda x: f"{100 * x:+.1f}", True),
+    ("slowdown_sm", "SM %", _pct, True), ("slowdown_hbm", "HBM %", _pct, True),
+    ("slowdown_link", "link %", _pct, True), ("allreduce_ms", "AR ms", "{:.2f}".format, True),
+    ("exposed_comm_ms", "exp ms", "{:.2f}".format, True),
+    ("iteration_ms", "iter ms", "{:.2f}".format, True),
+]
+
+
+def summary_table(results):
+    """The per-point summary for the terminal: an aligned plain-text table (two spaces between
+    columns, a dashed rule under the headings), identical policies on one row, then a legend.
+    At most 100 characters wide for the model zoo's names and up to three merged policies."""
+    rows = [point_row(r) for r in results]
+    merged = merge_policies(rows)
+    every = tuple(dict.fromkeys(r["policy"] for r in rows))
+    labels = {}
+    for _, policies in merged:   # a long merged label would push the table past 100 columns
+        long = len(arbiter_label(policies)) > 9
+        labels[policies] = (("all" if policies == every else f"{policies[0]}+{len(policies) - 1}")
+                            if long else arbiter_label(policies))
+    cells = [[h for _, h, _, _ in TERMINAL_COLUMNS]]
+    for row, policies in merged:
+        row = dict(row, policy=labels[policies])
+        cells.append([fmt(row[k]) for k, _, fmt, _ in TERMINAL_COLUMNS])
+    widths = [max(len(line[i]) for line in cells) for i in range(len(TERMINAL_COLUMNS))]
+
+    def line(values):
+        return "  ".join(v.rjust(w) if right else v.ljust(w) for v, w, (*_, right)
+                         in zip(values, widths, TERMINAL_COLUMNS)).rstrip()
+
+    lines = [line(cells[0]), "  ".join("-" * w for w in widths)]
+    lines += [line(values) for values in cells[1:]]
+    lines += [("bwd: backward pass alone; slow: its slowdown overlapped with the all-reduce = "
+               "SM + HBM + link;"),
+              ("AR: all-reduce time; exp: exposed communication; iter: iteration time "
+               "(docs/metrics.md).")]
+    for policies in sorted({p for _, p in merged if len(p) > 1}):
+        lines.append(f"{labels[policies]}: {and_list(policies)} gave identical results at that "
+                     "point.")
+    return "\n".join(lines)
