@@ -61,7 +61,7 @@ def test_model_matches_rtl(sim, ports, policy, seed, build_dir):
 @pytest.mark.slow
 def test_equal_priorities_are_round_robin(sim, build_dir):
     """`innet run` replays round-robin windows on the prio build with equal priorities
-    (sim.experiment.rtl_config): on a contended trace that RTL delivers exactly as the rr
+    (sim.experiment.point.rtl_config): on a contended trace that RTL delivers exactly as the rr
     model, while the same build with memory traffic first does not."""
     from dataclasses import replace
 

@@ -230,7 +230,7 @@ class ReplayScoreboard:
 
     Parameters
     ----------
-    plan : sim.replay.Plan
+    plan : sim.replay.plan.Plan
         The closed loop's plan (it grows read responses as requests are delivered).
     members : list of int
         The reduction group.
@@ -347,7 +347,7 @@ class ReplayDriver:
 
     Parameters
     ----------
-    plan : sim.replay.Plan
+    plan : sim.replay.plan.Plan
     seed : int
         Seeds the contribution data.
     stall : float

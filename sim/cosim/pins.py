@@ -86,7 +86,7 @@ def arbiter_defaults(dut, quantum=16):
 
 async def configure_replay(dut, cfg, members, dtype):
     """Start the clock, reset the switch (or a harness around it: the pins have the same
-    names) with the arbitration settings of :class:`sim.replay.ReplayConfig` ``cfg``, then
+    names) with the arbitration settings of :class:`sim.replay.config.ReplayConfig` ``cfg``, then
     configure the replay's job (``members`` bitmap, element type ``dtype``) over the whole
     slot pool. Returns after the configuration write's clock edge."""
     import cocotb

@@ -59,7 +59,7 @@ class Player:
 
     Parameters
     ----------
-    plan : sim.replay.Plan
+    plan : sim.replay.plan.Plan
     seed : int
         Seeds the contribution data and the egress stall pattern.
     stall : float
@@ -299,7 +299,7 @@ class Player:
         return inject
 
     def result(self, inject, counters, errors, wall_s):
-        """The :class:`sim.replay.ReplayResult` of this replay (``counters``: the harness's
+        """The :class:`sim.replay.result.ReplayResult` of this replay (``counters``: the harness's
         per-port flit and stall counts)."""
         return ReplayResult.collect(
             "rtl", self.loop, inject, self.deliver, self.results,

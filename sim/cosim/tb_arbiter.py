@@ -3,7 +3,7 @@
 Parameters come from the environment (set by ``test_arbiter_cocotb.py``): ``INNET_PORTS``,
 ``INNET_LANES``, ``INNET_POLICY``, ``INNET_SEED``.
 
-Every cycle the bench compares the RTL against :class:`sim.arbiter_model.ArbiterModel` (which
+Every cycle the bench compares the RTL against :class:`sim.model.arbiter.ArbiterModel` (which
 requester is on the output, and whether it moved), and a scoreboard checks properties that do not
 depend on the model: every packet delivered once, intact, contiguous, in order per requester;
 strict priority never starts a lower-priority packet while a higher one waits; round-robin starts

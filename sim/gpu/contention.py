@@ -142,7 +142,7 @@ def rates_during(gpu, kernel, comm, link_share=1.0):
 
 
 def overlap(gpu, kernel, comm, link_share=1.0):
-    """Run ``kernel`` and collective ``comm`` (a :class:`sim.collectives.CollectiveCost`) at
+    """Run ``kernel`` and collective ``comm`` (a :class:`sim.gpu.collectives.CollectiveCost`) at
     the same time on one GPU, as if each lasted the other's whole duration (the steady state
     the overlap query reports).
 

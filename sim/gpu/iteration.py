@@ -3,7 +3,7 @@ gradient buckets all-reduced on a communication stream as they become ready, opt
 after the last bucket.
 
 The simulation is event driven with piecewise-constant rates. Between two events every running
-kernel progresses at a rate set by :mod:`sim.contention` from what else runs on its GPU: a
+kernel progresses at a rate set by :mod:`sim.gpu.contention` from what else runs on its GPU: a
 compute kernel slows while a collective holds SMs and HBM bandwidth; a collective streams at
 the rate of its slowest member GPU (ring and tree are lock-step; the switch waits for every
 contribution). A collective kernel that has launched but waits for its peers already holds its

@@ -9,7 +9,7 @@ delivered (ring step k+1 waits for step k), a contribution to slot ``seq mod S``
 result of chunk ``seq - S`` came back (the result is the credit, SwitchML-style), and a read
 request's response is sent by the peer once the request arrived.
 
-The RTL backend (:mod:`sim.cosim`, cocotb) and the fast model (:mod:`sim.switch_model`) drive
+The RTL backend (:mod:`sim.cosim`, cocotb) and the fast model (:mod:`sim.model.switch`) drive
 the same :class:`ClosedLoop`, so their per-packet delivery cycles are directly comparable.
 
 Time: one switch cycle moves one flit (``4 × lanes`` bytes) per port. The replay maps trace

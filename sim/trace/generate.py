@@ -20,7 +20,7 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
 
     Per GPU: a kernel record for every compute kernel and every collective kernel (with the SMs
     and HBM bytes it used), and grad records for the collective's messages: the expansion of
-    :func:`sim.collectives.expand_collective`, each message cut into pieces of at most
+    :func:`sim.gpu.collectives.expand_collective`, each message cut into pieces of at most
     ``chunk_bytes``. Piece k of a message depends on piece k of the message it waited for, so a
     replay may pipeline pieces as the hardware does. Times are the model's (open-loop issue
     times); the dependencies carry the closed-loop constraints.
