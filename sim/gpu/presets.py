@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from sim.errors import InputError
 
 __all__ = ["GPU", "PRESETS", "gpu_preset", "NCCL_NVLINK_GBPS", "ModelInputError", "MAX_GPUS",
-           "MAX_BYTES", "check_count", "check_real", "shown"]
+           "MAX_BYTES", "NVLINK_HOP_LATENCY_S", "check_count", "check_real", "shown"]
 
 
 class ModelInputError(InputError, ValueError):
@@ -86,6 +86,14 @@ def check_real(name, value, minimum, maximum, why=""):
 #: ``SM90_NVLINK_BW`` 20.6, against a raw 25 GB/s per link.
 NCCL_NVLINK_GBPS = {"volta": 20.0, "ampere": 20.0, "hopper": 20.6}
 
+#: One-way latency of one NVLink hop between a GPU and an NVSwitch, seconds. NVIDIA does not
+#: publish it (astra-sim/astra-sim#59: "NVLink latency parameters are confidential"); the
+#: estimates in use are 500 ns per NVLink step (ASTRA-sim's DGX-2 configuration, same thread)
+#: and 700 ns per GPU-to-GPU step (arXiv 2111.04867, p. 3). A GPU-to-GPU step crosses two
+#: hops, so 700 ns / 2 = 350 ns per hop. cuda-samples#230 measures 1.8–2.3 µs for a P2P write
+#: through NVLink end to end, which includes the kernel and its completion, not only the wire.
+NVLINK_HOP_LATENCY_S = 350e-9
+
 
 @dataclass(frozen=True)
 class GPU:
@@ -128,6 +136,10 @@ class GPU:
         NCCL ring channels (one CTA, one SM each) for large all-reduces.
     nvls_channels : int
         Channels an in-switch (NVLS-style) all-reduce uses.
+    link_latency_s : float
+        One-way latency of a GPU↔switch NVLink hop, seconds (see :data:`NVLINK_HOP_LATENCY_S`).
+        A GPU-to-GPU message crosses two hops; an in-switch reduction's slot is held for a
+        round trip of two hops plus the switch's own pipeline.
     """
 
     name: str
@@ -147,6 +159,7 @@ class GPU:
     memory_efficiency: float = 0.85
     ring_channels: int = 24
     nvls_channels: int = 16
+    link_latency_s: float = NVLINK_HOP_LATENCY_S
 
     @property
     def link_gbps(self):
