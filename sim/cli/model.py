@@ -119,6 +119,10 @@ def _check_algo(algo):
 
 def _cmd_collective(args):
     from sim.gpu.collectives import collective_cost
+    if args.nodes > 1 or args.algo == "sharp":   # across nodes: sim/cli/multinode.py
+        from sim.cli import multinode
+        multinode.check_nodes(args)
+        return multinode.collective(args, parse_size(args.size, "--size"))
     gpu = _gpu(args.gpu)
     _check_algo(args.algo)
     _check_gpus(args.gpus)
@@ -358,6 +362,8 @@ def register(sub, parser_class, positive):
                               "p2p"])
     col.add_argument("--size", default="1GiB", help="bytes, with an optional unit (25MiB, 1GB)")
     col.add_argument("--channels", type=positive("--channels"), help="override the SM count")
+    col.add_argument("--nodes", type=positive("--nodes", 1), default=1,
+                     help="nodes (DGX presets: a100, h100); --gpus is then per node")
     col.add_argument("--json", action="store_true")
     col.set_defaults(func=_cmd_collective)
 

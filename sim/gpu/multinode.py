@@ -36,10 +36,12 @@ MULTINODE_ALGORITHMS = ("ring", "tree", "sharp")
 MULTINODE_OPS = ("allreduce", "reducescatter", "allgather")
 
 #: Fraction of a NIC's payload bandwidth NCCL's network transport sustains with the Simple
-#: protocol (proxy thread, chunk hand-offs, GPUDirect flushes). Fitted on ONE figure: DGX A100,
-#: 8 × HDR 200 Gb/s, ring all-reduce bus bandwidth 192 GB/s (NVIDIA/nccl#812, AddyLaddy):
-#: 192 / (8 × 24.84 GB/s) = 0.9662. Everything else multi-node is predicted from it.
-NET_EFFICIENCY = 0.9662
+#: protocol (proxy thread, chunk hand-offs, GPUDirect flushes). Fitted on ONE figure: two DGX
+#: A100, 8 × HDR 200 Gb/s, ring all-reduce bus bandwidth 192 GB/s (NVIDIA/nccl#812,
+#: AddyLaddy), read at nccl-tests' 8 GiB: the NIC must stream at 192.3 GB/s / 8 = 24.04 GB/s
+#: of its 24.84 GB/s payload rate (the 132 µs ring latency takes the rest). Everything else
+#: multi-node is predicted from it (sim/gpu/multinode_figures.py).
+NET_EFFICIENCY = 0.9676
 
 # NCCL src/graph/tuning.cc (v2.2x, NVIDIA/nccl master): microseconds, (LL, LL128, Simple).
 _BASE_US = {"ring": (6.6, 14.0, 8.4), "tree": (6.8, 14.0, 8.4), "collnet_chain": (0, 0, 0),
