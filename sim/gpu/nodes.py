@@ -143,8 +143,6 @@ class NodeSpec:
         Data rate of one NIC port, Gb/s.
     pcie_gen : int
         PCIe generation of the GPU → PCIe switch → NIC path (GPUDirect RDMA).
-    gpus_per_pcie_switch : int
-        GPUs (and as many NICs) behind one PCIe switch.
     fabric : FabricSpec
     """
 
@@ -154,7 +152,6 @@ class NodeSpec:
     nics: int
     nic_gbits: float
     pcie_gen: int
-    gpus_per_pcie_switch: int
     fabric: FabricSpec
 
     @property
@@ -182,15 +179,15 @@ class NodeSpec:
 
 #: GPU preset key → node. DGX A100 (NVIDIA DGX A100 System User Guide DU-09821-001,
 #: "Hardware Overview" and "Network Connections"): 8 × A100 SXM4, 8 single-port ConnectX-6
-#: HDR 200 Gb/s InfiniBand compute NICs, four PCIe gen4 switches each holding two GPUs and two
-#: NICs. DGX H100 (NVIDIA DGX H100 User Guide, "Hardware Overview"): 8 × H100 SXM5, 8 ConnectX-7
-#: NDR 400 Gb/s compute ports (four dual-port OSFP cages), PCIe gen5 switches, one GPU and one
-#: NIC per switch port pair.
+#: HDR 200 Gb/s InfiniBand compute NICs behind PCIe gen4 switches shared with the GPUs (a DGX
+#: A100 topology dump, NVIDIA/nccl#1505, shows the NICs at 16 GT/s x16, 200000 Mb/s). DGX H100
+#: (NVIDIA DGX H100 User Guide, "Hardware Overview"): 8 × H100 SXM5, 8 ConnectX-7 NDR 400 Gb/s
+#: compute ports, PCIe gen5. Every GPU has a NIC of its own, each on its own x16 link.
 NODE_PRESETS = {
     "a100": NodeSpec("DGX A100 (8 x A100, 8 x HDR 200 Gb/s)", "a100", gpus=8, nics=8,
-                     nic_gbits=200.0, pcie_gen=4, gpus_per_pcie_switch=2, fabric=HDR_FABRIC),
+                     nic_gbits=200.0, pcie_gen=4, fabric=HDR_FABRIC),
     "h100": NodeSpec("DGX H100 (8 x H100, 8 x NDR 400 Gb/s)", "h100", gpus=8, nics=8,
-                     nic_gbits=400.0, pcie_gen=5, gpus_per_pcie_switch=2, fabric=NDR_FABRIC),
+                     nic_gbits=400.0, pcie_gen=5, fabric=NDR_FABRIC),
 }
 NODE_PRESETS["a100-40"] = NODE_PRESETS["a100"]
 NODE_PRESETS["a100-80"] = NODE_PRESETS["a100"].with_(gpu="a100-80")
