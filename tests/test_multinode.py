@@ -169,6 +169,15 @@ def test_op_and_algo_errors():
         multinode_cost(node, 2, 8, GiB, op="allgather", algo="sharp")
 
 
+def test_cost_streams_its_link_bytes_at_its_link_rate():
+    """The contention model reads link_bytes / link_rate as the streaming time: it must equal
+    time - latency (Simple and LL)."""
+    for size, algo in ((GiB, "ring"), (GiB, "sharp"), (GiB, "tree"), (4096, "ring")):
+        cost = multinode_cost(node_preset("h100"), 4, 8, size, algo=algo)
+        assert cost.link_bytes / (cost.link_rate_gbps * 1e9) == pytest.approx(
+            cost.time_s - cost.latency_s)
+
+
 def test_one_gpu_per_node_uses_no_nvlink():
     links = multinode_links(node_preset("a100"), 4, 1, GiB)
     assert links["nvlink"] == 0.0 and links["nic"] > 0
@@ -231,3 +240,13 @@ def test_cli_nodes_errors(args, message):
 
 def test_presets_cover_every_a100_alias():
     assert {"a100", "a100-40", "a100-80", "h100"} <= set(NODE_PRESETS)
+
+
+def test_cli_overlap_nodes():
+    proc = subprocess.run([sys.executable, "-m", "sim.cli", "model", "overlap", "--gpu", "h100",
+                           "--nodes", "4", "--algo", "sharp", "--comm", "allreduce:256MiB",
+                           "--json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    cost = multinode_cost(node_preset("h100"), 4, 8, 256 << 20, algo="sharp")
+    assert data["nodes"] == 4 and data["comm_alone_s"] == pytest.approx(cost.time_s)

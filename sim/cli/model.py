@@ -170,20 +170,28 @@ def _parse_compute(text, gpu):
 def _cmd_overlap(args):
     from sim.gpu.collectives import collective_cost
     from sim.gpu.contention import overlap
+    from sim.cli import multinode
     gpu = _gpu(args.gpu)
-    _check_algo(args.algo)
-    _check_gpus(args.gpus)
+    across = args.nodes > 1 or args.algo == "sharp"   # across nodes: sim/cli/multinode.py
+    if across:
+        multinode.check_nodes(args)
+    else:
+        _check_algo(args.algo)
+        _check_gpus(args.gpus)
     kernel = _parse_compute(args.compute, gpu)
     op, _, size_text = args.comm.partition(":")
     if op != "allreduce" or not size_text:
         raise UsageError(f"--comm {_echo(args.comm)}: expected allreduce:SIZE")
     size = parse_size(size_text, f"--comm {_echo(args.comm)}: size")
-    comm = collective_cost(gpu, args.gpus, size, "allreduce", args.algo)
+    comm = multinode.allreduce_cost(args, size) if across else \
+        collective_cost(gpu, args.gpus, size, "allreduce", args.algo)
     o = overlap(gpu, kernel, comm)
-    payload = {"gpu": gpu.name, "gpus": args.gpus, "algo": args.algo, "compute": kernel.name,
+    payload = {"gpu": gpu.name, "gpus": args.gpus, "nodes": args.nodes, "algo": args.algo,
+               "compute": kernel.name,
                "comm": args.comm, **{k: v for k, v in o.__dict__.items()}}
     _print(args, payload, [
-        f"{kernel.name} with {args.comm} ({args.algo}, {args.gpus} x {gpu.name}):",
+        f"{kernel.name} with {args.comm} ({args.algo}, {args.gpus} x {gpu.name}"
+        f"{f' x {args.nodes} nodes' if args.nodes > 1 else ''}):",
         f"  compute {o.compute_alone_s * 1e3:.3f} ms alone, {o.compute_overlapped_s * 1e3:.3f} "
         f"ms overlapped: {o.compute_slowdown * 100:+.1f} % "
         f"(SM {o.compute_attribution['sm'] * 100:.1f}, HBM "
@@ -374,6 +382,8 @@ def register(sub, parser_class, positive):
                     help="gemm:M,N,K or stream:BYTES (a memory-bound kernel)")
     ov.add_argument("--comm", default="allreduce:256MiB", help="allreduce:SIZE")
     ov.add_argument("--algo", default="ring")
+    ov.add_argument("--nodes", type=positive("--nodes", 1), default=1,
+                    help="nodes (DGX presets: a100, h100); --gpus is then per node")
     ov.add_argument("--json", action="store_true")
     ov.set_defaults(func=_cmd_overlap)
 

@@ -5,7 +5,7 @@ Kept apart from :mod:`sim.cli.model`, which only adds the option and dispatches 
 
 from sim.cli.output import UsageError, emit
 
-__all__ = ["check_nodes", "collective"]
+__all__ = ["check_nodes", "collective", "allreduce_cost"]
 
 
 def _node(gpu_name):
@@ -71,3 +71,11 @@ def collective(args, size):
         f"{cost.busbw_gbps:.1f} GB/s (GB = 1e9 bytes)",
         "  links busy: " + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in links.items())
         + f"; bottleneck {bottleneck}"])
+
+
+def allreduce_cost(args, size):
+    """The :class:`CollectiveCost` of a ``size``-byte all-reduce across ``--nodes`` (for
+    ``innet model overlap --nodes``)."""
+    from sim.gpu.multinode import multinode_cost
+    return multinode_cost(check_nodes(args), args.nodes, args.gpus, size, "allreduce",
+                          args.algo)

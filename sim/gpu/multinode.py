@@ -197,7 +197,9 @@ def multinode_cost(node, nodes, gpus_per_node, size_bytes, op="allreduce", algo=
     :class:`sim.gpu.nodes.NodeSpec`, e.g. ``node_preset("h100")``).
 
     Time = NCCL's latency for the algorithm and protocol + the busiest link's bytes over its
-    rate (NVLink, PCIe and NIC stream at once). For ring and tree NCCL's LL protocol is also
+    rate (NVLink, PCIe and NIC stream at once). ``link_bytes`` is what one GPU sends over all
+    its links and ``link_rate_gbps`` the rate it streams them at (``link_bytes`` over the
+    streaming time), the contract :mod:`sim.gpu.contention` reads. For ring and tree NCCL's LL protocol is also
     tried (half the bandwidth, capped at NCCL's ``llMaxBw``) and the faster kept; CollNet runs
     Simple only. ``busbw`` uses the nccl-tests definition over all ``N = nodes · gpus_per_node``
     ranks: algbw · 2(N−1)/N for all-reduce, · (N−1)/N for reduce-scatter / all-gather.
@@ -213,7 +215,6 @@ def multinode_cost(node, nodes, gpus_per_node, size_bytes, op="allreduce", algo=
     gpu, n, f, links, latency, sms, hbm, link_bytes = _plan(
         node, nodes, gpus_per_node, size_bytes, op, algo)
     stream_s = max(nbytes / (rate * 1e9) for nbytes, rate in links.values() if nbytes)
-    bottleneck = max(links, key=lambda name: links[name][0] / links[name][1])
     best = None
     for protocol, lat_us in latency.items():
         time = lat_us * 1e-6
@@ -227,7 +228,9 @@ def multinode_cost(node, nodes, gpus_per_node, size_bytes, op="allreduce", algo=
             best = (protocol, time, lat_us * 1e-6)
     protocol, time, latency_s = best
     algbw = size_bytes / time / 1e9 if time else 0.0
-    rate = links[bottleneck][1] * (_LL_EFFICIENCY if protocol == "LL" else 1.0)
+    # the rate this GPU's bytes (all links together) stream at once started, so that
+    # link_bytes / link_rate is the streaming time, as sim.gpu.contention reads it
+    rate = link_bytes / (time - latency_s) / 1e9 if link_bytes else 0.0
     return CollectiveCost(op=op, algo=algo, n=n, size_bytes=size_bytes, time_s=time,
                           link_bytes=link_bytes, hbm_bytes=hbm, sms=sms,
                           protocol=protocol,
