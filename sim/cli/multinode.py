@@ -5,7 +5,7 @@ Kept apart from :mod:`sim.cli.model`, which only adds the option and dispatches 
 
 from sim.cli.output import UsageError, emit
 
-__all__ = ["check_nodes", "collective", "allreduce_cost"]
+__all__ = ["allreduce_cost", "check_nodes", "collective"]
 
 
 def _node(gpu_name):

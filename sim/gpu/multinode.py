@@ -212,7 +212,7 @@ def multinode_cost(node, nodes, gpus_per_node, size_bytes, op="allreduce", algo=
         [1, the node's GPUs], a size outside [0, the GPU's HBM], or a SHARP tree count beyond
         the switch generation's limit.
     """
-    gpu, n, f, links, latency, sms, hbm, link_bytes = _plan(
+    _, n, f, links, latency, sms, hbm, link_bytes = _plan(
         node, nodes, gpus_per_node, size_bytes, op, algo)
     stream_s = max(nbytes / (rate * 1e9) for nbytes, rate in links.values() if nbytes)
     best = None

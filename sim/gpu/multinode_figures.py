@@ -9,7 +9,7 @@ and say why.
 from sim.gpu.multinode import multinode_cost, multinode_links
 from sim.gpu.nodes import node_preset
 
-__all__ = ["multinode_rows", "KNOWN_MISSES"]
+__all__ = ["KNOWN_MISSES", "multinode_rows"]
 
 GiB = 1 << 30
 

@@ -9,8 +9,17 @@ from dataclasses import dataclass, replace
 
 from sim.gpu.presets import PRESETS, ModelInputError, check_count
 
-__all__ = ["SharpSpec", "FabricSpec", "NodeSpec", "NODE_PRESETS", "node_preset",
-           "pcie_effective_gbps", "ib_data_gbps", "message_path", "LINKS"]
+__all__ = [
+    "LINKS",
+    "NODE_PRESETS",
+    "FabricSpec",
+    "NodeSpec",
+    "SharpSpec",
+    "ib_data_gbps",
+    "message_path",
+    "node_preset",
+    "pcie_effective_gbps",
+]
 
 #: The links a message can use, in the order a GPU-to-GPU message meets them.
 LINKS = ("nvlink", "pcie", "nic", "leaf", "spine")
