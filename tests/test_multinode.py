@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from sim.gpu.collectives import collective_cost
-from sim.gpu.multinode import NET_EFFICIENCY, multinode_cost, multinode_links
+from sim.gpu.multinode import NET_EFFICIENCY, multinode_cost, multinode_links, ring_messages
 from sim.gpu.multinode_figures import KNOWN_MISSES, multinode_rows
 from sim.gpu.nodes import NODE_PRESETS, message_path, node_preset
 from sim.gpu.presets import ModelInputError
@@ -41,6 +41,16 @@ def test_message_path_names_every_link():
     assert message_path(node, 30, 8, 8 * 19, 8 * 20)[2:5] == ("leaf", "spine", "leaf")
     with pytest.raises(ModelInputError):
         message_path(node, 2, 8, 0, 16)
+
+
+def test_ring_messages_cross_the_network_once_per_node():
+    """16 ranks on 2 nodes: each of the 30 steps has 16 messages, 2 of them between nodes
+    (7 -> 8 and 15 -> 0), both on one leaf."""
+    msgs = ring_messages(node_preset("h100"), 2, 8, GiB)
+    assert len(msgs) == 30 * 16
+    inter = [(m.src, m.dst) for m, path in msgs if path != ("nvlink",)]
+    assert len(inter) == 60 and set(inter) == {(7, 8), (15, 0)}
+    assert {path for _, path in msgs} == {("nvlink",), ("pcie", "nic", "leaf", "nic", "pcie")}
 
 
 def test_ring_golden_nic_bound():

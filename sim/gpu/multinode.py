@@ -26,11 +26,11 @@ import math
 
 from sim.gpu.collectives import ALGORITHMS as NODE_ALGORITHMS
 from sim.gpu.collectives import CollectiveCost, collective_cost, expand_collective
-from sim.gpu.nodes import node_preset
+from sim.gpu.nodes import message_path, node_preset
 from sim.gpu.presets import ModelInputError, check_count, check_real
 
 __all__ = ["MULTINODE_ALGORITHMS", "MULTINODE_OPS", "NET_EFFICIENCY", "multinode_cost",
-           "multinode_links", "node_preset"]
+           "multinode_links", "node_preset", "ring_messages"]
 
 MULTINODE_ALGORITHMS = ("ring", "tree", "sharp")
 MULTINODE_OPS = ("allreduce", "reducescatter", "allgather")
@@ -236,3 +236,20 @@ def multinode_cost(node, nodes, gpus_per_node, size_bytes, op="allreduce", algo=
                           protocol=protocol,
                           algbw_gbps=algbw, busbw_gbps=algbw * f * (n - 1) / n,
                           latency_s=latency_s, link_rate_gbps=rate)
+
+
+def ring_messages(node, nodes, gpus_per_node, size_bytes):
+    """One channel's ring all-reduce over ``nodes · gpus_per_node`` ranks (node-major rank
+    order, so the ring crosses the network once per node), each message with the links it
+    crosses: ``[(Message, ("nvlink",)), (Message, ("pcie", "nic", "leaf", ...)), ...]``.
+    ``2(N−1) · N`` messages (see :func:`sim.gpu.collectives.expand_collective`).
+
+    Raises
+    ------
+    ModelInputError
+        As :func:`multinode_cost`.
+    """
+    _check(node, nodes, gpus_per_node, size_bytes, "allreduce", "ring")
+    n = nodes * gpus_per_node
+    return [(m, message_path(node, nodes, gpus_per_node, m.src, m.dst))
+            for m in expand_collective("ring", n, size_bytes)]
