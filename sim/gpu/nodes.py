@@ -73,7 +73,8 @@ class SharpSpec:
         subnet holds: 63 on Quantum, 511 on Quantum-2 (NVIDIA SHARP Rev 3.13.0, "General
         Information").
     sat_per_port : bool
-        Quantum runs ONE active streaming tree per switch; Quantum-2 one per port (same page).
+        Quantum runs ONE active streaming tree per switch (two only on request: NVIDIA SHARP
+        v2.6.1, "Reducing the Number of Operational VLs"); Quantum-2 one per port (Rev 3.13.0).
     max_message_bytes : int
         Largest message one SAT operation takes: 1073741792 bytes (2^30 − 32; NVIDIA SHARP
         v2.6.1, "NVIDIA SHARP Collective Library", SHARP_COLL_ENABLE_SAT). A larger reduction
@@ -190,8 +191,10 @@ class NodeSpec:
 #: "Hardware Overview" and "Network Connections"): 8 × A100 SXM4, 8 single-port ConnectX-6
 #: HDR 200 Gb/s InfiniBand compute NICs behind PCIe gen4 switches shared with the GPUs (a DGX
 #: A100 topology dump, NVIDIA/nccl#1505, shows the NICs at 16 GT/s x16, 200000 Mb/s). DGX H100
-#: (NVIDIA DGX H100 User Guide, "Hardware Overview"): 8 × H100 SXM5, 8 ConnectX-7 NDR 400 Gb/s
-#: compute ports, PCIe gen5. Every GPU has a NIC of its own, each on its own x16 link.
+#: (NVIDIA DGX H100 User Guide, 1.2.3 "Network Modules", table 6: eight ConnectX-7 ports on
+#: four OSFP cages, each listed with the GPU it serves; DGX BasePOD deployment guide: "Eight
+#: ports in four OSFP connections are used for the InfiniBand compute fabric"): 8 × H100 SXM5,
+#: 8 × NDR 400 Gb/s, PCIe gen5. Every GPU has a NIC of its own, each on its own x16 link.
 NODE_PRESETS = {
     "a100": NodeSpec("DGX A100 (8 x A100, 8 x HDR 200 Gb/s)", "a100", gpus=8, nics=8,
                      nic_gbits=200.0, pcie_gen=4, fabric=HDR_FABRIC),
