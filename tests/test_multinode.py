@@ -107,6 +107,11 @@ def test_tree_network_bytes_from_the_double_binary_tree():
         # intra-node chain up and down: 2(G-1)/G of the buffer on each GPU's NVLink
         nvlink = collective_cost(node.gpu_preset, 8, GiB).link_rate_gbps
         assert links["nvlink"] == pytest.approx(2 * 7 / 8 * GiB / (nvlink * 1e9))
+    # on 2 nodes the tree's busbw goes beyond what the NICs allow a ring (NVIDIA/nccl#812,
+    # nccl-tests#196: "can indeed go beyond the network bottleneck"); not from 4 nodes on
+    nic_bound = 8 * node.nic_gbps * NET_EFFICIENCY
+    assert multinode_cost(node, 2, 8, 8 * GiB, algo="tree").busbw_gbps > 1.2 * nic_bound
+    assert multinode_cost(node, 16, 8, 8 * GiB, algo="tree").busbw_gbps < nic_bound
     # tree latency (tuning.cc, Simple): 8.4 + 2 ((G-1) 4.0 + log2(K) 14) us
     assert multinode_cost(node, 4, 8, GiB, algo="tree").latency_s == pytest.approx(
         (8.4 + 2 * (7 * 4.0 + 2 * 14.0)) * 1e-6)
