@@ -235,14 +235,14 @@ class _Class:
         self.pos = 0                 # the current compute kernel
         self.progress = 0.0          # fraction of the current compute kernel done at t0
         self.t0 = 0.0
-        self.rates = None            # (rate, alone_s, sm_s, hbm_s) of the kernel since t0
+        self.rates = None            # (rate, alone_s, sm_s, hbm_s, l2_s) since t0
         self.gap_end = None          # end of the launch gap before the current kernel, if in one
         self.kernel_start = None
         self.ver = 0                 # version of the stream's event in the event heap
         self.comm = None             # its rate for the streaming collective (fraction per s)
         self.comm_ver = 0            # version of that rate in the slowest-member heap
         self.comm_pos = 0            # next collective to launch on this class
-        self.extra = {"sm": 0.0, "hbm": 0.0}   # backward time lost to each cause
+        self.extra = {"sm": 0.0, "hbm": 0.0, "l2": 0.0}   # backward time lost to each cause
         self.done_at = None
         # What the metrics are read from.
         self.fwd_end = None
@@ -569,9 +569,9 @@ class _Streams:
         """Class ``ci``'s rates from what runs on its GPU now.
 
         Returns ``(rates, comm)``: ``rates`` is ``None`` (no kernel running) or
-        ``(rate, alone_s, sm_s, hbm_s)`` — the fraction of the kernel done per second, its
-        time alone, and its time slowed by the collective's SMs only or HBM traffic only (for
-        the attribution); ``comm`` is the fraction of the streaming collective this GPU could
+        ``(rate, alone_s, sm_s, hbm_s, l2_s)`` — the fraction of the kernel done per second,
+        its time alone, and its time slowed by the collective's SMs, HBM traffic or L2
+        pollution only (for the attribution); ``comm`` is the fraction of the streaming collective this GPU could
         stream per second (None while it does not stream).
         """
         gpu = self.gpu
@@ -583,22 +583,22 @@ class _Streams:
         if kernel is None:
             if not streaming:
                 return None, None
-            _, comm_s, _, _, _ = rates_during(gpu, None, coll.cost)
+            comm_s = rates_during(gpu, None, coll.cost).comm_s
             return None, (1.0 / comm_s if comm_s else math.inf)
         alone = kernel_time(gpu, kernel) / c.speed
         if streaming:
-            comp_s, comm_s, share, k_hbm, _ = rates_during(gpu, kernel, coll.cost)
-            comp_s /= c.speed
-            # single-cause slowdowns for attribution
-            sm_s = kernel_time(gpu, kernel, share) / c.speed
-            hbm_s = kernel_time(gpu, kernel, 1.0, k_hbm) / c.speed if k_hbm else alone
-            return ((1.0 / comp_s if comp_s else math.inf, alone, sm_s, hbm_s),
-                    1.0 / comm_s if comm_s else math.inf)
+            r = rates_during(gpu, kernel, coll.cost)
+            comp_s = r.compute_s / c.speed
+            # single-mechanism times for attribution
+            return ((1.0 / comp_s if comp_s else math.inf, alone, r.sm_s / c.speed,
+                     r.hbm_s / c.speed, r.l2_s / c.speed),
+                    1.0 / r.comm_s if r.comm_s else math.inf)
         if holds:
-            share = sm_share_during(gpu, coll.cost.sms)
+            # launched and spinning, waiting for its peers: it holds its SMs, moves no bytes
+            share = sm_share_during(gpu, coll.cost, kernel)
             comp_s = kernel_time(gpu, kernel, share) / c.speed
-            return (1.0 / comp_s if comp_s else math.inf, alone, comp_s, alone), None
-        return (1.0 / alone if alone else math.inf, alone, alone, alone), None
+            return (1.0 / comp_s if comp_s else math.inf, alone, comp_s, alone, alone), None
+        return (1.0 / alone if alone else math.inf, alone, alone, alone, alone), None
 
     def _update(self, cis):
         """New rates for classes ``cis`` (what runs on their GPUs changed); the streaming
@@ -638,7 +638,7 @@ class _Streams:
         rates = c.rates
         if rates is None:
             return
-        rate, alone, sm_s, hbm_s = rates
+        rate, alone, sm_s, hbm_s, l2_s = rates
         if rate == math.inf:
             c.progress = 1.0
             return
@@ -650,10 +650,11 @@ class _Streams:
             actual_s = 1.0 / rate
             extra = dt * (1.0 - alone / actual_s) if actual_s > alone else 0.0
             if extra > 0 and c.compute[c.pos][2] == "bwd":
-                parts = {"sm": max(0.0, sm_s - alone), "hbm": max(0.0, hbm_s - alone)}
+                parts = {"sm": max(0.0, sm_s - alone), "hbm": max(0.0, hbm_s - alone),
+                         "l2": max(0.0, l2_s - alone)}
                 weight = sum(parts.values())
                 for key, part in parts.items():
-                    c.extra[key] += extra * (part / weight if weight else 0.5)
+                    c.extra[key] += extra * (part / weight if weight else 1 / len(parts))
 
     def _schedule(self, ci):
         """Put class ``ci``'s next event (its gap or kernel ends) on the heap; its progress is
