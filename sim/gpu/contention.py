@@ -81,11 +81,12 @@ NCCL_REGISTERS = 96
 NCCL_SHMEM = {"volta": 20 * (4 * 32 + 1) * 16, "ampere": 20 * (8 * 32 + 1) * 16,
               "hopper": 20 * (8 * 32 + 1) * 16}
 
-#: Fraction of the evicted part of a kernel's working set that it reads from HBM again (the
-#: rest it would have re-read from L2 only once more, or not at all). The one constant of the
-#: L2 mechanism, fitted on one figure: the worst case (40.0 %) of Lee et al. 2025's sweep
-#: (arXiv 2507.03114), see :mod:`sim.gpu.calibration`; the sweep's average is then predicted.
-L2_REFETCH = 1.0
+#: Times each evicted byte of a kernel's working set is read from HBM again (a GEMM re-reads
+#: an operand panel once per tile that shares it; evicted, each of those reads goes to HBM).
+#: The one constant of the L2 mechanism, fitted on one figure: the worst case (40.0 %) of Lee
+#: et al. 2025's sweep (arXiv 2507.03114) as innet runs it (:data:`sim.gpu.validation.SWEEP`);
+#: the sweep's average and its serial-vs-overlapped figures are then predictions.
+L2_REFETCH = 3.7
 
 
 @dataclass(frozen=True)
