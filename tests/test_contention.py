@@ -9,6 +9,7 @@ from sim.gpu.contention import (
     L2_REFETCH,
     KernelSpec,
     comm_cta,
+    gemm_kernel,
     l2_extra_bytes,
     retained_blocks,
     hbm_rate,
@@ -113,3 +114,18 @@ def test_inswitch_slows_compute_less_than_ring():
         ring = overlap(A100, kernel, allreduce_cost(A100, 8, 256 << 20, "ring"))
         switch = overlap(A100, kernel, allreduce_cost(A100, 8, 256 << 20, "inswitch"))
         assert switch.compute_slowdown < ring.compute_slowdown
+
+
+def test_wave_quantization_by_hand():
+    """A GEMM grid of B blocks (one per SM, the 256x128 tile does not fit twice) runs in
+    ceil(B / slots) waves: 108 blocks on A100 are one wave alone, two beside 24 channels; 84
+    blocks fit the 84 SMs left: no slowdown at all."""
+    comm = allreduce_cost(A100, 8, 256 << 20, "ring")
+    one_wave = gemm_kernel(A100, 256 * 12, 128 * 9, 4096)
+    assert one_wave.blocks == 108
+    assert overlap(A100, one_wave, comm).compute_slowdown == pytest.approx(1.0)
+    fits = gemm_kernel(A100, 256 * 12, 128 * 7, 4096)
+    assert fits.blocks == 84
+    assert overlap(A100, fits, comm).sm_share == 1.0
+    many = gemm_kernel(A100, 256 * 108, 128 * 84, 64)     # 9072 blocks: 84 vs 108 waves
+    assert overlap(A100, many, comm).sm_share == pytest.approx(84 / 108)

@@ -45,7 +45,7 @@ from sim.gpu.presets import ModelInputError
 
 __all__ = ["KernelSpec", "kernel_time", "Overlap", "overlap", "KERNEL_GAP_S", "SM_LIMITS",
            "BLOCKS", "L2_REFETCH", "comm_cta", "retained_blocks", "sm_share_during",
-           "working_set", "rates_during", "Rates"]
+           "working_set", "rates_during", "Rates", "gemm_kernel"]
 
 #: Gap between back-to-back kernels on one stream (launch and tail), seconds.
 KERNEL_GAP_S = 2e-6
@@ -95,7 +95,8 @@ class KernelSpec:
 
     ``block`` names its block shape in :data:`BLOCKS` (default: ``gemm`` on tensor cores,
     ``elementwise`` otherwise); ``working_set`` is the bytes it re-reads from L2 (default
-    :func:`working_set`)."""
+    :func:`working_set`); ``blocks`` is its grid size, when known (then it runs in whole
+    waves: see :func:`sm_share_during`)."""
 
     name: str
     flops: float
@@ -104,6 +105,7 @@ class KernelSpec:
     conv: bool = False
     block: str = None
     working_set: float = None
+    blocks: int = None
 
 
 def compute_rate(gpu, tensor_core, sm_share=1.0, conv=False):
@@ -173,11 +175,33 @@ def retained_blocks(gpu, kernel, comm):
 
 def sm_share_during(gpu, comm, kernel):
     """Share of the GPU's SM throughput ``kernel`` keeps while ``comm`` holds ``comm.sms``
-    SMs: all of the other SMs, and on each channel's SM the blocks that still fit."""
+    SMs: all of the other SMs, and on each channel's SM the blocks that still fit.
+
+    A kernel whose grid (``kernel.blocks``) is known runs in whole waves of the block slots
+    it has: its time goes as the number of waves, ``ceil(blocks / slots)``, so a GEMM of
+    exactly one wave alone needs two beside a collective (the tail effect: NVIDIA developer
+    forum thread 337991, an H100 GEMM of 132 blocks next to a 24-block ncclAllGather).
+    Without a grid, the many-wave limit: throughput in proportion to the slots."""
     if comm is None or kernel is None:
         return 1.0
-    lost = comm.sms * (1.0 - retained_blocks(gpu, kernel, comm))
+    retained = retained_blocks(gpu, kernel, comm)
+    if kernel.blocks:
+        per_sm = _blocks_that_fit(SM_LIMITS[gpu.arch], kernel_block(gpu, kernel))
+        slots_alone = gpu.sms * per_sm
+        slots = (gpu.sms - comm.sms) * per_sm + comm.sms * round(retained * per_sm)
+        if slots <= 0:
+            return 0.0
+        return math.ceil(kernel.blocks / slots_alone) / math.ceil(kernel.blocks / slots)
+    lost = comm.sms * (1.0 - retained)
     return max(0.0, 1.0 - lost / gpu.sms)
+
+
+def gemm_kernel(gpu, m, n, k, name=None, element_bytes=2):
+    """A tensor-core GEMM ``C[m,n] = A[m,k] · B[k,n]`` as cuBLAS runs it: 2mnk FLOPs, its
+    operands read and result written once, a grid of 256x128 tiles (:data:`BLOCKS`)."""
+    blocks = math.ceil(m / 256) * math.ceil(n / 128)
+    return KernelSpec(name or f"gemm {m}x{n}x{k}", 2.0 * m * n * k,
+                      float(element_bytes * (m * k + k * n + m * n)), True, blocks=blocks)
 
 
 # -- HBM bandwidth -------------------------------------------------------------------------------

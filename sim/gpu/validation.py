@@ -132,6 +132,26 @@ def _overlap_rows():
     ]
 
 
+def _tail_effect_rows():
+    """A GEMM of exactly one wave next to an all-gather: the NVIDIA developer forum thread
+    "Compute-Communication Overlap Causes Severe GEMM Performance Degradation because of Tail
+    Effect" (forums.developer.nvidia.com/t/337991): H100 (132 SMs), a 132-block GEMM at
+    ~80 % MFU alone, ~47 % beside a 24-block ncclAllGather, "execution time nearly doubles".
+    Band: 80/47 − 1 = 70 % to 100 % ("nearly doubles"). The GEMM's shape is not given; any
+    one-wave shape (132 tiles of 256x128) gives the same prediction."""
+    from sim.gpu.collectives import collective_cost
+    from sim.gpu.contention import gemm_kernel, overlap
+    h100 = gpu_preset("h100")
+    gemm = gemm_kernel(h100, 256 * 12, 128 * 11, 8192)
+    gather = collective_cost(h100, 8, 256 << 20, "allgather", "ring", channels=24)
+    slowdown = overlap(h100, gemm, gather).compute_slowdown * 100
+    return [row("one-wave GEMM beside a 24-block all-gather, H100, slowdown", slowdown,
+                "70–100", 80 / 47 * 100 - 100, 100.0,
+                "NVIDIA developer forum thread 337991 (MFU ~80 % alone, ~47 % overlapped)",
+                "python -c 'from sim.gpu.validation import _tail_effect_rows; "
+                "print(_tail_effect_rows())'", "%")]
+
+
 # -- collectives and single-GPU times (kept from the calibration) ------------------------------
 
 def _collective_rows():
@@ -251,7 +271,8 @@ def _scaling_rows():
 #: The providers of rows, in table order. The lead adds
 #: ``sim.gpu.collective_figures.collective_rows`` and
 #: ``sim.gpu.multinode_figures.multinode_rows`` here.
-PROVIDERS = [_collective_rows, _single_gpu_rows, _overlap_rows, _scaling_rows]
+PROVIDERS = [_collective_rows, _single_gpu_rows, _overlap_rows, _tail_effect_rows,
+             _scaling_rows]
 
 
 def validation_rows(providers=None):
