@@ -208,3 +208,38 @@ def test_speed_factors_at_the_bounds_simulate(factor):
         assert r.iteration_s > 500 * base.iteration_s
     else:
         assert r.iteration_s == pytest.approx(base.iteration_s, rel=0.05)
+
+
+def test_framework_costs_by_hand():
+    """Optimizer traffic per parameter (SGD-momentum 5 x 4 bytes, Adam 7 x 4, apex O2 + 4),
+    the final step's bytes (optimizer + GradScaler unscale 8 + DDP copy-back 2 x 4 per
+    parameter), buckets in the all-reduce precision, DDP's bucket kernels."""
+    from sim.gpu.iteration import make_buckets, optimizer_bytes, overhead_kernels
+    w = bert_large(batch=2)
+    assert optimizer_bytes(w, IterationConfig()) == 28.0
+    assert optimizer_bytes(resnet50(8), IterationConfig()) == 20.0
+    assert optimizer_bytes(w, IterationConfig(precision="o2")) == 32.0
+    one = simulate_iteration(w, A100, IterationConfig(n_gpus=1), record=False)
+    eight = simulate_iteration(w, A100, IterationConfig(n_gpus=8), record=False)
+    rate = hbm_rate(A100)
+    assert one.framework["final_step_alone_s"] == pytest.approx(w.params * (28 + 8) / rate)
+    assert eight.framework["final_step_alone_s"] == pytest.approx(w.params * (28 + 8 + 8) /
+                                                                 rate)
+    assert one.framework["ddp_bucket_kernels_s"] == 0
+    assert sum(b.nbytes for b in make_buckets(w, IterationConfig(precision="o2"))) == \
+        w.params * 2
+    bucket = make_buckets(w, IterationConfig())[3]
+    (_, copy, _), = overhead_kernels(w, IterationConfig(), bucket)
+    (_, view, _), = overhead_kernels(w, IterationConfig(gradient_as_bucket_view=True), bucket)
+    assert (copy.hbm_bytes, view.hbm_bytes) == (4 * bucket.nbytes, 2 * bucket.nbytes)
+
+
+def test_cpu_issue_bounds_the_iteration():
+    """With a slow CPU (1 ms an operator) the GPU waits for it: the iteration lasts at least
+    one operator per kernel."""
+    w = resnet50(batch=2)
+    r = simulate_iteration(w, A100, IterationConfig(n_gpus=1, op_cpu_s=1e-3), record=False)
+    kernels = 2 * len(w.layers)
+    assert r.iteration_s >= kernels * 1e-3
+    fast = simulate_iteration(w, A100, IterationConfig(n_gpus=1, op_cpu_s=0.0), record=False)
+    assert fast.iteration_s < kernels * 1e-3

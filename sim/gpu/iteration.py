@@ -24,7 +24,7 @@ from sim.gpu.contention import KERNEL_GAP_S, KernelSpec, kernel_time, rates_duri
 from sim.gpu.presets import MAX_BYTES, MAX_GPUS, ModelInputError, check_count, check_real
 
 __all__ = ["IterationConfig", "Bucket", "make_buckets", "simulate_iteration", "simulate_streams",
-           "IterationResult", "optimizer_bytes", "overhead_kernels", "OPTIMIZER_BYTES",
+           "IterationResult", "optimizer_bytes", "overhead_kernels", "framework_costs", "OPTIMIZER_BYTES",
            "PRECISIONS", "OP_CPU_S", "BUCKET_CPU_S"]
 
 MiB = 1 << 20
@@ -311,7 +311,8 @@ class IterationResult:
     """Times in seconds. ``timeline`` lists ``(gpu_class, stream, name, start, end, tag,
     hbm_bytes)``: ``tag`` is the phase of a compute kernel or the index of a collective;
     ``classes`` maps each speed factor to its GPUs; ``engine_ops`` counts the engine's work
-    (events, compute-stream updates, heap operations), for complexity tests."""
+    (events, compute-stream updates, heap operations), for complexity tests; ``framework``
+    what the framework adds (:func:`framework_costs`)."""
 
     n_gpus: int
     algo: str
@@ -332,6 +333,7 @@ class IterationResult:
     classes: dict = field(default_factory=dict)
     comm_sms: list = field(default_factory=list)
     engine_ops: dict = field(default_factory=dict)
+    framework: dict = field(default_factory=dict)
 
     def summary(self):
         return {k: v for k, v in self.__dict__.items()
@@ -412,6 +414,7 @@ def simulate_iteration(workload, gpu, config=None, record=True):
                               issue_s=issue)
     result.buckets = len(buckets)
     result.bucket_bytes = [b.nbytes for b in buckets]
+    result.framework = framework_costs(workload, gpu, config, queue, final, issue)
     return result
 
 
@@ -453,6 +456,19 @@ def _kernel_queue(workload, config, buckets):
     opt_flops = 10.0 * params + sum(k.flops for _, k, _ in post)
     final = ("optimizer", KernelSpec("optimizer", opt_flops, opt_bytes, False), "opt")
     return queue, launches, final
+
+
+def framework_costs(workload, gpu, config, queue, final, issue):
+    """What the framework adds, alone (seconds, no contention): DDP's bucket kernels, the
+    final step (copy-back, unscale and optimizer), and the CPU's issue time for the
+    iteration's kernels; with the choices that set them."""
+    ddp = sum(kernel_time(gpu, spec) + KERNEL_GAP_S for _, spec, phase in queue
+              if phase == "ddp")
+    return {"optimizer": resolved_optimizer(workload, config), "precision": config.precision,
+            "allreduce_bytes_per_element": grad_element_bytes(workload, config),
+            "optimizer_bytes_per_param": optimizer_bytes(workload, config),
+            "ddp_bucket_kernels_s": ddp, "final_step_alone_s": kernel_time(gpu, final[1]),
+            "cpu_issue_s": issue[-1]}
 
 
 def _issue_times(queue, config, n_buckets):
