@@ -169,6 +169,12 @@ def test_straggler_among_distinct_speeds_sets_the_pace():
     ({"speed": [-0.0] + [1.0] * 7}, "the speed factor of GPU 0 must be a finite number"),
     ({"channels": 0}, "channels must be an integer"),
     ({"optimizer_bytes_per_param": math.inf}, "optimizer_bytes_per_param must be a finite"),
+    ({"optimizer": "lion"}, "optimizer must be auto, sgd, adam"),
+    ({"precision": "fp8"}, "precision must be one of amp, o2, fp32"),
+    ({"allreduce_bytes": 3}, "allreduce_bytes must be 2 or 4"),
+    ({"gradient_as_bucket_view": 1}, "gradient_as_bucket_view must be True or False"),
+    ({"op_cpu_s": math.nan}, r"op_cpu_s must be a finite number in \[0, 1\]"),
+    ({"bucket_cpu_s": -1.0}, "bucket_cpu_s must be a finite number"),
 ])
 def test_config_ranges(changes, message):
     config = IterationConfig(n_gpus=8, **{k: v for k, v in changes.items() if k != "n_gpus"})
