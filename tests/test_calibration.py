@@ -1,39 +1,88 @@
-"""The model against published measurements (sources in ../shared/CALIBRATION.md)."""
+"""The model against published measurements: every row inside its band, except the known
+misses listed here with their reason (a change that moves a row in or out fails)."""
 
 import pytest
 
-from sim.gpu.calibration import calibration_rows, overlap_sweep
+from sim.gpu.calibration import calibration_markdown
+from sim.gpu.validation import finish, overlap_sweep, row, validation_rows
 
-ROWS = {row["quantity"]: row for row in calibration_rows()}
+ROWS = {r["quantity"]: r for r in validation_rows()}
+
+#: quantity → why innet misses it (see docs/calibration.md, "Why rows miss")
+KNOWN_MISSES = {
+    "8×H100 ring all-reduce busbw, 1 GiB (NVLS off)":
+        "348.6 GB/s against 360–370: the collective model's domain",
+    "serial vs overlapped iteration, sweep average (4 GPUs)":
+        "the sweep's configurations are assumed (12.5 % vs 10.2 %)",
+    "serial vs overlapped iteration, sweep worst case (4 GPUs)":
+        "the sweep's configurations are assumed (22.7 % vs 26.6 %)",
+    **{f"ResNet-50 {p}, 8×{g} scaling efficiency, batch 256":
+       "DALI's data pipeline is not modelled"
+       for p, g in (("AMP", "A100"), ("AMP", "V100"), ("FP32", "V100"))},
+    "BERT-large SQuAD FP32, 8×V100 scaling efficiency, batch 8, seq 384":
+        "DGX-1 cube-mesh and GPU skew not modelled",
+    "BERT-large pre-training AMP, 8×V100 weak scaling, batch 64, seq 128, 64 accumulated":
+        "DGX-1 cube-mesh and GPU skew not modelled",
+    "BERT-large pre-training AMP, 8×V100 weak scaling, batch 8, seq 512, 256 accumulated":
+        "DGX-1 cube-mesh and GPU skew not modelled",
+    "ResNet-50 training, one A100 80GB, batch 256, AMP":
+        "conv_efficiency fitted on the 40GB preset",
+}
 
 
 @pytest.mark.parametrize("quantity", sorted(ROWS))
-def test_within_published_tolerance(quantity):
-    row = ROWS[quantity]
-    assert row["within"], (f"{quantity}: model {row['model']:.4g} outside {row['tolerance']} "
-                           f"(published {row['published']}, {row['source']})")
+def test_row_within_its_band_or_a_known_miss(quantity):
+    r = ROWS[quantity]
+    if quantity in KNOWN_MISSES:
+        assert not r["within"], f"{quantity} now within {r['tolerance']}: drop it from the misses"
+    else:
+        assert r["within"], (f"{quantity}: model {r['model']:.4g} outside {r['tolerance']} "
+                             f"(published {r['published']}, {r['source']})")
 
 
-def test_ring_busbw_within_5_percent():
-    """nccl-tests issues #149/#228 (8×A100, 200–235 GB/s) and #212/#309 (8×H100, 360–370)."""
-    a100 = ROWS["8×A100 ring all-reduce busbw, 1 GiB"]["model"]
-    h100 = ROWS["8×H100 ring all-reduce busbw, 1 GiB (NVLS off)"]["model"]
-    assert abs(a100 / 217.5 - 1) <= 0.05
-    assert abs(h100 / 365.0 - 1) <= 0.05
+def test_known_misses_are_rows():
+    assert set(KNOWN_MISSES) <= set(ROWS)
+
+
+def test_schema_and_at_most_half_fitted():
+    keys = {"quantity", "model", "published", "low", "high", "unit", "source", "command",
+            "role"}
+    for r in ROWS.values():
+        assert keys <= set(r)
+        assert r["role"] in ("fitted", "predicted")
+        assert r["low"] <= r["high"]
+        assert (r["role"] == "fitted") == ("fits" in r)
+    fitted = [r for r in ROWS.values() if r["role"] == "fitted"]
+    assert len(fitted) <= len(ROWS) / 2
+    # one figure per fitted constant
+    assert len({r["fits"] for r in fitted}) == len(fitted)
+
+
+def test_finish_by_hand():
+    r = finish(row("q", 11.0, "8–12", 8.0, 12.0, "s", "c"))
+    assert r["within"] and r["error"] == "+10.0 %"
+    assert not finish(row("q", 12.5, 10.0, 9.0, 12.0, "s", "c"))["within"]
+
+
+def test_providers_are_pluggable():
+    extra = lambda: [row("extra", 1.0, 1.0, 0.5, 1.5, "s", "c")]   # noqa: E731
+    rows = validation_rows([extra])
+    assert [r["quantity"] for r in rows] == ["extra"] and rows[0]["within"]
 
 
 def test_overlap_sweep_average_and_worst():
-    """Lee et al. 2025 (arXiv 2507.03114): 18.9 % average, 40 % worst compute slowdown."""
+    """Lee et al. 2025 (arXiv 2507.03114): 18.9 % average (predicted), 40.0 % worst (fitted)
+    compute slowdown; within ±2 points each."""
     sweep = overlap_sweep()
     average = sum(r["slowdown"] for r in sweep) / len(sweep)
-    assert abs(average - 0.189) <= 0.05
-    assert max(r["slowdown"] for r in sweep) <= 0.40
+    assert abs(average - 0.189) <= 0.02
+    assert abs(max(r["slowdown"] for r in sweep) - 0.40) <= 0.02
+    for r in sweep:   # the attribution sums to the slowdown
+        assert sum(r["attribution"].values()) == pytest.approx(r["slowdown"], abs=1e-9)
 
 
 def test_calibration_doc_is_current():
     from pathlib import Path
-
-    from sim.gpu.calibration import calibration_markdown
     doc = Path(__file__).resolve().parent.parent / "docs" / "calibration.md"
     assert doc.read_text() == calibration_markdown(list(ROWS.values())), \
         "regenerate with: innet model calibrate --write docs/calibration.md"

@@ -153,7 +153,7 @@ TRACE_HOLES = [
       "--gpu", "h100", "--gpus", "2", "--algo", "inswitch"],
      ("a message piece of 5120000000 bytes does not fit in a trace record's bytes field (at "
       "most 4294967295): use smaller pieces")),
-    (["--chunk-kb", "0.001"], "the trace would hold 1431196368 records, more than 10000000"),
+    (["--chunk-kb", "0.001"], "the trace would hold 1431196408 records, more than 10000000"),
     (["--p2p-mb", "1e-9"], "--p2p-mb 1e-09 is less than one byte"),
     (["--p2p-mb", "1e306"], "--p2p-mb must be at most 1.07374e+09 MiB (2^50 bytes)"),
     (["--bucketing", "horovod", "--first-bucket-mb", "2"],
@@ -322,7 +322,8 @@ def test_trace_gen_metadata_records_the_whole_configuration(tmp_path, capsys):
                                  "optimizer_bytes_per_param")} == {
         "first_bucket_bytes": 1 << 20, "bucket_cap_bytes": 25 << 20, "fusion_bytes": 64 * 10**6,
         "fusion_cycle_s": 5e-3, "grad_accum_microbatches": 1, "bucketing": "ddp",
-        "optimizer_bytes_per_param": 16.0}
+        # SGD-momentum (ResNet-50's recipe) with FP32 state: 5 x 4 bytes a parameter
+        "optimizer_bytes_per_param": 20.0}
     meta, _ = trace_of(tmp_path, capsys, "--model", "transformer", "--batch", "2", "--hidden",
                        "256", "--layers", "2", "--seq", "128")
     assert (meta["hidden_features"], meta["layers"], meta["seq_tokens"]) == (256, 2, 128)

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from sim.gpu.collectives import allreduce_cost
-from sim.gpu.contention import KERNEL_GAP_S, KernelSpec, kernel_time
+from sim.gpu.contention import KERNEL_GAP_S, KernelSpec, hbm_rate, kernel_time
 from sim.gpu.presets import gpu_preset
 from sim.gpu.iteration import IterationConfig, make_buckets, simulate_iteration, simulate_streams
 from sim.gpu.workloads import bert_large, resnet50
@@ -27,12 +27,17 @@ def test_ddp_buckets():
 
 
 def test_no_overlap_is_the_serial_sum():
+    """Without overlap (and with no CPU issue limit), the iteration is the sum of its kernels,
+    DDP's bucket kernels (copy in and divide: 4 bytes moved per bucket byte), its all-reduces
+    and the final step."""
     w = resnet50(batch=32)
-    r = simulate_iteration(w, A100, IterationConfig(n_gpus=8, overlap=False), record=False)
+    config = IterationConfig(n_gpus=8, overlap=False, op_cpu_s=0.0, bucket_cpu_s=0.0)
+    r = simulate_iteration(w, A100, config, record=False)
     kernels = sum(kernel_time(A100, KernelSpec(layer.name, f, b, layer.tensor_core,
                                                layer.kind == "conv")) + KERNEL_GAP_S
                   for layer in w.layers for f, b in ((layer.fwd_flops, layer.fwd_bytes),
                                                      (layer.bwd_flops, layer.bwd_bytes)))
+    kernels += sum(4 * b / hbm_rate(A100) + KERNEL_GAP_S for b in r.bucket_bytes)
     comm = sum(allreduce_cost(A100, 8, b).time_s for b in r.bucket_bytes)
     assert r.backprop_slowdown == pytest.approx(0.0, abs=1e-9)
     assert r.exposed_comm_s == pytest.approx(comm, rel=1e-6)
@@ -164,6 +169,12 @@ def test_straggler_among_distinct_speeds_sets_the_pace():
     ({"speed": [-0.0] + [1.0] * 7}, "the speed factor of GPU 0 must be a finite number"),
     ({"channels": 0}, "channels must be an integer"),
     ({"optimizer_bytes_per_param": math.inf}, "optimizer_bytes_per_param must be a finite"),
+    ({"optimizer": "lion"}, "optimizer must be auto, sgd, adam"),
+    ({"precision": "fp8"}, "precision must be one of amp, o2, fp32"),
+    ({"allreduce_bytes": 3}, "allreduce_bytes must be 2 or 4"),
+    ({"gradient_as_bucket_view": 1}, "gradient_as_bucket_view must be True or False"),
+    ({"op_cpu_s": math.nan}, r"op_cpu_s must be a finite number in \[0, 1\]"),
+    ({"bucket_cpu_s": -1.0}, "bucket_cpu_s must be a finite number"),
 ])
 def test_config_ranges(changes, message):
     config = IterationConfig(n_gpus=8, **{k: v for k, v in changes.items() if k != "n_gpus"})
@@ -203,3 +214,38 @@ def test_speed_factors_at_the_bounds_simulate(factor):
         assert r.iteration_s > 500 * base.iteration_s
     else:
         assert r.iteration_s == pytest.approx(base.iteration_s, rel=0.05)
+
+
+def test_framework_costs_by_hand():
+    """Optimizer traffic per parameter (SGD-momentum 5 x 4 bytes, Adam 7 x 4, apex O2 + 4),
+    the final step's bytes (optimizer + GradScaler unscale 8 + DDP copy-back 2 x 4 per
+    parameter), buckets in the all-reduce precision, DDP's bucket kernels."""
+    from sim.gpu.iteration import make_buckets, optimizer_bytes, overhead_kernels
+    w = bert_large(batch=2)
+    assert optimizer_bytes(w, IterationConfig()) == 28.0
+    assert optimizer_bytes(resnet50(8), IterationConfig()) == 20.0
+    assert optimizer_bytes(w, IterationConfig(precision="o2")) == 32.0
+    one = simulate_iteration(w, A100, IterationConfig(n_gpus=1), record=False)
+    eight = simulate_iteration(w, A100, IterationConfig(n_gpus=8), record=False)
+    rate = hbm_rate(A100)
+    assert one.framework["final_step_alone_s"] == pytest.approx(w.params * (28 + 8) / rate)
+    assert eight.framework["final_step_alone_s"] == pytest.approx(w.params * (28 + 8 + 8) /
+                                                                 rate)
+    assert one.framework["ddp_bucket_kernels_s"] == 0
+    assert sum(b.nbytes for b in make_buckets(w, IterationConfig(precision="o2"))) == \
+        w.params * 2
+    bucket = make_buckets(w, IterationConfig())[3]
+    (_, copy, _), = overhead_kernels(w, IterationConfig(), bucket)
+    (_, view, _), = overhead_kernels(w, IterationConfig(gradient_as_bucket_view=True), bucket)
+    assert (copy.hbm_bytes, view.hbm_bytes) == (4 * bucket.nbytes, 2 * bucket.nbytes)
+
+
+def test_cpu_issue_bounds_the_iteration():
+    """With a slow CPU (1 ms an operator) the GPU waits for it: the iteration lasts at least
+    one operator per kernel."""
+    w = resnet50(batch=2)
+    r = simulate_iteration(w, A100, IterationConfig(n_gpus=1, op_cpu_s=1e-3), record=False)
+    kernels = 2 * len(w.layers)
+    assert r.iteration_s >= kernels * 1e-3
+    fast = simulate_iteration(w, A100, IterationConfig(n_gpus=1, op_cpu_s=0.0), record=False)
+    assert fast.iteration_s < kernels * 1e-3

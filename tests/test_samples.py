@@ -32,14 +32,14 @@ def test_version_1_sample_reads_as_its_version_2_regeneration():
                      "fusion_bytes": 64 * 10**6, "fusion_cycle_s": 5e-3, "overlap": True,
                      "grad_accum_microbatches": 1, "straggler_speed_factors": {},
                      "channels_sms": None, "collective_sms": 24,
-                     "optimizer_bytes_per_param": 16.0, "job": 0, "seq_tokens": None,
+                     "optimizer_bytes_per_param": 20.0, "job": 0, "seq_tokens": None,
                      "hidden_features": None, "layers": None}
-    # The version-1 file was written by the iteration engine before it became O(N log N); the
-    # engine adds its times in another order now, so the float iteration time may differ in
-    # its last bit (the records hold integer nanoseconds and are identical).
-    assert old_meta.pop("iteration_s") == pytest.approx(new_meta.pop("iteration_s"), rel=1e-12)
+    # The version-1 file was written before the iteration counted what frameworks pay (issue
+    # 17: DDP's bucket kernels, the unscale pass, the optimizer's traffic, CPU issue): the
+    # iteration is longer and each GPU has one more kernel per bucket (5 buckets, 4 GPUs).
+    assert old_meta.pop("iteration_s") < new_meta.pop("iteration_s")
     assert old_meta == new_meta
-    assert list(old) == list(new)
+    assert len(list(new)) - len(list(old)) == 4 * 5
 
 
 def test_samples_are_current(tmp_path):

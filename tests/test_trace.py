@@ -312,7 +312,7 @@ def test_v2_round_trip_is_bit_exact(tmp_path):
 
 def test_users_corruption_is_refused_with_its_block(tmp_path):
     """The reported damage: 0xFFFFFFFF written at a third of a generated trace (ResNet-50,
-    8 GPUs, ring; 24864 records, seven blocks), which version 1 accepted as valid."""
+    8 GPUs, ring; 24904 records since the DDP bucket kernels, seven blocks), which version 1 accepted as valid."""
     meta, records, _ = generate_trace(resnet50(16), gpu_preset("a100"), 8, "ring")
     path = tmp_path / "r.itr"
     write_trace(path, meta, records)
@@ -323,7 +323,7 @@ def test_users_corruption_is_refused_with_its_block(tmp_path):
     # the block holding that offset, by the documented layout
     start = 36 + struct.unpack_from("<I", data, 12)[0]
     first = (offset - start) // (BLOCK_RECORDS * RECORD.size + 4) * BLOCK_RECORDS + 1
-    assert (len(records), first) == (24864, 8193)
+    assert (len(records), first) == (24904, 8193)
     message = f"{path}:8193: checksum mismatch (records 8193-12288)"
     assert refusal(path) == message
     # the command line prints it in one line and exits 2

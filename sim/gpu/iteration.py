@@ -24,7 +24,8 @@ from sim.gpu.contention import KERNEL_GAP_S, KernelSpec, kernel_time, rates_duri
 from sim.gpu.presets import MAX_BYTES, MAX_GPUS, ModelInputError, check_count, check_real
 
 __all__ = ["IterationConfig", "Bucket", "make_buckets", "simulate_iteration", "simulate_streams",
-           "IterationResult"]
+           "IterationResult", "optimizer_bytes", "overhead_kernels", "framework_costs", "OPTIMIZER_BYTES",
+           "PRECISIONS", "OP_CPU_S", "BUCKET_CPU_S"]
 
 MiB = 1 << 20
 
@@ -34,6 +35,31 @@ MIN_SPEED, MAX_SPEED = 1e-3, 1e3
 #: Most compute kernels one simulation steps through (kernels per GPU x distinct speed
 #: factors): about half a minute and a gigabyte at most.
 MAX_KERNELS = 1_000_000
+
+#: CPU time to issue one eager operator, seconds. The dispatch chain costs about 5–25 µs per op
+#: before the kernel runs (Python, pybind11, autograd, ATen dispatcher, cudaLaunchKernel:
+#: jiahuanglin.xyz "From PyTorch op to kernel launch", table of layer costs); PyTorch's own
+#: operator micro-benchmark measures 3.3 µs for a trivial CUDA op's forward alone
+#: (pytorch/pytorch#32194). 10 µs: an op with its autograd record, within that range.
+OP_CPU_S = 10e-6
+#: CPU time DDP's reducer spends per bucket: the bucket's autograd hook, ProcessGroupNCCL's
+#: work object and event record/wait, and the NCCL launch: a few operators' worth (assumed
+#: 3 x OP_CPU_S, not measured here).
+BUCKET_CPU_S = 3 * OP_CPU_S
+
+#: HBM bytes per parameter of one optimizer step (read + written), FP32 state: SGD with
+#: momentum reads the parameter, its gradient and momentum and writes parameter and momentum
+#: (5 x 4); Adam reads parameter, gradient, m, v and writes parameter, m, v (7 x 4). torch's
+#: foreach implementations (the default on CUDA since PyTorch 2.0) touch each once.
+OPTIMIZER_BYTES = {"sgd": 20.0, "adam": 28.0}
+#: precision → (bytes per gradient element DDP holds and all-reduces, extra optimizer bytes per
+#: parameter, unscale bytes per parameter). ``amp`` (torch.cuda.amp): parameters and grads
+#: stay FP32 (PyTorch AMP docs: "model parameters are FP32"), GradScaler's
+#: ``_amp_foreach_non_finite_check_and_unscale_`` reads and writes every gradient (8 bytes).
+#: ``o2`` (apex O2): FP16 model weights and grads; the optimizer reads the FP16 grad into the
+#: FP32 master (2) and writes the FP16 weight copy (2), unscaling on the way (apex
+#: multi_tensor_scale: read 2, write 4). ``fp32``: no scaler.
+PRECISIONS = {"amp": (4, 0.0, 8.0), "o2": (2, 4.0, 6.0), "fp32": (4, 0.0, 0.0)}
 
 
 @dataclass
@@ -56,8 +82,30 @@ class IterationConfig:
         Per-GPU compute speed factors (1.0 nominal, 0.8 = a straggler 25 % slower).
     channels : int, optional
         Override the collective's channel (SM) count.
-    optimizer_bytes_per_param : float
-        HBM bytes the optimizer step moves per parameter (Adam, mixed precision: 16).
+    optimizer : str
+        ``sgd`` (SGD with momentum), ``adam``, or ``auto`` (the reference recipes: SGD-momentum
+        for a CNN, NVIDIA DeepLearningExamples ResNet-50; Adam otherwise).
+    optimizer_bytes_per_param : float, optional
+        HBM bytes the optimizer step moves per parameter; by default from ``optimizer`` and
+        ``precision`` (:func:`optimizer_bytes`).
+    precision : str
+        ``amp`` (torch.cuda.amp: FP16 kernels, FP32 parameters and gradients, a GradScaler
+        unscale pass), ``o2`` (apex O2: FP16 parameters and gradients, FP32 master weights
+        the optimizer updates and copies back) or ``fp32`` (no tensor cores, 4-byte
+        activations).
+    allreduce_bytes : int, optional
+        Bytes per gradient element all-reduced: by default what the framework holds (4 under
+        ``amp`` and ``fp32``: torch DDP all-reduces the FP32 ``.grad``; 2 under ``o2`` or with
+        an FP16 compression comm hook).
+    gradient_as_bucket_view : bool
+        torch DDP's flag (default False): without it DDP copies each gradient into its bucket
+        and the reduced bucket back (:func:`overhead_kernels`).
+    op_cpu_s : float
+        CPU time PyTorch eager spends issuing one operator (Python, autograd, dispatcher,
+        ``cudaLaunchKernel``); a kernel cannot start before the CPU has issued it.
+    bucket_cpu_s : float
+        CPU time DDP's reducer spends per bucket (its hook, the ``ProcessGroupNCCL`` call and
+        the NCCL launch).
     """
 
     n_gpus: int = 8
@@ -71,7 +119,13 @@ class IterationConfig:
     grad_accum: int = 1
     speed: list = None
     channels: int = None
-    optimizer_bytes_per_param: float = 16.0
+    optimizer_bytes_per_param: float = None
+    optimizer: str = "auto"
+    precision: str = "amp"
+    allreduce_bytes: int = None
+    gradient_as_bucket_view: bool = False
+    op_cpu_s: float = OP_CPU_S
+    bucket_cpu_s: float = BUCKET_CPU_S
 
     def validate(self):
         """Check every parameter against its range.
@@ -111,7 +165,22 @@ class IterationConfig:
                            f"a GPU at most {MAX_SPEED:g} times slower or faster than nominal")
         if self.channels is not None:
             check_count("channels", self.channels, 1, None, "SMs of the collective kernels")
-        check_real("optimizer_bytes_per_param", self.optimizer_bytes_per_param, 0, 1000.0)
+        if self.optimizer_bytes_per_param is not None:
+            check_real("optimizer_bytes_per_param", self.optimizer_bytes_per_param, 0, 1000.0)
+        if self.optimizer not in OPTIMIZER_BYTES and self.optimizer != "auto":
+            raise ModelInputError(f"optimizer must be auto, {', '.join(OPTIMIZER_BYTES)}, "
+                                  f"not {self.optimizer!r}")
+        if self.precision not in PRECISIONS:
+            raise ModelInputError(f"precision must be one of {', '.join(PRECISIONS)}, "
+                                  f"not {self.precision!r}")
+        if self.allreduce_bytes is not None and self.allreduce_bytes not in (2, 4):
+            raise ModelInputError(f"allreduce_bytes must be 2 or 4, not "
+                                  f"{self.allreduce_bytes!r}")
+        if not isinstance(self.gradient_as_bucket_view, bool):
+            raise ModelInputError(f"gradient_as_bucket_view must be True or False, not "
+                                  f"{self.gradient_as_bucket_view!r}")
+        check_real("op_cpu_s", self.op_cpu_s, 0, 1.0, "seconds per operator")
+        check_real("bucket_cpu_s", self.bucket_cpu_s, 0, 1.0, "seconds per bucket")
 
     def validate_for(self, workload, gpu):
         """:meth:`validate`, then what depends on the workload and the GPU.
@@ -149,6 +218,59 @@ class IterationConfig:
                 f"speed factors); at most {MAX_KERNELS} (about half a minute)")
 
 
+def grad_element_bytes(workload, config):
+    """Bytes per gradient element DDP buckets and all-reduces."""
+    if config.allreduce_bytes is not None:
+        return config.allreduce_bytes
+    return PRECISIONS[config.precision][0]
+
+
+def resolved_optimizer(workload, config):
+    """``sgd`` or ``adam``: ``auto`` picks SGD-momentum for a CNN, Adam otherwise."""
+    if config.optimizer != "auto":
+        return config.optimizer
+    return "sgd" if any(layer.kind == "conv" for layer in workload.layers) else "adam"
+
+
+def optimizer_bytes(workload, config):
+    """HBM bytes per parameter of the optimizer step (the override, or the optimizer's own
+    traffic plus the master-weight traffic of the precision)."""
+    if config.optimizer_bytes_per_param is not None:
+        return config.optimizer_bytes_per_param
+    return OPTIMIZER_BYTES[resolved_optimizer(workload, config)] + \
+        PRECISIONS[config.precision][1]
+
+
+def overhead_kernels(workload, config, bucket):
+    """The memory-bound kernels DDP and the mixed-precision scaler add, as
+    ``(name, KernelSpec, phase)``: per ``bucket`` (or, for ``bucket=None``, once after the
+    last all-reduce).
+
+    Per bucket, before its all-reduce (torch DDP ``reducer.cpp``): without
+    ``gradient_as_bucket_view`` the gradients are copied into the bucket (read + write), and
+    the bucket is divided by the world size (read + write). After the last all-reduce: without
+    ``gradient_as_bucket_view`` the bucket is copied back into the ``.grad`` tensors (read +
+    write); with a scaler, the unscale pass."""
+    kernels = []
+    elem = grad_element_bytes(workload, config)
+    if bucket is not None:
+        if config.n_gpus > 1:
+            copy = 0 if config.gradient_as_bucket_view else 2 * bucket.nbytes
+            kernels.append((f"ddp:bucket{bucket.index}", KernelSpec(
+                f"ddp bucket {bucket.index}", bucket.nbytes / elem, copy + 2 * bucket.nbytes,
+                False), "ddp"))
+        return kernels
+    if config.n_gpus > 1 and not config.gradient_as_bucket_view:
+        kernels.append(("ddp:copy_back", KernelSpec("ddp copy back", 0.0,
+                                                    2.0 * workload.params * elem, False),
+                        "ddp"))
+    unscale = PRECISIONS[config.precision][2]
+    if unscale:
+        kernels.append(("amp:unscale", KernelSpec("amp unscale", 2.0 * workload.params,
+                                                  unscale * workload.params, False), "amp"))
+    return kernels
+
+
 @dataclass
 class Bucket:
     """A gradient bucket: the layers (indices, backward order) whose gradients it holds."""
@@ -172,7 +294,7 @@ def make_buckets(workload, config):
         layer = workload.layers[index]
         if layer.params == 0:
             continue
-        nbytes = layer.params * workload.grad_bytes
+        nbytes = layer.params * grad_element_bytes(workload, config)
         if current and size + nbytes > cap:
             buckets.append(Bucket(len(buckets), current, size))
             current, size = [], 0
@@ -189,7 +311,8 @@ class IterationResult:
     """Times in seconds. ``timeline`` lists ``(gpu_class, stream, name, start, end, tag,
     hbm_bytes)``: ``tag`` is the phase of a compute kernel or the index of a collective;
     ``classes`` maps each speed factor to its GPUs; ``engine_ops`` counts the engine's work
-    (events, compute-stream updates, heap operations), for complexity tests."""
+    (events, compute-stream updates, heap operations), for complexity tests; ``framework``
+    what the framework adds (:func:`framework_costs`)."""
 
     n_gpus: int
     algo: str
@@ -210,6 +333,7 @@ class IterationResult:
     classes: dict = field(default_factory=dict)
     comm_sms: list = field(default_factory=list)
     engine_ops: dict = field(default_factory=dict)
+    framework: dict = field(default_factory=dict)
 
     def summary(self):
         return {k: v for k, v in self.__dict__.items()
@@ -235,14 +359,14 @@ class _Class:
         self.pos = 0                 # the current compute kernel
         self.progress = 0.0          # fraction of the current compute kernel done at t0
         self.t0 = 0.0
-        self.rates = None            # (rate, alone_s, sm_s, hbm_s) of the kernel since t0
+        self.rates = None            # (rate, alone_s, sm_s, hbm_s, l2_s) since t0
         self.gap_end = None          # end of the launch gap before the current kernel, if in one
         self.kernel_start = None
         self.ver = 0                 # version of the stream's event in the event heap
         self.comm = None             # its rate for the streaming collective (fraction per s)
         self.comm_ver = 0            # version of that rate in the slowest-member heap
         self.comm_pos = 0            # next collective to launch on this class
-        self.extra = {"sm": 0.0, "hbm": 0.0}   # backward time lost to each cause
+        self.extra = {"sm": 0.0, "hbm": 0.0, "l2": 0.0}   # backward time lost to each cause
         self.done_at = None
         # What the metrics are read from.
         self.fwd_end = None
@@ -281,47 +405,102 @@ def simulate_iteration(workload, gpu, config=None, record=True):
     layers = workload.layers
     buckets = make_buckets(workload, config)
 
-    # Kernel queue per GPU: (name, spec, phase)
-    queue, bwd_position = [], {}
-    for micro in range(config.grad_accum):
-        last_micro = micro == config.grad_accum - 1
-        for layer in layers:
-            queue.append((f"fwd:{layer.name}", KernelSpec(layer.name, layer.fwd_flops,
-                                                           layer.fwd_bytes, layer.tensor_core,
-                                                           layer.kind == "conv"), "fwd"))
-        for i in reversed(range(len(layers))):
-            layer = layers[i]
-            if last_micro:
-                bwd_position[i] = len(queue)
-            queue.append((f"bwd:{layer.name}", KernelSpec(layer.name, layer.bwd_flops,
-                                                           layer.bwd_bytes, layer.tensor_core,
-                                                           layer.kind == "conv"), "bwd"))
-    optimizer = ("optimizer", KernelSpec("optimizer", 10.0 * workload.params,
-                                         workload.params * config.optimizer_bytes_per_param,
-                                         False), "opt")
-    launches = [(max(bwd_position[i] for i in b.layers), b.nbytes, f"allreduce:bucket{b.index}")
-                for b in buckets] if config.n_gpus > 1 else []
+    queue, launches, final = _kernel_queue(workload, config, buckets)
+    issue = _issue_times(queue, config, len(buckets))
     result = simulate_streams(gpu, config.n_gpus, queue, launches, algo=config.algo,
                               speed=config.speed, channels=config.channels,
-                              overlap=config.overlap, final=optimizer, record=record,
-                              cycle_s=config.cycle_s if config.bucketing == "horovod" else None)
+                              overlap=config.overlap, final=final, record=record,
+                              cycle_s=config.cycle_s if config.bucketing == "horovod" else None,
+                              issue_s=issue)
     result.buckets = len(buckets)
     result.bucket_bytes = [b.nbytes for b in buckets]
+    result.framework = framework_costs(workload, gpu, config, queue, final, issue)
     return result
 
 
+def _layer_kernel(layer, phase, precision):
+    """A layer's forward or backward kernel; under ``fp32`` on the FP32 pipes with 4-byte
+    activations (the workloads count 2)."""
+    flops = layer.fwd_flops if phase == "fwd" else layer.bwd_flops
+    nbytes = layer.fwd_bytes if phase == "fwd" else layer.bwd_bytes
+    tensor_core = layer.tensor_core
+    if precision == "fp32":
+        nbytes, tensor_core = 2 * nbytes, False
+    return (f"{phase}:{layer.name}", KernelSpec(layer.name, flops, nbytes, tensor_core,
+                                                layer.kind == "conv"), phase)
+
+
+def _kernel_queue(workload, config, buckets):
+    """The compute stream of one GPU: forward and backward per micro-batch; in the last
+    backward each bucket's DDP kernels right after its last gradient (its all-reduce launches
+    after them); then, as the ``final`` kernel after the last all-reduce, the copy-back, the
+    unscale pass and the optimizer step (memory-bound kernels run back to back: one kernel of
+    their summed work). Returns ``(queue, launches, final)``."""
+    layers = workload.layers
+    closes = {max(b.layers): b for b in buckets} if config.n_gpus > 1 else {}
+    queue, launches = [], []
+    for micro in range(config.grad_accum):
+        last_micro = micro == config.grad_accum - 1
+        for layer in layers:
+            queue.append(_layer_kernel(layer, "fwd", config.precision))
+        for i in reversed(range(len(layers))):
+            queue.append(_layer_kernel(layers[i], "bwd", config.precision))
+            bucket = closes.get(i) if last_micro else None
+            if bucket is not None:
+                queue.extend(overhead_kernels(workload, config, bucket))
+                launches.append((len(queue) - 1, bucket.nbytes, f"allreduce:bucket{bucket.index}"))
+    launches.sort(key=lambda launch: launch[0])
+    post = overhead_kernels(workload, config, None)
+    params = workload.params
+    opt_bytes = params * optimizer_bytes(workload, config) + sum(k.hbm_bytes for _, k, _ in post)
+    opt_flops = 10.0 * params + sum(k.flops for _, k, _ in post)
+    final = ("optimizer", KernelSpec("optimizer", opt_flops, opt_bytes, False), "opt")
+    return queue, launches, final
+
+
+def framework_costs(workload, gpu, config, queue, final, issue):
+    """What the framework adds, alone (seconds, no contention): DDP's bucket kernels, the
+    final step (copy-back, unscale and optimizer), and the CPU's issue time for the
+    iteration's kernels; with the choices that set them."""
+    ddp = sum(kernel_time(gpu, spec) + KERNEL_GAP_S for _, spec, phase in queue
+              if phase == "ddp")
+    return {"optimizer": resolved_optimizer(workload, config), "precision": config.precision,
+            "allreduce_bytes_per_element": grad_element_bytes(workload, config),
+            "optimizer_bytes_per_param": optimizer_bytes(workload, config),
+            "ddp_bucket_kernels_s": ddp, "final_step_alone_s": kernel_time(gpu, final[1]),
+            "cpu_issue_s": issue[-1]}
+
+
+def _issue_times(queue, config, n_buckets):
+    """When the CPU has issued each kernel of ``queue`` and the final one (seconds from the
+    start): one operator each (``op_cpu_s``), the DDP kernels a bucket's reducer work
+    (``bucket_cpu_s``) each; the CPU runs ahead of the GPU (it never waits for it within an
+    iteration). The final step issues the optimizer's foreach kernels (one operator per
+    kernel it stands for)."""
+    times, t = [], 0.0
+    for _, _, phase in queue:
+        times.append(t)
+        t += config.bucket_cpu_s if phase == "ddp" else config.op_cpu_s
+    times.append(t)
+    return times
+
+
 def simulate_streams(gpu, n, queue, launches, *, algo="ring", speed=None, channels=None,
-                     overlap=True, final=None, record=True, op="allreduce", cycle_s=None):
+                     overlap=True, final=None, record=True, op="allreduce", cycle_s=None,
+                     issue_s=None):
     """The simulation core: every GPU runs ``queue`` on its compute stream; collective ``b`` of
     ``launches`` (``(after_index, nbytes, name)``) is launched on a GPU's communication stream
     once compute kernel ``after_index`` has finished there (or, without ``overlap``, once the
     whole queue has), in order; ``final`` runs after the last collective completes. With
     ``cycle_s`` (Horovod), a ready collective launches at the next multiple of ``cycle_s``.
+    ``issue_s`` (one per kernel of ``queue``, then one for ``final``) is when the CPU has
+    issued each kernel: none starts before.
 
     Returns an :class:`IterationResult` (``buckets``/``bucket_bytes`` left empty).
     """
     streams = _Streams(gpu, n, queue, launches, algo=algo, speed=speed, channels=channels,
-                       overlap=overlap, final=final, record=record, op=op, cycle_s=cycle_s)
+                       overlap=overlap, final=final, record=record, op=op, cycle_s=cycle_s,
+                       issue_s=issue_s)
     streams.run()
     return streams.result()
 
@@ -331,6 +510,8 @@ _MAX_STEPS = 50_000_000
 # What an entry of the event heap is about: a class's compute stream (a launch gap or a kernel
 # ends), the collective on the stream (its latency or transfer ends), a fusion-cycle tick.
 _STREAM, _COLL, _TICK = 0, 1, 2
+#: phases of the backward pass: its layers' kernels and DDP's bucket kernels between them
+_BACKWARD = ("bwd", "ddp")
 
 # An event is due once what it waits for is within these of its end (as the stepping engine
 # this replaced judged it): a kernel or transfer 1e-12 of a whole, a gap or latency 1e-15 s, a
@@ -358,7 +539,7 @@ class _Streams:
     """
 
     def __init__(self, gpu, n, queue, launches, *, algo, speed, channels, overlap, final,
-                 record, op, cycle_s):
+                 record, op, cycle_s, issue_s=None):
         groups = {}
         for g, s in enumerate(speed or [1.0] * n):
             groups.setdefault(float(s), []).append(g)
@@ -374,6 +555,7 @@ class _Streams:
         self.record = record
         self.cycle_s = cycle_s
         self.queue_len = len(queue)
+        self.issue_s = issue_s
         self.t = 0.0
         self.current = 0        # the collective on the stream; len(colls) once all are done
         self.ready_tick = {}    # (class, collective) -> time of the fusion cycle launching it
@@ -569,9 +751,9 @@ class _Streams:
         """Class ``ci``'s rates from what runs on its GPU now.
 
         Returns ``(rates, comm)``: ``rates`` is ``None`` (no kernel running) or
-        ``(rate, alone_s, sm_s, hbm_s)`` — the fraction of the kernel done per second, its
-        time alone, and its time slowed by the collective's SMs only or HBM traffic only (for
-        the attribution); ``comm`` is the fraction of the streaming collective this GPU could
+        ``(rate, alone_s, sm_s, hbm_s, l2_s)`` — the fraction of the kernel done per second,
+        its time alone, and its time slowed by the collective's SMs, HBM traffic or L2
+        pollution only (for the attribution); ``comm`` is the fraction of the streaming collective this GPU could
         stream per second (None while it does not stream).
         """
         gpu = self.gpu
@@ -583,22 +765,22 @@ class _Streams:
         if kernel is None:
             if not streaming:
                 return None, None
-            _, comm_s, _, _, _ = rates_during(gpu, None, coll.cost)
+            comm_s = rates_during(gpu, None, coll.cost).comm_s
             return None, (1.0 / comm_s if comm_s else math.inf)
         alone = kernel_time(gpu, kernel) / c.speed
         if streaming:
-            comp_s, comm_s, share, k_hbm, _ = rates_during(gpu, kernel, coll.cost)
-            comp_s /= c.speed
-            # single-cause slowdowns for attribution
-            sm_s = kernel_time(gpu, kernel, share) / c.speed
-            hbm_s = kernel_time(gpu, kernel, 1.0, k_hbm) / c.speed if k_hbm else alone
-            return ((1.0 / comp_s if comp_s else math.inf, alone, sm_s, hbm_s),
-                    1.0 / comm_s if comm_s else math.inf)
+            r = rates_during(gpu, kernel, coll.cost)
+            comp_s = r.compute_s / c.speed
+            # single-mechanism times for attribution
+            return ((1.0 / comp_s if comp_s else math.inf, alone, r.sm_s / c.speed,
+                     r.hbm_s / c.speed, r.l2_s / c.speed),
+                    1.0 / r.comm_s if r.comm_s else math.inf)
         if holds:
-            share = sm_share_during(gpu, coll.cost.sms)
+            # launched and spinning, waiting for its peers: it holds its SMs, moves no bytes
+            share = sm_share_during(gpu, coll.cost, kernel)
             comp_s = kernel_time(gpu, kernel, share) / c.speed
-            return (1.0 / comp_s if comp_s else math.inf, alone, comp_s, alone), None
-        return (1.0 / alone if alone else math.inf, alone, alone, alone), None
+            return (1.0 / comp_s if comp_s else math.inf, alone, comp_s, alone, alone), None
+        return (1.0 / alone if alone else math.inf, alone, alone, alone, alone), None
 
     def _update(self, cis):
         """New rates for classes ``cis`` (what runs on their GPUs changed); the streaming
@@ -638,7 +820,7 @@ class _Streams:
         rates = c.rates
         if rates is None:
             return
-        rate, alone, sm_s, hbm_s = rates
+        rate, alone, sm_s, hbm_s, l2_s = rates
         if rate == math.inf:
             c.progress = 1.0
             return
@@ -649,11 +831,12 @@ class _Streams:
         if alone:
             actual_s = 1.0 / rate
             extra = dt * (1.0 - alone / actual_s) if actual_s > alone else 0.0
-            if extra > 0 and c.compute[c.pos][2] == "bwd":
-                parts = {"sm": max(0.0, sm_s - alone), "hbm": max(0.0, hbm_s - alone)}
+            if extra > 0 and c.compute[c.pos][2] in _BACKWARD:
+                parts = {"sm": max(0.0, sm_s - alone), "hbm": max(0.0, hbm_s - alone),
+                         "l2": max(0.0, l2_s - alone)}
                 weight = sum(parts.values())
                 for key, part in parts.items():
-                    c.extra[key] += extra * (part / weight if weight else 0.5)
+                    c.extra[key] += extra * (part / weight if weight else 1 / len(parts))
 
     def _schedule(self, ci):
         """Put class ``ci``'s next event (its gap or kernel ends) on the heap; its progress is
@@ -711,7 +894,7 @@ class _Streams:
                 elif len(c.compute) == self.queue_len:
                     c.compute.append(self.final)
                     c.opt_start = self.t
-                    c.gap_end = self.t + KERNEL_GAP_S
+                    c.gap_end = self._gap_end(self.t, self.queue_len)
                     c.kernel_start = None
                     self._schedule(ci)
                     progressed = True
@@ -733,9 +916,9 @@ class _Streams:
         if self.record:
             self.timeline.append((ci, "compute", name, c.kernel_start, t, phase,
                                   spec.hbm_bytes))
-        if phase == "bwd":
+        if phase in _BACKWARD:
             alone_s = kernel_time(self.gpu, spec) / c.speed
-            if c.bwd_start is None or c.prev_phase != "bwd":
+            if c.bwd_start is None or c.prev_phase not in _BACKWARD:
                 # a new backward pass (the last one is the one reported)
                 c.bwd_start = c.kernel_start
                 c.bwd_alone_s = alone_s
@@ -755,8 +938,16 @@ class _Streams:
         c.kernel_start = None
         c.rates = None
         if c.pos < len(c.compute):
-            c.gap_end = t + KERNEL_GAP_S
+            c.gap_end = self._gap_end(t, c.pos)
             self._schedule(ci)
+
+    def _gap_end(self, t, pos):
+        """When kernel ``pos`` may start after the stream's previous kernel ended at ``t``: a
+        launch gap later, and not before the CPU has issued it."""
+        end = t + KERNEL_GAP_S
+        if self.issue_s is not None:
+            end = max(end, self.issue_s[pos])
+        return end
 
     def _retire_collective(self, coll):
         """The collective on the stream finished: the next one may take the stream."""

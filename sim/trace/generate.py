@@ -3,7 +3,7 @@
 from dataclasses import replace
 
 from sim.gpu.collectives import SWITCH, expand_collective
-from sim.gpu.iteration import IterationConfig, simulate_iteration
+from sim.gpu.iteration import IterationConfig, optimizer_bytes, simulate_iteration
 from sim.gpu.presets import MAX_BYTES, ModelInputError, check_count, check_real
 from sim.trace.format import PHASES, SWITCH_PORT, TraceRecord
 
@@ -170,7 +170,7 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
                                         in enumerate(config.speed or []) if factor != 1.0},
             "channels_sms": config.channels,
             "collective_sms": result.comm_sms[0] if result.comm_sms else None,
-            "optimizer_bytes_per_param": config.optimizer_bytes_per_param,
+            "optimizer_bytes_per_param": optimizer_bytes(workload, config),
             "job": job}
     return meta, records, result
 
