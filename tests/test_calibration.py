@@ -4,6 +4,7 @@ misses listed here with their reason (a change that moves a row in or out fails)
 import pytest
 
 from sim.gpu.calibration import calibration_markdown
+from sim.gpu.multinode_figures import KNOWN_MISSES as MULTINODE_MISSES
 from sim.gpu.validation import finish, overlap_sweep, row, validation_rows
 
 ROWS = {r["quantity"]: r for r in validation_rows()}
@@ -27,6 +28,7 @@ KNOWN_MISSES = {
         "DGX-1 cube-mesh and GPU skew not modelled",
     "ResNet-50 training, one A100 80GB, batch 256, AMP":
         "conv_efficiency fitted on the 40GB preset",
+    **MULTINODE_MISSES,   # with their reasons, in sim/gpu/multinode_figures.py
 }
 
 

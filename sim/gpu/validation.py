@@ -15,6 +15,7 @@ Rows come from provider functions (:data:`PROVIDERS`); another module adds its o
 
 from sim.gpu.collectives import allreduce_cost
 from sim.gpu.iteration import IterationConfig, simulate_iteration
+from sim.gpu.multinode_figures import multinode_rows
 from sim.gpu.presets import gpu_preset
 from sim.gpu.workloads import bert_large, resnet50, transformer
 
@@ -41,9 +42,11 @@ def finish(r):
     """``r`` with ``tolerance``, ``error`` (against the published value, or a band's middle)
     and ``within``."""
     published = r["published"]
-    if isinstance(published, str):
+    if isinstance(published, str) and "–" in published:
         a, b = (float(x) for x in published.split("–"))
         mid = (a + b) / 2
+    elif isinstance(published, str):   # an approximate figure, "~380"
+        mid = float(published.lstrip("~"))
     else:
         mid = published
     error = (r["model"] - mid) / mid * 100 if mid else 0.0
@@ -268,11 +271,10 @@ def _scaling_rows():
     return rows
 
 
-#: The providers of rows, in table order. The lead adds
-#: ``sim.gpu.collective_figures.collective_rows`` and
-#: ``sim.gpu.multinode_figures.multinode_rows`` here.
+#: The providers of rows, in table order: this module's, then the multi-node collectives'
+#: (:mod:`sim.gpu.multinode_figures`).
 PROVIDERS = [_collective_rows, _single_gpu_rows, _overlap_rows, _tail_effect_rows,
-             _scaling_rows]
+             _scaling_rows, multinode_rows]
 
 
 def validation_rows(providers=None):
