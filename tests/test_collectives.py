@@ -157,7 +157,7 @@ def test_cost_link_bytes_match_expansion(algo):
     n, size = 8, 8 * 1000
     msgs = expand_collective(algo, n, size)
     sent = sum(m.nbytes for m in msgs if m.src == 0)
-    assert sent == pytest.approx(allreduce_cost(gpu_preset("a100"), n, size, algo).link_bytes)
+    assert sent == pytest.approx(allreduce_cost(gpu_preset("a100"), n, size, algo).sent_bytes)
 
 
 def test_busbw_definition():

@@ -74,8 +74,9 @@ class CollectiveCost:
     ----------
     time_s : float
     link_bytes : float
-        Bytes this GPU sends (ring, tree, direct receive as much; nvls and inswitch receive
-        ``received_bytes``).
+        Bytes on the busier direction of this GPU's links, the ones that set the time (ring,
+        tree, direct: sent, and as many received; nvls and inswitch: the larger of
+        ``sent_bytes`` and ``received_bytes``, inswitch's padded to whole chunks).
     hbm_bytes : float
         HBM bytes this GPU's collective kernel reads and writes (including peers' writes).
     sms : int
@@ -89,8 +90,8 @@ class CollectiveCost:
     latency_s : float
     link_rate_gbps : float
         Link bandwidth the collective streams at once started.
-    received_bytes : float
-        Bytes this GPU receives.
+    sent_bytes, received_bytes : float
+        Bytes this GPU sends and receives.
     switch : dict or None
         innet's switch (inswitch only): ports, lanes, slots, chunk, cycle, pipeline, round
         trip, window, bandwidth-delay product, line and slot-limited rates.
@@ -109,6 +110,7 @@ class CollectiveCost:
     busbw_gbps: float
     latency_s: float
     link_rate_gbps: float
+    sent_bytes: float = 0.0
     received_bytes: float = 0.0
     switch: dict = None
 
@@ -202,13 +204,13 @@ def collective_cost(gpu, n, size_bytes, op="allreduce", algo="ring", channels=No
     """
     _check(gpu, n, size_bytes, op, algo, channels)
     link_bytes, hbm_bytes, steps = _traffic(op, algo, n, size_bytes)
-    received = link_bytes
+    sent = received = link_bytes
     timing = None
     if algo == "nvls":
-        _, received, _, moved = nvls_traffic(op, n, size_bytes)
+        _, received, _, link_bytes = nvls_traffic(op, n, size_bytes)
         rate = nvls_rate_gbps(gpu) * 1e9
         latency = NVLS_LATENCY_S
-        time = latency + moved / rate
+        time = latency + link_bytes / rate
         name, sms = "Simple", gpu.nvls_channels if channels is None else channels
     elif algo == "inswitch":
         if switch is None:
@@ -219,10 +221,10 @@ def collective_cost(gpu, n, size_bytes, op="allreduce", algo="ring", channels=No
         timing = switch_timing(gpu, switch)
         _, received, _ = inswitch_traffic(op, n, size_bytes)
         # the switch reduces whole chunks: the last one is padded
-        moved = math.ceil(max(link_bytes, received) / timing.chunk_bytes) * timing.chunk_bytes
+        link_bytes = math.ceil(max(sent, received) / timing.chunk_bytes) * timing.chunk_bytes
         rate = timing.rate_gbps * 1e9
         latency = KERNEL_LATENCY_S + timing.round_trip_s
-        time = latency + moved / rate
+        time = latency + link_bytes / rate
         name, sms = "innet", gpu.nvls_channels if channels is None else channels
     else:
         best = None
@@ -234,8 +236,8 @@ def collective_cost(gpu, n, size_bytes, op="allreduce", algo="ring", channels=No
         name, time, latency, rate, sms = best
     algbw = size_bytes / time / 1e9 if time else 0.0
     return CollectiveCost(op, algo, n, size_bytes, time, link_bytes, hbm_bytes, sms, name,
-                          algbw, algbw * bus_factor(op, n), latency, rate / 1e9, received,
-                          timing.as_dict() if timing else None)
+                          algbw, algbw * bus_factor(op, n), latency, rate / 1e9, sent,
+                          received, timing.as_dict() if timing else None)
 
 
 def allreduce_cost(gpu, n, size_bytes, algo="ring", channels=None, *, switch=None):
