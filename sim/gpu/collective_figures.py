@@ -18,7 +18,7 @@ misses are listed in :data:`KNOWN_MISSES` with the reason; they stay in the tabl
 from sim.gpu.collectives import allreduce_cost, collective_cost, collective_curve, curve_sizes
 from sim.gpu.presets import gpu_preset
 
-__all__ = ["collective_rows", "KNOWN_MISSES", "nvls_crossover_bytes", "half_peak_bytes"]
+__all__ = ["KNOWN_MISSES", "collective_rows", "half_peak_bytes", "nvls_crossover_bytes"]
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -35,12 +35,24 @@ HBM: the gradient is read once to send it, the sum written once (2S), no reducti
 
 from hw.errors import ParameterError
 from hw.spec import MAX_SLOTS, SwitchSpec
-
 from sim.gpu.presets import ModelInputError
 
-__all__ = ["NVLS_EFFICIENCY", "NVLS_LATENCY_S", "NVLS_OPS", "nvswitch_reduce_gbps", "nvls_rate_gbps",
-           "RTL_LINE_RATE", "KERNEL_LATENCY_S", "SwitchTiming", "check_nvls", "default_switch",
-           "nvls_traffic", "switch_timing", "inswitch_traffic", "make_switch"]
+__all__ = [
+    "KERNEL_LATENCY_S",
+    "NVLS_EFFICIENCY",
+    "NVLS_LATENCY_S",
+    "NVLS_OPS",
+    "RTL_LINE_RATE",
+    "SwitchTiming",
+    "check_nvls",
+    "default_switch",
+    "inswitch_traffic",
+    "make_switch",
+    "nvls_rate_gbps",
+    "nvls_traffic",
+    "nvswitch_reduce_gbps",
+    "switch_timing",
+]
 
 #: NCCL's NVLS latency on NVLink (tuning.cc ``hwLatencies[NVLINK][NVLS][Simple]``; base 0).
 NVLS_LATENCY_S = 25e-6

@@ -15,8 +15,15 @@ that, with the per-step latencies, gives the bus-bandwidth-vs-size curve its kne
 
 import math
 
-__all__ = ["SIMPLE_EFFICIENCY", "BASE_LATENCY_US", "NVLINK_LATENCY_US", "LL_MAX_GBPS",
-           "protocol_options", "channels_for", "PROTOCOL_NAMES"]
+__all__ = [
+    "BASE_LATENCY_US",
+    "LL_MAX_GBPS",
+    "NVLINK_LATENCY_US",
+    "PROTOCOL_NAMES",
+    "SIMPLE_EFFICIENCY",
+    "channels_for",
+    "protocol_options",
+]
 
 #: Fraction of the effective link bandwidth the Simple protocol reaches on large ring
 #: all-reduces. Fitted ONCE, to 8×A100 ring all-reduce busbw at 1 GiB (200–235 GB/s,
