@@ -168,6 +168,8 @@ def test_cli_nvls_and_inswitch_keep_the_json_keys(run):
     (["model", "overlap", "--gpu", "h100", "--algo", "nvls", "--comm", "reduce:1MiB"],
      "runs allreduce, reducescatter, allgather only"),
     (["model", "curve", "--plot", "x.svg"], "expected a .png file"),
+    (["trace", "gen", "--gpu", "h100", "--algo", "nvls", "-o", "never.bin"],
+     "--algo nvls has no trace form"),
     (["model", "curve", "--gpu", "a100", "--max-size", "64GiB"], "--max-size must be at most"),
 ])
 def test_cli_refuses_in_one_line(run, args, message):

@@ -401,6 +401,9 @@ def _cmd_trace_gen(args):
     from sim.trace.generate import generate_trace
     gpu = _gpu(args.gpu)
     _check_algo(args.algo)
+    if args.algo == "nvls":   # the trace format records ring, tree, direct, inswitch
+        raise UsageError("--algo nvls has no trace form (a trace records ring, tree, direct or "
+                         "inswitch); use --algo inswitch for an in-switch reduction")
     if args.algo == "direct" and args.gpus > 64:
         raise UsageError("--algo direct expands to n^2 messages; use at most 64 GPUs")
     if args.gpus < 2:
