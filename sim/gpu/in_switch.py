@@ -33,6 +33,8 @@ the switch as NVLS's (NCCL's 16 channels are what NVSwitch traffic needs to reac
 HBM: the gradient is read once to send it, the sum written once (2S), no reduction kernel.
 """
 
+from functools import lru_cache
+
 from hw.errors import ParameterError
 from hw.spec import MAX_SLOTS, SwitchSpec
 from sim.gpu.presets import ModelInputError
@@ -181,6 +183,7 @@ def switch_timing(gpu, spec):
     return SwitchTiming(gpu, spec)
 
 
+@lru_cache(maxsize=256)   # the iteration model asks once per bucket, with the same answer
 def default_switch(gpu, n):
     """innet's switch at its target lanes and chunk length (8 × 8), one port per GPU, with the
     smallest power-of-two slot pool that covers the GPU–switch round trip at line rate (as a
