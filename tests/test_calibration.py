@@ -4,6 +4,7 @@ misses listed here with their reason (a change that moves a row in or out fails)
 import pytest
 
 from sim.gpu.calibration import calibration_markdown
+from sim.gpu.collective_figures import KNOWN_MISSES as COLLECTIVE_MISSES
 from sim.gpu.multinode_figures import KNOWN_MISSES as MULTINODE_MISSES
 from sim.gpu.validation import finish, overlap_sweep, row, validation_rows
 
@@ -11,8 +12,8 @@ ROWS = {r["quantity"]: r for r in validation_rows()}
 
 #: quantity → why innet misses it (see docs/calibration.md, "Why rows miss")
 KNOWN_MISSES = {
-    "8×H100 ring all-reduce busbw, 1 GiB (NVLS off)":
-        "348.6 GB/s against 360–370: the collective model's domain",
+    "compute slowdown under overlap, sweep average (4 GPUs)":
+        "21.2 % vs 18.9 ± 2: L2_REFETCH fitted on the worst case; the configurations are assumed",
     "serial vs overlapped iteration, sweep average (4 GPUs)":
         "the sweep's configurations are assumed (12.5 % vs 10.2 %)",
     "serial vs overlapped iteration, sweep worst case (4 GPUs)":
@@ -28,7 +29,8 @@ KNOWN_MISSES = {
         "DGX-1 cube-mesh and GPU skew not modelled",
     "ResNet-50 training, one A100 80GB, batch 256, AMP":
         "conv_efficiency fitted on the 40GB preset",
-    **MULTINODE_MISSES,   # with their reasons, in sim/gpu/multinode_figures.py
+    **COLLECTIVE_MISSES,  # with their reasons, in sim/gpu/collective_figures.py
+    **MULTINODE_MISSES,   # and sim/gpu/multinode_figures.py
 }
 
 
@@ -73,11 +75,9 @@ def test_providers_are_pluggable():
 
 
 def test_overlap_sweep_average_and_worst():
-    """Lee et al. 2025 (arXiv 2507.03114): 18.9 % average (predicted), 40.0 % worst (fitted)
-    compute slowdown; within ±2 points each."""
+    """Lee et al. 2025 (arXiv 2507.03114): 40.0 % worst compute slowdown (fitted) within ±2
+    points; the 18.9 % average is a prediction, asserted (or listed as missed) by its row."""
     sweep = overlap_sweep()
-    average = sum(r["slowdown"] for r in sweep) / len(sweep)
-    assert abs(average - 0.189) <= 0.02
     assert abs(max(r["slowdown"] for r in sweep) - 0.40) <= 0.02
     for r in sweep:   # the attribution sums to the slowdown
         assert sum(r["attribution"].values()) == pytest.approx(r["slowdown"], abs=1e-9)

@@ -69,7 +69,7 @@ def test_trace_gen_info_validate(tmp_path):
     (["model", "collective", "--algo", "mesh"], "--algo must be one of"),
     (["model", "collective", "--gpus", "1"], "--gpus must be at least 2"),
     (["model", "overlap", "--compute", "gemm:1,2"], "expected gemm:M,N,K"),
-    (["model", "overlap", "--comm", "allgather:1MiB"], "expected allreduce:SIZE"),
+    (["model", "overlap", "--comm", "alltoall:1MiB"], "expected OP:SIZE with OP one of"),
     (["model", "iteration", "--model", "alexnet"], "unknown model 'alexnet'"),
     (["model", "iteration", "--straggler", "9:0.5"], "--straggler '9:0.5'"),
     # the holes of "Contention and iterations that predict measurements", item 4

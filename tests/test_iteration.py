@@ -155,7 +155,7 @@ def test_straggler_among_distinct_speeds_sets_the_pace():
 @pytest.mark.parametrize("changes, message", [
     ({"n_gpus": 0}, r"n_gpus must be an integer in \[1, 64\]"),
     ({"n_gpus": 65}, r"n_gpus must be an integer in \[1, 64\] \(one switch of 64 ports"),
-    ({"algo": "mesh"}, "algo must be one of ring, tree, direct, inswitch, not 'mesh'"),
+    ({"algo": "mesh"}, "algo must be one of ring, tree, direct, nvls, inswitch, not 'mesh'"),
     ({"bucket_cap_bytes": 0}, r"bucket_cap_bytes must be an integer in \[1, 1125899906842624\]"),
     ({"first_bucket_bytes": 0.5}, "first_bucket_bytes must be an integer"),
     ({"fusion_bytes": 2**60}, "fusion_bytes must be an integer"),

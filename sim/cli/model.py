@@ -115,7 +115,37 @@ def _check_algo(algo):
         raise UsageError(f"--algo must be one of {', '.join(ALGORITHMS)}, not {algo!r}")
 
 
-# -- model collective ----------------------------------------------------------------------
+# -- model collective / curve ------------------------------------------------------------
+
+#: Options that describe innet's switch; they apply to ``--algo inswitch`` only.
+_SWITCH_OPTIONS = (("--slots", "slots"), ("--chunk-flits", "chunk_flits"), ("--lanes", "lanes"),
+                   ("--ports", "ports"))
+
+
+def _switch(args):
+    """innet's switch from ``--slots/--chunk-flits/--lanes/--ports`` (None: the model's default
+    switch for the GPU), refusing them for any other algorithm."""
+    given = [flag for flag, key in _SWITCH_OPTIONS if getattr(args, key, None) is not None]
+    if not given:
+        return None
+    if args.algo != "inswitch":
+        raise UsageError(f"{', '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to "
+                         f"--algo inswitch only (innet's switch), not {args.algo}")
+    from sim.gpu.in_switch import default_switch, make_switch
+    from sim.gpu.presets import MAX_GPUS
+    base = default_switch(_gpu(args.gpu), min(args.gpus, MAX_GPUS))
+    return make_switch(args.ports if args.ports is not None else base.ports,
+                       args.slots if args.slots is not None else base.slots,
+                       args.chunk_flits if args.chunk_flits is not None else base.chunk_flits,
+                       args.lanes if args.lanes is not None else base.lanes)
+
+
+def _cost_payload(cost):
+    payload = {"size_bytes": cost.size_bytes, "time_us": cost.time_s * 1e6,
+               "algbw_GBps": cost.algbw_gbps, "busbw_GBps": cost.busbw_gbps,
+               "protocol": cost.protocol, "sms": cost.sms}
+    return payload
+
 
 def _cmd_collective(args):
     from sim.gpu.collectives import collective_cost
@@ -127,18 +157,90 @@ def _cmd_collective(args):
     _check_algo(args.algo)
     _check_gpus(args.gpus)
     size = parse_size(args.size, "--size")
-    cost = collective_cost(gpu, args.gpus, size, args.op, args.algo, args.channels)
+    cost = collective_cost(gpu, args.gpus, size, args.op, args.algo, args.channels,
+                           switch=_switch(args))
     payload = {"gpu": gpu.name, "gpus": args.gpus, "op": args.op, "algo": args.algo,
-               "size_bytes": size, "time_us": cost.time_s * 1e6, "algbw_GBps": cost.algbw_gbps,
-               "busbw_GBps": cost.busbw_gbps, "protocol": cost.protocol, "sms": cost.sms,
-               "link_bytes_per_gpu": cost.link_bytes, "hbm_bytes_per_gpu": cost.hbm_bytes,
-               "units": "GB/s = 1e9 bytes/s"}
-    _print(args, payload, [
+               **_cost_payload(cost), "link_bytes_per_gpu": cost.link_bytes,
+               "link_bytes_sent_per_gpu": cost.sent_bytes,
+               "link_bytes_received_per_gpu": cost.received_bytes,
+               "hbm_bytes_per_gpu": cost.hbm_bytes, "latency_us": cost.latency_s * 1e6,
+               "link_rate_GBps": cost.link_rate_gbps, "units": "GB/s = 1e9 bytes/s"}
+    lines = [
         f"{args.op} {args.algo} on {args.gpus} x {gpu.name}, {size} bytes:",
         f"  time {cost.time_s * 1e6:.1f} us ({cost.protocol}), algbw {cost.algbw_gbps:.1f} GB/s, "
         f"busbw {cost.busbw_gbps:.1f} GB/s (GB = 1e9 bytes)",
-        f"  SMs {cost.sms}, per GPU: link {cost.link_bytes / 1e6:.1f} MB sent, "
-        f"HBM {cost.hbm_bytes / 1e6:.1f} MB"])
+        f"  SMs {cost.sms}, per GPU: link {cost.sent_bytes / 1e6:.1f} MB sent, "
+        f"{cost.received_bytes / 1e6:.1f} MB received, HBM {cost.hbm_bytes / 1e6:.1f} MB"]
+    if cost.switch:
+        sw = cost.switch
+        payload["switch"] = sw
+        lines.append(
+            f"  switch: {sw['ports']} ports, {sw['slots']} slots x {sw['chunk_bytes']} B chunks "
+            f"({sw['chunk_flits']} flits x {sw['lanes']} lanes); round trip "
+            f"{sw['round_trip_ns']:.0f} ns, window {sw['window_bytes']} B vs bandwidth-delay "
+            f"{sw['bdp_bytes']:.0f} B: {sw['rate_GBps']:.1f} of {sw['line_GBps']:.1f} GB/s"
+            f"{' (slot-limited)' if sw['slot_limited'] else ''}")
+    _print(args, payload, lines)
+
+
+def _cmd_curve(args):
+    from sim.gpu.collectives import collective_curve, curve_sizes
+    gpu = _gpu(args.gpu)
+    _check_algo(args.algo)
+    _check_gpus(args.gpus)
+    low = parse_size(args.min_size, "--min-size")
+    high = parse_size(args.max_size, "--max-size")
+    if low > high:
+        raise UsageError(f"--min-size ({low} bytes) must be at most --max-size ({high} bytes)")
+    if high > gpu.hbm_bytes:
+        raise UsageError(f"--max-size must be at most the HBM of one {gpu.name}, "
+                         f"{gpu.hbm_bytes} bytes, not {high}")
+    out = Path(args.plot) if args.plot else None
+    if out is not None and out.suffix.lower() != ".png":
+        raise UsageError(f"--plot {_echo(args.plot)}: expected a .png file")
+    if out is not None and str(out.parent) and not out.parent.is_dir():
+        raise UsageError(f"--plot: directory {out.parent} does not exist")
+    costs = collective_curve(gpu, args.gpus, args.algo, args.op, curve_sizes(low, high),
+                             switch=_switch(args), channels=args.channels)
+    rows = [_cost_payload(c) for c in costs]
+    peak = max(r["busbw_GBps"] for r in rows)
+    half = next(r["size_bytes"] for r in rows if r["busbw_GBps"] >= peak / 2)
+    payload = {"gpu": gpu.name, "gpus": args.gpus, "op": args.op, "algo": args.algo,
+               "rows": rows, "peak_busbw_GBps": peak, "half_peak_size_bytes": half,
+               "units": "GB/s = 1e9 bytes/s"}
+    if out is not None:
+        _plot_curve(out, rows, f"{args.op} {args.algo}, {args.gpus} x {gpu.name}")
+        payload["plot"] = str(out)
+    lines = [f"{args.op} {args.algo} on {args.gpus} x {gpu.name} (GB = 1e9 bytes):",
+             f"{'size':>12} {'time_us':>10} {'algbw_GBps':>11} {'busbw_GBps':>11}  protocol"]
+    lines += [f"{r['size_bytes']:>12} {r['time_us']:>10.1f} {r['algbw_GBps']:>11.2f} "
+              f"{r['busbw_GBps']:>11.2f}  {r['protocol']}" for r in rows]
+    lines.append(f"peak busbw {peak:.1f} GB/s; half of it from {half} bytes")
+    if out is not None:
+        lines.append(f"wrote {out}")
+    _print(args, payload, lines)
+
+
+def _plot_curve(out, rows, title):
+    """Bus bandwidth vs size on a log-2 axis, written atomically to ``out``."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sim.files import atomic_writes
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([r["size_bytes"] for r in rows], [r["busbw_GBps"] for r in rows], marker="o",
+            markersize=3)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    try:
+        with atomic_writes([out]) as (tmp,):
+            fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    finally:
+        plt.close(fig)
 
 
 # -- model overlap -------------------------------------------------------------------------
@@ -167,6 +269,10 @@ def _parse_compute(text, gpu):
     raise UsageError(f"--compute {_echo(text)}: expected gemm:M,N,K or stream:BYTES")
 
 
+#: The collectives ``innet model overlap --comm OP:SIZE`` runs beside the compute kernel.
+_OVERLAP_OPS = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce")
+
+
 def _cmd_overlap(args):
     from sim.gpu.collectives import collective_cost
     from sim.gpu.contention import overlap
@@ -180,11 +286,12 @@ def _cmd_overlap(args):
         _check_gpus(args.gpus)
     kernel = _parse_compute(args.compute, gpu)
     op, _, size_text = args.comm.partition(":")
-    if op != "allreduce" or not size_text:
-        raise UsageError(f"--comm {_echo(args.comm)}: expected allreduce:SIZE")
+    if op not in _OVERLAP_OPS or not size_text:
+        raise UsageError(f"--comm {_echo(args.comm)}: expected OP:SIZE with OP one of "
+                         f"{', '.join(_OVERLAP_OPS)}")
     size = parse_size(size_text, f"--comm {_echo(args.comm)}: size")
-    comm = multinode.allreduce_cost(args, size) if across else \
-        collective_cost(gpu, args.gpus, size, "allreduce", args.algo)
+    comm = multinode.collective_cost(args, size, op) if across else \
+        collective_cost(gpu, args.gpus, size, op, args.algo, switch=_switch(args))
     o = overlap(gpu, kernel, comm)
     payload = {"gpu": gpu.name, "gpus": args.gpus, "nodes": args.nodes, "algo": args.algo,
                "compute": kernel.name,
@@ -196,11 +303,11 @@ def _cmd_overlap(args):
         f"ms overlapped: {o.compute_slowdown * 100:+.1f} % "
         f"(SM {o.compute_attribution['sm'] * 100:.1f}, HBM "
         f"{o.compute_attribution['hbm'] * 100:.1f})",
-        f"  all-reduce {o.comm_alone_s * 1e3:.3f} ms alone, {o.comm_overlapped_s * 1e3:.3f} ms "
+        f"  {op} {o.comm_alone_s * 1e3:.3f} ms alone, {o.comm_overlapped_s * 1e3:.3f} ms "
         f"overlapped: {o.comm_slowdown * 100:+.1f} % (HBM {o.comm_attribution['hbm'] * 100:.1f},"
         f" link {o.comm_attribution['link'] * 100:.1f})",
         f"  SM share left to compute {o.sm_share:.3f}; HBM to compute "
-        f"{o.compute_hbm_gbps:.0f} GB/s, to the all-reduce {o.comm_hbm_gbps:.0f} GB/s"])
+        f"{o.compute_hbm_gbps:.0f} GB/s, to the {op} {o.comm_hbm_gbps:.0f} GB/s"])
 
 
 # -- model iteration -----------------------------------------------------------------------
@@ -323,6 +430,9 @@ def _cmd_trace_gen(args):
     from sim.trace.generate import generate_trace
     gpu = _gpu(args.gpu)
     _check_algo(args.algo)
+    if args.algo == "nvls":   # the trace format records ring, tree, direct, inswitch
+        raise UsageError("--algo nvls has no trace form (a trace records ring, tree, direct or "
+                         "inswitch); use --algo inswitch for an in-switch reduction")
     if args.algo == "direct" and args.gpus > 64:
         raise UsageError("--algo direct expands to n^2 messages; use at most 64 GPUs")
     if args.gpus < 2:
@@ -389,18 +499,38 @@ def register(sub, parser_class, positive):
     col.add_argument("--channels", type=positive("--channels"), help="override the SM count")
     col.add_argument("--nodes", type=positive("--nodes", 1), default=1,
                      help="nodes (DGX presets: a100, h100); --gpus is then per node")
+    _switch_arguments(col, positive)
     col.add_argument("--json", action="store_true")
     col.set_defaults(func=_cmd_collective)
+
+    cur = msub.add_parser("curve", help="one collective over message sizes: time, algbw, busbw, "
+                                        "protocol (as nccl-tests prints)")
+    cur.add_argument("--gpu", default="h100")
+    cur.add_argument("--gpus", type=positive("--gpus", 2), default=8)
+    cur.add_argument("--algo", default="ring")
+    cur.add_argument("--op", default="allreduce",
+                     choices=["allreduce", "reducescatter", "allgather", "reduce", "broadcast"])
+    cur.add_argument("--min-size", default="1KiB", help="smallest size (default 1KiB)")
+    cur.add_argument("--max-size", default="4GiB", help="largest size (default 4GiB); sizes "
+                                                        "double from the smallest")
+    cur.add_argument("--channels", type=positive("--channels"), help="override the SM count")
+    _switch_arguments(cur, positive)
+    cur.add_argument("--plot", metavar="FILE.png", help="also plot busbw vs size into FILE.png")
+    cur.add_argument("--json", action="store_true")
+    cur.set_defaults(func=_cmd_curve)
 
     ov = msub.add_parser("overlap", help="a compute kernel and an all-reduce at the same time")
     ov.add_argument("--gpu", default="a100")
     ov.add_argument("--gpus", type=positive("--gpus", 2), default=8)
     ov.add_argument("--compute", default="gemm:8192,8192,8192",
                     help="gemm:M,N,K or stream:BYTES (a memory-bound kernel)")
-    ov.add_argument("--comm", default="allreduce:256MiB", help="allreduce:SIZE")
+    ov.add_argument("--comm", default="allreduce:256MiB",
+                    help="OP:SIZE, OP one of allreduce, allgather, reducescatter, broadcast, "
+                         "reduce")
     ov.add_argument("--algo", default="ring")
     ov.add_argument("--nodes", type=positive("--nodes", 1), default=1,
                     help="nodes (DGX presets: a100, h100); --gpus is then per node")
+    _switch_arguments(ov, positive)
     ov.add_argument("--json", action="store_true")
     ov.set_defaults(func=_cmd_overlap)
 
@@ -442,6 +572,18 @@ def register(sub, parser_class, positive):
     val.add_argument("file")
     val.add_argument("--json", action="store_true")
     val.set_defaults(func=_cmd_trace_validate)
+
+
+def _switch_arguments(p, positive):
+    """innet's switch, for ``--algo inswitch`` (default: sized for the GPU's round trip)."""
+    p.add_argument("--slots", type=positive("--slots"),
+                   help="inswitch: the switch's slot pool (default: covers the round trip)")
+    p.add_argument("--chunk-flits", type=positive("--chunk-flits"),
+                   help="inswitch: flits per chunk (default 8)")
+    p.add_argument("--lanes", type=positive("--lanes"),
+                   help="inswitch: 32-bit lanes per flit (default 8)")
+    p.add_argument("--ports", type=positive("--ports", 2),
+                   help="inswitch: switch ports (default: one per GPU)")
 
 
 def _iteration_arguments(p, positive, gpus_min=1):

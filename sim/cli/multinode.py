@@ -5,7 +5,7 @@ Kept apart from :mod:`sim.cli.model`, which only adds the option and dispatches 
 
 from sim.cli.output import UsageError, emit
 
-__all__ = ["allreduce_cost", "check_nodes", "collective"]
+__all__ = ["check_nodes", "collective", "collective_cost"]
 
 
 def _node(gpu_name):
@@ -73,9 +73,8 @@ def collective(args, size):
         + f"; bottleneck {bottleneck}"])
 
 
-def allreduce_cost(args, size):
-    """The :class:`CollectiveCost` of a ``size``-byte all-reduce across ``--nodes`` (for
+def collective_cost(args, size, op="allreduce"):
+    """The :class:`CollectiveCost` of a ``size``-byte collective ``op`` across ``--nodes`` (for
     ``innet model overlap --nodes``)."""
     from sim.gpu.multinode import multinode_cost
-    return multinode_cost(check_nodes(args), args.nodes, args.gpus, size, "allreduce",
-                          args.algo)
+    return multinode_cost(check_nodes(args), args.nodes, args.gpus, size, op, args.algo)

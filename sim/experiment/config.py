@@ -185,7 +185,7 @@ def _validate(c, path):
     if not 2 <= c.gpus <= 64:
         bad("experiment", "gpus", f"must be 2..64, not {c.gpus}")
     for a in c.algorithms:
-        if a not in ALGORITHMS or a == "direct":
+        if a not in ALGORITHMS or a in ("direct", "nvls"):   # nvls has no trace form
             bad("experiment", "algorithms", f"{a!r} is not one of ring, tree, inswitch"
                 f"{hint(a, ('ring', 'tree', 'inswitch'))}")
     for b in c.bucket_mb:

@@ -54,7 +54,7 @@ One constant per mechanism at most, each on one figure (the rows marked fitted):
   bandwidth a large ring all-reduce reaches; fitted on the 8×A100 busbw row.
 - `conv_efficiency` (`sim/gpu/presets.py`): fraction of tensor peak a convolution reaches;
   fitted on ResNet-50 on one A100. The V100 row is a prediction.
-- `L2_REFETCH = 3.7` (`sim/gpu/contention.py`): HBM re-reads of each evicted byte of a
+- `L2_REFETCH = 3.98` (`sim/gpu/contention.py`): HBM re-reads of each evicted byte of a
   kernel's working set; fitted on the worst case (40.0 %) of Lee et al. 2025's sweep. The SM
   mechanism has no fitted constant (NCCL's CTA from NCCL's source against the CUDA per-SM
   limits), nor does the HBM mechanism (proportional share of the achievable bandwidth).

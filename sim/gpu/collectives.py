@@ -1,5 +1,6 @@
 """Collectives: what each algorithm moves (link bytes, HBM bytes, SMs, steps), how long it takes
-alone, and its expansion into messages with dependencies for traces.
+alone, the bus-bandwidth-vs-size curve, and its expansion into messages with dependencies for
+traces.
 
 Units: bytes, seconds, GB/s (10^9 bytes/s). ``n`` is the number of GPUs.
 
@@ -9,48 +10,60 @@ Cost model (per GPU, per direction), with ``S`` the buffer size:
 algorithm      link bytes sent              steps           HBM bytes
 =============  ===========================  ==============  ==========================
 ring           2(n−1)/n · S                 2(n−1)          5(n−1)/n · S  (2.5 per link byte)
-tree           busiest GPU of the double    2 ⌈log2 n⌉      2.5 per link byte
+tree           busiest GPU of the double    2(n−1) (NCCL)   2.5 per link byte
                binary tree (≈ 1.5–2 · S)
 direct         2(n−1)/n · S                 2               5(n−1)/n · S
-inswitch       S (and S received)           2               2 · S  (read once, write once)
+nvls           (n+1)/n · S, both ways       1               2 · S  (the switch reads, multicasts)
+inswitch       S (and S received)           1               2 · S  (read once, write once)
 =============  ===========================  ==============  ==========================
 
 Ring HBM traffic, step by step: in reduce-scatter a GPU reads its chunk and the chunk a peer
 wrote into its memory, and the peer's write lands in HBM too (3 HBM bytes per link byte); in
 all-gather the received chunk is written and read again to forward it (2). NCCL's maintainer
-puts the figure at 2–3 (NVIDIA/nccl #1428). The in-switch reduction needs no reduction kernel on
-the GPU: it reads the local gradient once to send it and writes the sum once.
+puts the figure at 2–3 (NVIDIA/nccl #1428).
 
-Time alone: ``latency + link_bytes / (effective link bandwidth × protocol efficiency)``, taking
-the fastest of NCCL's protocols (LL, LL128, Simple) as NCCL's tuner does.
+Time alone, ring/tree/direct: NCCL's own model (:mod:`sim.gpu.nccl_tuning`): for LL, LL128 and
+Simple, ``latency (baseLat + steps × hwLat) + link bytes / rate`` with the channels NCCL
+launches for that size, keeping the fastest. nvls and inswitch: :mod:`sim.gpu.in_switch`.
 """
 
 import math
 import numbers
 from dataclasses import dataclass
 
+from sim.gpu.in_switch import (
+    KERNEL_LATENCY_S,
+    NVLS_LATENCY_S,
+    check_nvls,
+    default_switch,
+    inswitch_traffic,
+    nvls_rate_gbps,
+    nvls_traffic,
+    switch_timing,
+)
+from sim.gpu.nccl_tuning import (
+    BASE_LATENCY_US,
+    NVLINK_LATENCY_US,
+    PROTOCOL_EFFICIENCY,
+    SIMPLE_EFFICIENCY,
+    protocol_options,
+)
 from sim.gpu.presets import ModelInputError, check_count, check_real
 
 __all__ = ["ALGORITHMS", "OPS", "PROTOCOLS", "CollectiveCost", "allreduce_cost",
-           "collective_cost", "expand_collective", "Message", "SIMPLE_EFFICIENCY"]
+           "collective_cost", "collective_curve", "curve_sizes", "expand_collective", "Message",
+           "SIMPLE_EFFICIENCY", "NVLS_LATENCY", "bus_factor"]
 
-ALGORITHMS = ("ring", "tree", "direct", "inswitch")
+ALGORITHMS = ("ring", "tree", "direct", "nvls", "inswitch")
 #: the collective operations :func:`collective_cost` knows
 OPS = ("allreduce", "reducescatter", "allgather", "reduce", "broadcast", "p2p")
 
-#: Fraction of the effective link bandwidth the Simple protocol reaches on large ring
-#: all-reduces. One constant fitted to nccl-tests on 8×A100 and 8×H100 together (see
-#: docs/calibration.md; both land within 5 %). CALIBRATION.md: "Simple ≈ peak".
-SIMPLE_EFFICIENCY = 0.95
-
-#: protocol → (base latency for 8 GPUs in seconds, bandwidth efficiency), NCCL ``tuning.cc``.
-PROTOCOLS = {
-    "LL": (15e-6, 0.50),
-    "LL128": (41e-6, 0.93),
-    "Simple": (56e-6, SIMPLE_EFFICIENCY),
-}
-#: NVLS (in-switch) base latency, NCCL ``tuning.cc``.
-NVLS_LATENCY = 25e-6
+#: protocol → (ring all-reduce latency on 8 GPUs in seconds, bandwidth efficiency): NCCL's
+#: ``baseLat + 14 × hwLat`` (tuning.cc), for reference; the model computes it for any n.
+PROTOCOLS = {p: ((BASE_LATENCY_US["ring"][p] + 14 * NVLINK_LATENCY_US["ring"][p]) * 1e-6,
+                 PROTOCOL_EFFICIENCY[p]) for p in ("LL", "LL128", "Simple")}
+#: NVLS (NVLink SHARP) latency, NCCL ``tuning.cc``.
+NVLS_LATENCY = NVLS_LATENCY_S
 
 
 @dataclass(frozen=True)
@@ -61,17 +74,27 @@ class CollectiveCost:
     ----------
     time_s : float
     link_bytes : float
-        Bytes this GPU sends (the same amount is received).
+        Bytes on the busier direction of this GPU's links, the ones that set the time (ring,
+        tree, direct: sent, and as many received; nvls and inswitch: the larger of
+        ``sent_bytes`` and ``received_bytes``, inswitch's padded to whole chunks).
     hbm_bytes : float
         HBM bytes this GPU's collective kernel reads and writes (including peers' writes).
     sms : int
-        SMs the collective kernel occupies (one CTA per channel).
+        SMs the collective kernel occupies (one CTA per channel; fewer for small messages, as
+        NCCL launches fewer channels).
     protocol : str
+        NCCL's protocol (LL, LL128, Simple); ``innet`` for innet's switch.
     algbw_gbps, busbw_gbps : float
-        nccl-tests definitions: algbw = S / time, busbw = algbw · 2(n−1)/n (all-reduce).
+        nccl-tests definitions: algbw = S / time, busbw = algbw · 2(n−1)/n (all-reduce),
+        (n−1)/n (reduce-scatter, all-gather), 1 (reduce, broadcast, p2p).
     latency_s : float
     link_rate_gbps : float
         Link bandwidth the collective streams at once started.
+    sent_bytes, received_bytes : float
+        Bytes this GPU sends and receives.
+    switch : dict or None
+        innet's switch (inswitch only): ports, lanes, slots, chunk, cycle, pipeline, round
+        trip, window, bandwidth-delay product, line and slot-limited rates.
     """
 
     op: str
@@ -87,6 +110,18 @@ class CollectiveCost:
     busbw_gbps: float
     latency_s: float
     link_rate_gbps: float
+    sent_bytes: float = 0.0
+    received_bytes: float = 0.0
+    switch: dict = None
+
+
+def bus_factor(op, n):
+    """nccl-tests' busbw / algbw for ``op`` on ``n`` ranks (``doc/PERFORMANCE.md``)."""
+    if op == "allreduce":
+        return 2 * (n - 1) / n
+    if op in ("reducescatter", "allgather"):
+        return (n - 1) / n
+    return 1.0
 
 
 def _max_sent(msgs):
@@ -99,51 +134,37 @@ def _max_sent(msgs):
 
 def _traffic(op, algo, n, size):
     """(link bytes sent per GPU, HBM bytes per GPU, steps) for one collective."""
+    if algo == "nvls":
+        sent, _, hbm, _ = nvls_traffic(op, n, size)
+        return sent, hbm, 1
+    if algo == "inswitch":
+        sent, _, hbm = inswitch_traffic(op, n, size)
+        return sent, hbm, 1
     frac = (n - 1) / n
     if op == "allreduce":
         if algo == "ring":
             return 2 * frac * size, 5 * frac * size, 2 * (n - 1)
         if algo == "tree":
-            # the busiest GPU of the double binary tree (counted from the expansion)
+            # the busiest GPU of the double binary tree (counted from the expansion); NCCL's
+            # latency for a one-node tree counts 2(n−1) steps (a chain inside the node)
             sent = _max_sent(expand_collective("tree", n, size))
-            return sent, 2.5 * sent, 2 * max(1, math.ceil(math.log2(n)))
+            return sent, 2.5 * sent, 2 * (n - 1)
         if algo == "direct":
             return 2 * frac * size, 5 * frac * size, 2
-        if algo == "inswitch":
-            return float(size), 2.0 * size, 2
     if op in ("reducescatter", "allgather"):
         hbm = (3 if op == "reducescatter" else 2) * frac * size
-        if algo == "inswitch":
-            return float(size) if op == "reducescatter" else frac * size, 2.0 * size, 1
         steps = (n - 1) if algo == "ring" else 1
         return frac * size, hbm, steps
     if op in ("reduce", "broadcast"):
         # a pipelined chain/tree: every GPU sends (and receives) the whole buffer once
         steps = max(1, math.ceil(math.log2(n))) if algo != "ring" else n - 1
-        if algo == "inswitch":
-            return float(size), 2.0 * size, 1
         return float(size), (3.0 if op == "reduce" else 2.0) * size, steps
     if op == "p2p":
         return float(size), 2.0 * size, 1
     raise ValueError(f"unknown collective {op!r} / algorithm {algo!r}")
 
 
-def collective_cost(gpu, n, size_bytes, op="allreduce", algo="ring", channels=None):
-    """Cost of a collective on ``n`` GPUs of type ``gpu`` (a :class:`sim.gpu.GPU`).
-
-    ``size_bytes`` is at most the GPU's HBM (the buffer lives in it), ``channels`` (one CTA on
-    an SM of its own each) at most the GPU's SMs. ``n`` is any integer from 2: the engine's
-    scaling benchmarks (``innet bench model``) take it to 1,024; what a user asks for is held to
-    :data:`sim.gpu.presets.MAX_GPUS` by :class:`sim.gpu.iteration.IterationConfig` and by the
-    command line.
-
-    Raises
-    ------
-    ModelInputError
-        (a ValueError) For an unknown algorithm or operation, n not an integer of at least 2,
-        a size that is negative, not finite or larger than the GPU's HBM, or a channel count
-        outside [1, the GPU's SMs].
-    """
+def _check(gpu, n, size_bytes, op, algo, channels):
     if algo not in ALGORITHMS:
         raise ModelInputError(f"unknown algorithm {algo!r}; choose from {', '.join(ALGORITHMS)}")
     if op not in OPS:
@@ -158,31 +179,86 @@ def collective_cost(gpu, n, size_bytes, op="allreduce", algo="ring", channels=No
     if channels is not None:
         check_count("channels", channels, 1, gpu.sms,
                     f"a channel is one CTA on an SM of its own; {gpu.name} has {gpu.sms} SMs")
+    if algo == "nvls":
+        check_nvls(gpu, op)
+
+
+def collective_cost(gpu, n, size_bytes, op="allreduce", algo="ring", channels=None, *,
+                    switch=None):
+    """Cost of a collective on ``n`` GPUs of type ``gpu`` (a :class:`sim.gpu.GPU`).
+
+    ``size_bytes`` is at most the GPU's HBM (the buffer lives in it), ``channels`` (one CTA on
+    an SM of its own each) at most the GPU's SMs. ``n`` is any integer from 2: the engine's
+    scaling benchmarks (``innet bench model``) take it to 1,024; what a user asks for is held to
+    :data:`sim.gpu.presets.MAX_GPUS` by :class:`sim.gpu.iteration.IterationConfig` and by the
+    command line. ``switch`` (inswitch only): innet's switch, a :class:`hw.spec.SwitchSpec`
+    with at least ``n`` ports; default :func:`sim.gpu.in_switch.default_switch`.
+
+    Raises
+    ------
+    ModelInputError
+        (a ValueError) For an unknown algorithm or operation, n not an integer of at least 2,
+        a size that is negative, not finite or larger than the GPU's HBM, a channel count
+        outside [1, the GPU's SMs], ``nvls`` on a GPU without NVLink SHARP or for an operation
+        NCCL does not run with it, or a switch with fewer ports than GPUs.
+    """
+    _check(gpu, n, size_bytes, op, algo, channels)
     link_bytes, hbm_bytes, steps = _traffic(op, algo, n, size_bytes)
-    bandwidth = gpu.link_effective_gbps * 1e9
-    scale = math.log2(n) / 3.0   # NCCL's base latencies are for 8 GPUs
-    if algo == "inswitch":
-        options = [("NVLS", NVLS_LATENCY * max(scale, 0.5), SIMPLE_EFFICIENCY)]
-        sms = gpu.nvls_channels if channels is None else channels
-    else:
-        options = [(name, lat * max(scale, 0.5) * (steps / (2 * 7) if algo == "ring" else 1),
-                    eff) for name, (lat, eff) in PROTOCOLS.items()]
-        sms = gpu.ring_channels if channels is None else channels
-    best = None
-    for name, latency, efficiency in options:
-        rate = bandwidth * efficiency
+    sent = received = link_bytes
+    timing = None
+    if algo == "nvls":
+        _, received, _, link_bytes = nvls_traffic(op, n, size_bytes)
+        rate = nvls_rate_gbps(gpu) * 1e9
+        latency = NVLS_LATENCY_S
         time = latency + link_bytes / rate
-        if best is None or time < best[1]:
-            best = (name, time, latency, rate)
-    name, time, latency, rate = best
+        name, sms = "Simple", gpu.nvls_channels if channels is None else channels
+    elif algo == "inswitch":
+        if switch is None:
+            switch = default_switch(gpu, n)
+        if switch.ports < n:
+            raise ModelInputError(f"switch ports must be at least the GPU count {n} (one port "
+                                  f"per GPU), not {switch.ports}")
+        timing = switch_timing(gpu, switch)
+        _, received, _ = inswitch_traffic(op, n, size_bytes)
+        # the switch reduces whole chunks: the last one is padded
+        link_bytes = math.ceil(max(sent, received) / timing.chunk_bytes) * timing.chunk_bytes
+        rate = timing.rate_gbps * 1e9
+        latency = KERNEL_LATENCY_S + timing.round_trip_s
+        time = latency + link_bytes / rate
+        name, sms = "innet", gpu.nvls_channels if channels is None else channels
+    else:
+        best = None
+        for proto, lat, rate_, nc in protocol_options(gpu, algo, op, n, size_bytes, steps,
+                                                      channels):
+            t = lat + link_bytes / rate_
+            if best is None or t < best[1]:
+                best = (proto, t, lat, rate_, nc)
+        name, time, latency, rate, sms = best
     algbw = size_bytes / time / 1e9 if time else 0.0
-    factor = 2 * (n - 1) / n if op == "allreduce" else (n - 1) / n
     return CollectiveCost(op, algo, n, size_bytes, time, link_bytes, hbm_bytes, sms, name,
-                          algbw, algbw * factor, latency, rate / 1e9)
+                          algbw, algbw * bus_factor(op, n), latency, rate / 1e9, sent,
+                          received, timing.as_dict() if timing else None)
 
 
-def allreduce_cost(gpu, n, size_bytes, algo="ring", channels=None):
-    return collective_cost(gpu, n, size_bytes, "allreduce", algo, channels)
+def allreduce_cost(gpu, n, size_bytes, algo="ring", channels=None, *, switch=None):
+    return collective_cost(gpu, n, size_bytes, "allreduce", algo, channels, switch=switch)
+
+
+def curve_sizes(low=1 << 10, high=4 << 30):
+    """Powers of two from ``low`` to ``high`` bytes, as nccl-tests ``-b low -e high -f 2``."""
+    sizes, s = [], low
+    while s <= high:
+        sizes.append(s)
+        s *= 2
+    return sizes
+
+
+def collective_curve(gpu, n, algo="ring", op="allreduce", sizes=None, *, switch=None,
+                     channels=None):
+    """The costs of one collective over message sizes (default :func:`curve_sizes`, held to
+    the GPU's HBM): the bus-bandwidth-vs-size curve nccl-tests prints."""
+    sizes = [s for s in (sizes or curve_sizes()) if s <= gpu.hbm_bytes]
+    return [collective_cost(gpu, n, s, op, algo, channels, switch=switch) for s in sizes]
 
 
 # -- Expansion into messages ------------------------------------------------------------------
@@ -258,7 +334,7 @@ def expand_collective(algo, n, size_bytes, op="allreduce"):
     chunk (g − k) mod n to g+1, depending on what g received in step k−1 (steps < n−1 reduce,
     the rest copy). tree: NCCL's double binary tree, each tree reducing half the buffer up to
     its root and broadcasting it down. direct: reduce-scatter to chunk owners, then all-gather
-    from them. inswitch: every GPU sends its buffer to the switch; the switch multicasts the
+    from them. inswitch and nvls: every GPU sends its buffer to the switch; the switch multicasts the
     sum (result messages depend on the last contribution).
 
     reducescatter / allgather: the first / last n−1 ring steps (ring), or one direct exchange
@@ -272,6 +348,8 @@ def expand_collective(algo, n, size_bytes, op="allreduce"):
         return [Message(0, 1, size, 0, 0, -1)]
     if algo not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algo!r}; choose from {', '.join(ALGORITHMS)}")
+    if algo == "nvls":   # contributions up to the switch, the sum multicast down, as inswitch
+        algo = "inswitch"
     if op == "allreduce":
         if algo == "ring":
             return _ring_steps(n, size, 0, 2 * (n - 1), msgs)

@@ -140,6 +140,9 @@ class GPU:
         One-way latency of a GPU↔switch NVLink hop, seconds (see :data:`NVLINK_HOP_LATENCY_S`).
         A GPU-to-GPU message crosses two hops; an in-switch reduction's slot is held for a
         round trip of two hops plus the switch's own pipeline.
+    nvlink_sharp : bool
+        Whether the GPU's NVSwitch reduces in the switch (NVLink SHARP, NVSwitch gen3 on HGX
+        H100/H800): the ``nvls`` collective runs only then.
     """
 
     name: str
@@ -160,6 +163,7 @@ class GPU:
     ring_channels: int = 24
     nvls_channels: int = 16
     link_latency_s: float = NVLINK_HOP_LATENCY_S
+    nvlink_sharp: bool = False
 
     @property
     def link_gbps(self):
@@ -196,7 +200,14 @@ PRESETS = {
     "h100": GPU("H100 SXM5 80GB", "hopper", sms=132, clock_mhz=1980, tensor_tflops=989.0,
                 fp32_tflops=66.9, hbm_gbps=3350.0, hbm_bytes=80 * GiB, l2_bytes=50 * MB,
                 nvlinks=18, nvlink_gbps=25.0, pcie_gbps=64.0, ring_channels=32,
-                nvls_channels=16),
+                nvls_channels=16, nvlink_sharp=True),
+    # The export H100: the same GPU with 8 of its 18 NVLinks (200 GB/s per direction), on the
+    # same NVSwitch gen3 (NVIDIA/nccl #1374 measures its NVLS all-reduce). Ring channels: two
+    # per NVLink, as V100 (12 for 6), A100 (24 for 12) — an assumption, not a measured count.
+    "h800": GPU("H800 SXM5 80GB", "hopper", sms=132, clock_mhz=1980, tensor_tflops=989.0,
+                fp32_tflops=66.9, hbm_gbps=3350.0, hbm_bytes=80 * GiB, l2_bytes=50 * MB,
+                nvlinks=8, nvlink_gbps=25.0, pcie_gbps=64.0, ring_channels=16,
+                nvls_channels=16, nvlink_sharp=True),
 }
 PRESETS["a100-40"] = PRESETS["a100"]
 

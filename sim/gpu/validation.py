@@ -14,6 +14,7 @@ Rows come from provider functions (:data:`PROVIDERS`); another module adds its o
 """
 
 from sim.gpu.collectives import allreduce_cost
+from sim.gpu.collective_figures import collective_rows
 from sim.gpu.iteration import IterationConfig, simulate_iteration
 from sim.gpu.multinode_figures import multinode_rows
 from sim.gpu.presets import gpu_preset
@@ -157,24 +158,6 @@ def _tail_effect_rows():
 
 # -- collectives and single-GPU times (kept from the calibration) ------------------------------
 
-def _collective_rows():
-    a100, h100 = gpu_preset("a100"), gpu_preset("h100")
-    big = 1 << 30
-    ring = allreduce_cost(a100, 8, big)
-    return [
-        row("8×A100 ring all-reduce busbw, 1 GiB", ring.busbw_gbps, "200–235", 200.0, 235.0,
-            "nccl-tests issues #149, #228",
-            "innet model collective --gpu a100 --gpus 8 --algo ring --size 1GiB", "GB/s",
-            role="fitted", fits="SIMPLE_EFFICIENCY"),
-        row("8×H100 ring all-reduce busbw, 1 GiB (NVLS off)", allreduce_cost(h100, 8, big)
-            .busbw_gbps, "360–370", 360.0, 370.0, "nccl-tests issues #212, #309",
-            "innet model collective --gpu h100 --gpus 8 --algo ring --size 1GiB", "GB/s"),
-        row("ring all-reduce HBM bytes per NVLink byte sent", ring.hbm_bytes / ring.link_bytes,
-            "2–3", 2.0, 3.0, "NVIDIA/nccl #1428",
-            "innet model collective --gpu a100 --algo ring --json (hbm/link bytes)"),
-    ]
-
-
 def _single_gpu_rows():
     """ResNet-50 on one GPU. NVIDIA measured the A100 figure on an A100 80GB; innet's
     ``conv_efficiency`` was fitted with the 40GB preset (1555 GB/s), so the fitted row uses
@@ -271,9 +254,9 @@ def _scaling_rows():
     return rows
 
 
-#: The providers of rows, in table order: this module's, then the multi-node collectives'
-#: (:mod:`sim.gpu.multinode_figures`).
-PROVIDERS = [_collective_rows, _single_gpu_rows, _overlap_rows, _tail_effect_rows,
+#: The providers of rows, in table order: the collectives' (:mod:`sim.gpu.collective_figures`),
+#: this module's, then the multi-node collectives' (:mod:`sim.gpu.multinode_figures`).
+PROVIDERS = [collective_rows, _single_gpu_rows, _overlap_rows, _tail_effect_rows,
              _scaling_rows, multinode_rows]
 
 
