@@ -7,7 +7,8 @@ from pathlib import Path
 
 from sim.experiment.tables import COLUMNS, and_list, arbiter_label, merge_policies
 
-__all__ = ["answer", "setup", "glossary", "GLOSSARY", "NO_GAIN", "HIDDEN"]
+__all__ = ["answer", "setup", "glossary", "traffic_paragraphs", "GLOSSARY", "NO_GAIN",
+           "HIDDEN", "POLICY_EVEN", "TRAFFIC_TEXT"]
 
 
 #: In-switch reduction "does not pay" where it shortens the iteration by less than this
@@ -33,8 +34,10 @@ GLOSSARY = {
     "slowdown_sm": "backward time lost to SMs that collective kernels hold, as a share of "
                    "bwd alone",
     "slowdown_hbm": "backward time lost to HBM bandwidth that collective kernels take",
-    "slowdown_link": "delay that the gradients sharing the switch add to the pipeline-stage "
-                     "traffic backprop waits on (largest over GPUs)",
+    "slowdown_link": "delay that the gradients sharing the switch add to the messages backprop "
+                     "waits on (the critical ones: pipeline-stage traffic, tensor-parallel "
+                     "all-reduce, parameter all-gather, offload reads), summed along the "
+                     "backward pass, largest over GPUs",
     "allreduce_ms": "time some bucket's all-reduce is under way: the union over buckets of "
                     "[bucket ready to send, last piece or result out] (fast model); time a "
                     "bucket waits at its GPU counts",
@@ -114,7 +117,12 @@ def _policy_text(policy, rcfg):
 def answer(config, rows):
     """The report's opening: what this run's numbers say, as Markdown paragraphs. Every number
     is read from ``rows``; a question the run cannot answer (in-switch reduction with no ring or
-    tree to compare, arbitration with one policy) gets no sentence."""
+    tree to compare, arbitration with one policy) gets no sentence. The paragraphs before the
+    caveats read the rows of the run's first traffic configuration; each other one gets a
+    paragraph of its own (:func:`traffic_paragraphs`)."""
+    traffics = list(dict.fromkeys(r.get("traffic", "dp") for r in rows))
+    all_rows = rows
+    rows = [r for r in rows if r.get("traffic", "dp") == traffics[0]]
     policies = [p for p in config.policies if any(r["policy"] == p for r in rows)]
     ref = policies[0]
     at = {(r["workload"], r["bucket_mb"], r["algo"]): r for r in rows if r["policy"] == ref}
@@ -281,7 +289,87 @@ def answer(config, rows):
                       f"tables, arbiter {' or '.join(joined)}).")
         out.append(s)
 
+    if len(traffics) > 1 or traffics[0] != "dp":
+        out += traffic_paragraphs(config, all_rows)
     out.append("**Caveats.** " + " ".join(_caveats(config, rows, ref)))
+    return out
+
+
+#: What each traffic configuration adds to the gradients (sim/trace/traffic.py).
+TRAFFIC_TEXT = {
+    "dp": "data parallel with {p2p_mb:g} MiB of pipeline-stage activation gradients per GPU",
+    "pp": "two pipeline stages, two micro-batches in flight: forward activations and backward "
+          "activation gradients of the boundary layer",
+    "tp": "2-way tensor parallelism: an all-reduce of the column-parallel GEMMs' input "
+          "gradients inside each layer's backward",
+    "fsdp": "FSDP/ZeRO-3: every layer's parameters all-gathered before its forward and "
+            "backward kernel",
+    "offload": "activation checkpoints offloaded to host memory and read back before their "
+               "layer's backward",
+}
+
+#: A policy "wins" where it shortens the backward pass by at least this fraction of the
+#: backward pass alone against the worst policy; below it the policies are called even.
+POLICY_EVEN = 0.001
+
+
+def _why_identical(algo, policies):
+    """Why ``policies`` cannot differ for gradient algorithm ``algo`` in this switch."""
+    if algo != "inswitch":
+        return (f"with {algo} every packet is memory traffic, one priority level (prio is "
+                "round-robin there), and the switch has no per-packet class to tell critical "
+                "messages from gradients")
+    return ("prio serves memory traffic before reduction results, but the two competed for an "
+            "egress too rarely to change the backward pass")
+
+
+def traffic_paragraphs(config, rows):
+    """One paragraph per traffic configuration: the link component it gives backprop, which
+    arbitration policy wins where, by how much, and where the policies cannot differ (said
+    once, instead of rows that repeat)."""
+    out = []
+    traffics = list(dict.fromkeys(r.get("traffic", "dp") for r in rows))
+    for t in traffics:
+        trs = [r for r in rows if r.get("traffic", "dp") == t]
+        what = TRAFFIC_TEXT.get(t, t).format(p2p_mb=config.p2p_mb)
+        text = [what[0].upper() + what[1:] + "."]
+        groups = {}
+        for r in trs:
+            groups.setdefault((r["workload"], r["bucket_mb"], r["algo"]), []).append(r)
+        link = max(trs, key=lambda r: r["slowdown_link"])
+        if link["slowdown_link"] > 0:
+            text.append(f"Link component of the backprop slowdown up to "
+                        f"{_p_fine(link['slowdown_link'])} ({link['workload']}, "
+                        f"{link['algo']}, {link['policy']}); backprop waits "
+                        f"{link['critical_wait_alone_ms']:.2f} ms on this traffic even on idle "
+                        "links.")
+        else:
+            text.append("The gradients never delayed the messages backprop waits on: link "
+                        "component 0 at every point.")
+        same, wins = [], []
+        for (w, b, a), rs in groups.items():
+            if len(rs) < 2:
+                continue
+            best = min(rs, key=lambda r: r["backprop_ms"])
+            worst = max(rs, key=lambda r: r["backprop_ms"])
+            gain = (worst["backprop_ms"] - best["backprop_ms"]) / best["backprop_alone_ms"]
+            if gain < POLICY_EVEN:
+                same.append((w, a, [r["policy"] for r in rs]))
+                continue
+            even = [r["policy"] for r in rs if r["backprop_ms"] == best["backprop_ms"]]
+            wins.append(f"{w} {a}: {arbiter_label(even)} wins, backprop "
+                        f"{best['backprop_ms']:.2f} ms against {worst['backprop_ms']:.2f} ms "
+                        f"({worst['policy']}), {_p_fine(gain)} of the backward pass (link "
+                        f"{_p_fine(best['slowdown_link'])} against "
+                        f"{_p_fine(worst['slowdown_link'])}; mean link utilization "
+                        f"{best['link_utilization']:.2f}; all-reduce {best['allreduce_ms']:.2f} "
+                        f"against {worst['allreduce_ms']:.2f} ms)")
+        if wins:
+            text.append("Arbitration: " + "; ".join(wins) + ".")
+        for w, a, ps in same:
+            text.append(f"At {w} {a} {and_list(ps)} give the same backward pass (within "
+                        f"{100 * POLICY_EVEN:.1f} % of it): {_why_identical(a, ps)}.")
+        out.append(f"**Contending traffic: {t}.** " + " ".join(text))
     return out
 
 

@@ -108,7 +108,9 @@ def _plots(results):
     import matplotlib.pyplot as plt
 
     plots = []
-    labels = [f"{r.workload}\n{r.algo}\n{r.policy}" + (f"\n{r.bucket_mb:g} MiB"
+    traffic = any(r.traffic != "dp" for r in results)
+    labels = [f"{r.workload}\n{r.algo}\n{r.policy}" + (f"\n{r.traffic}" if traffic else "")
+              + (f"\n{r.bucket_mb:g} MiB"
                                                       if len({x.bucket_mb for x in results}) > 1
                                                       else "") for r in results]
     fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(results)), 4.5))
