@@ -116,30 +116,15 @@ def run_point(config, workload_name, bucket_mb, algo, policy, traffic="dp", rtl_
         "model_wall_s": replay.wall_s,
         "gpu_model_slowdown": result.backprop_slowdown,
     }
-    timeline = _timeline(records, replay, records_by_id, cycle_ns, n)
+    from sim.experiment.timeline import point_events
+    timeline = point_events(result, gpu, workload, replay,
+                            metrics.bucket_windows_cycles(replay, records_by_id), cycle_ns)
     validation = {}
     if config.rtl:
         validation = _validate_window(config, meta, records, rcfg, result, rtl_dir)
         values["rtl_errors"] = metrics.rtl_errors(validation.get("errors", {}))
     return PointResult(workload_name, bucket_mb, algo, policy, values, timeline, validation,
                        traffic)
-
-
-def _timeline(records, replay, records_by_id, cycle_ns, n):
-    """Per GPU: compute kernels and the spans its gradient messages were in the switch (ms)."""
-    from sim.trace.format import KERNEL
-    out = {g: {"compute": [], "comm": []} for g in range(n)}
-    for r in records:
-        if r.rtype == KERNEL and r.phase != "comm":
-            out[r.gpu]["compute"].append((r.start_ns / 1e6, r.duration_ns / 1e6))
-    for m in metrics.gradient_messages(replay, records_by_id):
-        if not m.packets:
-            continue
-        start = int(replay.inject[m.packets[0]])
-        end = replay.message_done.get(m.mid)
-        if start >= 0 and end is not None:
-            out[m.src]["comm"].append((start * cycle_ns / 1e6, (end - start + 1) * cycle_ns / 1e6))
-    return out
 
 
 def rtl_config(rcfg, policies):
