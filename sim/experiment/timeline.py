@@ -8,7 +8,7 @@ switch). The switch is a process of its own with a counter track per egress port
 fraction of cycles it sent a flit, per time bin. Times are µs from the start of the iteration.
 """
 
-__all__ = ["point_events", "chrome_trace", "COMPUTE_TID", "COMM_TID", "SWITCH_BINS"]
+__all__ = ["point_events", "trace_events", "chrome_trace", "COMPUTE_TID", "COMM_TID", "SWITCH_BINS"]
 
 COMPUTE_TID, COMM_TID = 0, 1
 #: Time bins of a switch port's utilization counter over the replay.
@@ -128,3 +128,21 @@ def chrome_trace(points):
                     "args": {"name": f"{label} switch"}})
         out += [dict(ev, pid=pid, tid=0) for ev in events["switch"]]
     return {"traceEvents": out, "displayTimeUnit": "ms"}
+
+
+def trace_events(records, replay, cycle_ns):
+    """The events of a replayed trace (``innet replay``): per GPU its kernel records, compute
+    kernels on the compute stream and collective kernels (phase ``comm``) on the
+    communication stream (a trace names no kernel, so each is named by its phase), and the
+    switch's per-port utilization counters (:func:`point_events`'s layout)."""
+    from sim.trace.format import KERNEL
+    gpus = {g: [] for g in range(int(replay.plan.gpus))}
+    for r in records:
+        if r.rtype != KERNEL:
+            continue
+        comm = r.phase == "comm"
+        gpus.setdefault(r.gpu, []).append({
+            "ph": "X", "name": "collective" if comm else r.phase, "ts": r.start_ns / 1e3,
+            "dur": r.duration_ns / 1e3, "tid": COMM_TID if comm else COMPUTE_TID,
+            "args": {"phase": r.phase, "sms": r.sms, "hbm_kib": r.hbm_kib}})
+    return {"gpus": gpus, "switch": _port_counters(replay, cycle_ns)}
