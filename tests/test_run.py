@@ -20,8 +20,7 @@ def test_run_writes_the_report(tmp_path, capsys):
     payload = json.loads(capsys.readouterr().out)
     out = tmp_path / "out" / "r"
     for name in ("results.json", "results.csv", "report.md", "slowdown.png", "timeline.png",
-                 "timeline.json",
-                 "allreduce_vs_bucket.png"):
+                 "timeline.json", "allreduce_vs_bucket.png"):
         assert (out / name).stat().st_size > 0, name
     points = payload["points"]
     assert len(points) == 4
