@@ -82,4 +82,5 @@ def test_policies_that_cannot_differ_are_said_once():
     assert table.count("| bert_large |") == 1 and "| rr=prio |" in table
     text = " ".join(traffic_paragraphs(config, rows))
     assert text.count("rr and prio give the same backward pass") == 1
+    assert "at bert_large ring: with ring and tree all-reduce every packet is memory" in text
     assert "wins" not in text

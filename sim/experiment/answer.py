@@ -316,7 +316,7 @@ POLICY_EVEN = 0.001
 def _why_identical(algo, policies):
     """Why ``policies`` cannot differ for gradient algorithm ``algo`` in this switch."""
     if algo != "inswitch":
-        return (f"with {algo} every packet is memory traffic, one priority level (prio is "
+        return (f"with {algo} all-reduce every packet is memory traffic, one priority level (prio is "
                 "round-robin there), and the switch has no per-packet class to tell critical "
                 "messages from gradients")
     return ("prio serves memory traffic before reduction results, but the two competed for an "
@@ -366,9 +366,15 @@ def traffic_paragraphs(config, rows):
                         f"against {worst['allreduce_ms']:.2f} ms)")
         if wins:
             text.append("Arbitration: " + "; ".join(wins) + ".")
+        # Points where the policies give one backward pass: one sentence per reason.
+        reasons = {}
         for w, a, ps in same:
-            text.append(f"At {w} {a} {and_list(ps)} give the same backward pass (within "
-                        f"{100 * POLICY_EVEN:.1f} % of it): {_why_identical(a, ps)}.")
+            reasons.setdefault((a == "inswitch", tuple(ps)), []).append((w, a))
+        for (ins, ps), where in reasons.items():
+            names = and_list(dict.fromkeys(f"{w} {_algo(a)}" for w, a in where))
+            text.append(f"{and_list(ps)} give the same backward pass (within "
+                        f"{100 * POLICY_EVEN:.1f} % of it) at {names}: "
+                        f"{_why_identical(where[0][1] if ins else 'ring and tree', ps)}.")
         out.append(f"**Contending traffic: {t}.** " + " ".join(text))
     return out
 

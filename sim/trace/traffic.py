@@ -24,8 +24,9 @@ transformer, the workload's ``activation_bytes``; ``params(l) × bytes``: its pa
     Megatron tensor parallelism of degree 2 (GPU pairs g, g xor 1): the backward pass
     all-reduces the input gradient of every column-parallel GEMM, taken to be every other
     ``linear``/``conv`` layer in forward order from the first; a 2-way ring all-reduce sends
-    ``act(l - 1)`` bytes (two halves) to the partner at the end of the layer's backward kernel
-    (critical: the next layer's backward needs the sum).
+    ``act(l - 1)`` bytes (two halves) to the partner at the middle of the layer's backward
+    kernel, when its data gradient is done and Megatron starts the all-reduce to overlap the
+    weight gradient (critical: the next layer's backward needs the sum).
 ``fsdp``
     ZeRO-3 / FSDP over every GPU: before each layer's forward and backward kernel, every GPU
     sends its shard, ``params(l) × bytes / N``, to each other GPU (all-gather; critical before
@@ -81,9 +82,10 @@ def _messages(kind, workload, n_gpus, kernels):
     elif kind == "tp":
         peer = lambda g: g ^ 1 if (g ^ 1) < n_gpus else g - 1   # noqa: E731
         for i in _column_gemms(workload):
-            t = at(f"bwd:{layers[i].name}", 1)
-            if t is not None:
-                out.append((t, peer, layers[i - 1].activation_bytes, "write", True))
+            span = kernels.get(f"bwd:{layers[i].name}")
+            if span is not None:   # after the data-gradient half of the kernel
+                out.append(((span[0] + span[1]) / 2, peer, layers[i - 1].activation_bytes,
+                            "write", True))
     elif kind == "fsdp":
         for i, layer in enumerate(layers):
             shard = layer.params * workload.dtype_bytes // n_gpus
