@@ -84,3 +84,13 @@ def test_policies_that_cannot_differ_are_said_once():
     assert text.count("rr and prio give the same backward pass") == 1
     assert "at bert_large ring: with ring and tree all-reduce every packet is memory" in text
     assert "wins" not in text
+
+
+def test_a_mem_record_naming_no_traffic_class_is_refused(tmp_path):
+    from sim.trace.format import TraceError, read_trace
+    path = tmp_path / "t.txt"
+    path.write_text('innet-trace 2 {"gpus": 2}\n'
+                    "mem gpu=0 peer=1 id=0 time_ns=0 bytes=8 op=write traffic=nvme\n")
+    with pytest.raises(TraceError, match=r"t.txt:2: traffic: 'nvme' is not one of other, pp, "
+                                         r"tp, fsdp, offload$"):
+        list(read_trace(path)[1])
