@@ -117,9 +117,14 @@ def summary_table(results):
     every = tuple(dict.fromkeys(r["policy"] for r in rows))
     labels = {}
     for _, policies in merged:   # a long merged label would push the table past 100 columns
+        if policies in labels:
+            continue
         long = len(arbiter_label(policies)) > 9
-        labels[policies] = (("all" if policies == every else f"{policies[0]}+{len(policies) - 1}")
-                            if long else arbiter_label(policies))
+        label = (("all" if policies == every else f"{policies[0]}+{len(policies) - 1}")
+                 if long else arbiter_label(policies))
+        if label in labels.values():   # two groups of as many policies from one first policy
+            label = "=".join(p[0] for p in policies)
+        labels[policies] = label
     columns = with_traffic(TERMINAL_COLUMNS, rows)
     columns = [(k, h, str if k == "traffic" else fmt, right) for k, h, fmt, right in columns]
     cells = [[h for _, h, _, _ in columns]]
