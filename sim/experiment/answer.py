@@ -336,17 +336,22 @@ def traffic_paragraphs(config, rows):
         groups = {}
         for r in trs:
             groups.setdefault((r["workload"], r["bucket_mb"], r["algo"]), []).append(r)
+        several = len({k[1] for k in groups}) > 1
         link = max(trs, key=lambda r: r["slowdown_link"])
         if link["slowdown_link"] > 0:
             text.append(f"Link component of the backprop slowdown up to "
                         f"{_p_fine(link['slowdown_link'])} ({link['workload']}, "
-                        f"{link['algo']}, {link['policy']}); backprop waits "
+                        + (f"{link['bucket_mb']:g} MiB buckets, " if several else "")
+                        + f"{link['algo']}, {link['policy']}); backprop waits "
                         f"{link['critical_wait_alone_ms']:.2f} ms on this traffic even on idle "
                         "links.")
         else:
             text.append("The gradients never delayed the messages backprop waits on: link "
                         "component 0 at every point.")
         same, wins = [], []
+
+        def name(w, b, a):
+            return f"{w} {a}" + (f" {b:g} MiB" if several else "")
         for (w, b, a), rs in groups.items():
             if len(rs) < 2:
                 continue
@@ -354,10 +359,10 @@ def traffic_paragraphs(config, rows):
             worst = max(rs, key=lambda r: r["backprop_ms"])
             gain = (worst["backprop_ms"] - best["backprop_ms"]) / best["backprop_alone_ms"]
             if gain < POLICY_EVEN:
-                same.append((w, a, [r["policy"] for r in rs]))
+                same.append((w, b, a, [r["policy"] for r in rs]))
                 continue
             even = [r["policy"] for r in rs if r["backprop_ms"] == best["backprop_ms"]]
-            wins.append(f"{w} {a}: {arbiter_label(even)} wins, backprop "
+            wins.append(f"{name(w, b, a)}: {arbiter_label(even)} wins, backprop "
                         f"{best['backprop_ms']:.2f} ms against {worst['backprop_ms']:.2f} ms "
                         f"({worst['policy']}), {_p_fine(gain)} of the backward pass (link "
                         f"{_p_fine(best['slowdown_link'])} against "
@@ -368,13 +373,13 @@ def traffic_paragraphs(config, rows):
             text.append("Arbitration: " + "; ".join(wins) + ".")
         # Points where the policies give one backward pass: one sentence per reason.
         reasons = {}
-        for w, a, ps in same:
-            reasons.setdefault((a == "inswitch", tuple(ps)), []).append((w, a))
+        for w, b, a, ps in same:
+            reasons.setdefault((a == "inswitch", tuple(ps)), []).append((w, b, a))
         for (ins, ps), where in reasons.items():
-            names = and_list(dict.fromkeys(f"{w} {_algo(a)}" for w, a in where))
+            names = and_list(dict.fromkeys(name(w, b, _algo(a)) for w, b, a in where))
             text.append(f"{and_list(ps)} give the same backward pass (within "
                         f"{100 * POLICY_EVEN:.1f} % of it) at {names}: "
-                        f"{_why_identical(where[0][1] if ins else 'ring and tree', ps)}.")
+                        f"{_why_identical(where[0][2] if ins else 'ring and tree', ps)}.")
         out.append(f"**Contending traffic: {t}.** " + " ".join(text))
     return out
 
