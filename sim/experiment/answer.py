@@ -473,6 +473,12 @@ def setup(config, rows):
          f"{spec.ingress_fifo_flits}-flit ingress FIFOs; every port at the GPU's NVLink "
          "bandwidth."),
     ]
+    if tuple(config.traffic) != ("dp",):
+        lines.append("- **Traffic** sharing the links with the gradients, one configuration "
+                     "per row group: " + "; ".join(
+                         f"`{t}`: " + TRAFFIC_TEXT.get(t, t).format(p2p_mb=config.p2p_mb)
+                         for t in config.traffic)
+                     + " (docs/metrics.md, \"Contending traffic\").")
     lines += [f"- **Arbiter `{p}`**: {_policy_text(p, rcfg[p])}." for p in policies]
     lines.append(f"- **Time**: flit scale (real flits per simulated flit) and cycle time per "
                  f"workload: {'; '.join(times)}; the flit scale brings one GPU's gradient link "

@@ -39,7 +39,7 @@ def _outcome(row):
 
 def merge_policies(rows):
     """``rows`` with the policies that gave identical outcomes at a (workload, bucket,
-    algorithm) merged: a list of ``(row, policies)``, in report order. The row is the first
+    algorithm, traffic) merged: a list of ``(row, policies)``, in report order. The row is the first
     policy's; ``policies`` a tuple of the policies it stands for."""
     groups, by_point = [], {}
     for row in rows:
