@@ -407,7 +407,11 @@ def _caveats(config, rows, ref):
              "time per GPU and one iteration of identical GPUs, and gives in-switch reduction "
              "the ring's link efficiency, so in-switch gains are an upper bound."),
             (f"Link delay counts only the {config.p2p_mb:g} MiB of pipeline-stage traffic per "
-             "GPU that backprop waits on.")]
+             "GPU that backprop waits on." if tuple(config.traffic) == ("dp",) else
+             "Link delay counts only the critical messages of each traffic configuration, "
+             "each issued at its undelayed time (a delay is not carried into the next "
+             "message's issue), and the switch arbitrates between requesters, not packets: "
+             "prio favours every memory packet over reduction results, critical or not.")]
     windows = [r for r in rows if r.get("rtl_exact_fraction") is not None
                and r.get("rtl_window_packets")]
     if windows:
