@@ -94,3 +94,26 @@ def test_a_mem_record_naming_no_traffic_class_is_refused(tmp_path):
     with pytest.raises(TraceError, match=r"t.txt:2: traffic: 'nvme' is not one of other, pp, "
                                          r"tp, fsdp, offload$"):
         list(read_trace(path)[1])
+
+
+def test_trace_gen_lays_the_traffic_over_the_iteration(tmp_path, capsys):
+    from sim.cli.main import main
+    from sim.trace.format import read_trace
+    out = tmp_path / "t.itr"
+    assert main(["trace", "gen", "--model", "resnet50", "--batch", "8", "--gpus", "4",
+                 "--traffic", "fsdp", "--traffic", "offload", "-o", str(out)]) == 0
+    meta, records = read_trace(out)
+    mem = [r for r in records if r.rtype == MEM]
+    assert meta["traffic"] == ["fsdp", "offload"]
+    assert {r.traffic for r in mem} == {"fsdp", "offload"}
+    # FSDP: every layer's shard to each of the 3 other GPUs, before forward (not critical)
+    # and backward (critical) kernels: as many critical records as not; offload: a critical
+    # read per write.
+    fsdp = [r for r in mem if r.traffic == "fsdp"]
+    assert sum(r.critical for r in fsdp) * 2 == len(fsdp)
+    offload = [r for r in mem if r.traffic == "offload"]
+    assert all(r.critical == (r.mem_op == "read") for r in offload)
+    assert sum(r.mem_op == "read" for r in offload) > 0
+    assert main(["trace", "gen", "--model", "resnet50", "--gpus", "4", "--traffic", "nvme",
+                 "-o", str(tmp_path / "u.itr")]) == 2
+    assert not (tmp_path / "u.itr").exists()
