@@ -52,7 +52,7 @@ def test_events_are_well_formed_and_do_not_overlap_per_stream(trace):
     _, events = _by_pid(trace)
     for evs in events.values():
         for e in evs:
-            assert e["ph"] in ("X", "C") and e["ts"] >= 0
+            assert e["ph"] in ("X", "C", "b", "e") and e["ts"] >= 0
             if e["ph"] == "X":
                 assert e["dur"] > 0 and e["name"]
         for tid in (COMPUTE_TID, COMM_TID):
@@ -64,7 +64,8 @@ def test_events_are_well_formed_and_do_not_overlap_per_stream(trace):
 def test_durations_are_the_models(point, trace):
     _, events = _by_pid(trace)
     gpu0 = events[min(events)]
-    bwd = [e for e in gpu0 if e["tid"] == COMPUTE_TID and e["args"]["phase"] == "bwd"]
+    bwd = [e for e in gpu0 if e["ph"] == "X" and e["tid"] == COMPUTE_TID
+           and e["args"]["phase"] == "bwd"]
     # The backward pass from its first kernel's start to its last kernel's end is the GPU
     # model's backward time (backprop_ms less the replay's link delay, 0 here: no p2p
     # message of dp traffic was delayed at this point).
@@ -78,6 +79,27 @@ def test_durations_are_the_models(point, trace):
     for e in slowed:
         assert e["dur"] == pytest.approx(e["args"]["alone_us"] * (1 + e["args"]["slowdown"]))
     # Every collective is on the communication stream with its bucket's bytes.
-    comm = [e for e in gpu0 if e["tid"] == COMM_TID]
+    comm = [e for e in gpu0 if e["ph"] == "X" and e["tid"] == COMM_TID]
     assert len(comm) == len({e["args"]["bucket"] for e in comm})
     assert all(e["args"]["bytes"] > 0 for e in comm)
+
+
+def test_critical_waits_add_up_to_the_link_delay():
+    # FSDP with in-switch reduction: the all-gathers are delayed (docs/metrics.md).
+    config = replace(load_config(), rtl=False)
+    point = run_point(config, "bert_large", 25.0, "inswitch", "rr", "fsdp")
+    _, events = _by_pid(json.loads(json.dumps(chrome_trace([("p", point.timeline)]),
+                                              default=float)))
+    delays = []
+    for evs in events.values():
+        begins = {e["id"]: e for e in evs if e["ph"] == "b"}
+        ends = {e["id"]: e for e in evs if e["ph"] == "e"}
+        assert begins.keys() == ends.keys()
+        for i, b in begins.items():
+            assert b["cat"] == "critical" and b["args"]["traffic"] == "fsdp"
+            assert ends[i]["ts"] - b["ts"] == pytest.approx(b["args"]["wait_us"])
+        if begins:
+            delays.append(sum(b["args"].get("delay_us", 0) for b in begins.values()))
+    assert len(delays) == 8
+    link_us = point.metrics["slowdown_link"] * point.metrics["backprop_alone_ms"] * 1e3
+    assert link_us > 0 and max(delays) == pytest.approx(link_us)

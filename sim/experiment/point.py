@@ -84,12 +84,15 @@ def run_point(config, workload_name, bucket_mb, algo, policy, traffic="dp", rtl_
     cycle_ns = rcfg.cycle_ns
     # Link delay: the memory traffic replayed with the gradients and alone.
     link_delay_ns = wait_alone_ns = 0.0
+    critical = None
     mem_records = [r for r in records if r.rtype == MEM]
     if mem_records:
         alone_replay = replay_model(build_plan(meta, mem_records, rcfg))
         link_delay_ns = metrics.critical_link_delay_ns(replay, alone_replay, records_by_id,
                                                        cycle_ns)
         wait_alone_ns = metrics.critical_wait_alone_ns(alone_replay, records_by_id, cycle_ns)
+        critical = (metrics.critical_ops(replay, records_by_id),
+                    metrics.critical_ops(alone_replay, records_by_id))
 
     first_grad, last_grad = metrics.gradient_window_cycles(replay, records_by_id)
     util_mean, util_max = metrics.link_utilization(replay, first_grad, last_grad)
@@ -118,7 +121,8 @@ def run_point(config, workload_name, bucket_mb, algo, policy, traffic="dp", rtl_
     }
     from sim.experiment.timeline import point_events
     timeline = point_events(result, gpu, workload, replay,
-                            metrics.bucket_windows_cycles(replay, records_by_id), cycle_ns)
+                            metrics.bucket_windows_cycles(replay, records_by_id), cycle_ns,
+                            critical)
     validation = {}
     if config.rtl:
         validation = _validate_window(config, meta, records, rcfg, result, rtl_dir)

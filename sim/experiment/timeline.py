@@ -4,7 +4,8 @@ Perfetto UI and chrome://tracing; docs/metrics.md, "Timeline").
 Per GPU a process with two threads: the compute stream (every kernel of the GPU model, a
 kernel slowed by a collective running beside it marked with its slowdown and cause) and the
 communication stream (every collective, with its bucket's bytes and its window in the
-switch). The switch is a process of its own with a counter track per egress port: the
+switch); with contending traffic, each wait of the GPU on critical messages as an async event
+(what the gradients added to it in its args). The switch is a process of its own with a counter track per egress port: the
 fraction of cycles it sent a flit, per time bin. Times are µs from the start of the iteration.
 """
 
@@ -30,7 +31,7 @@ def _alone_s(gpu, workload):
     return out
 
 
-def point_events(result, gpu, workload, replay, bucket_windows, cycle_ns):
+def point_events(result, gpu, workload, replay, bucket_windows, cycle_ns, critical=None):
     """The trace events of one point, without process names (:func:`chrome_trace` adds them).
 
     Parameters
@@ -44,6 +45,11 @@ def point_events(result, gpu, workload, replay, bucket_windows, cycle_ns):
     bucket_windows : dict
         Bucket → (ready, done) cycles (:func:`sim.experiment.metrics.bucket_windows_cycles`).
     cycle_ns : float
+    critical : (dict, dict), optional
+        The critical operations (:func:`sim.experiment.metrics.critical_ops`) of the replay
+        with the gradients and of the one without: each becomes an async event (``ph`` ``b``
+        and ``e``, category ``critical``, on the GPU that waits) from its issue to its
+        delivery, with its wait alone and the delay the gradients added in ``args``.
 
     Returns
     -------
@@ -81,7 +87,23 @@ def point_events(result, gpu, workload, replay, bucket_windows, cycle_ns):
                 ev["args"] = args
             events.append(ev)
         for g in members:
-            gpus[int(g)] = events
+            gpus[int(g)] = list(events)
+    if critical:
+        shared, alone_ops = critical
+        for n, (key, (issue, done)) in enumerate(sorted(shared.items())):
+            waiter, traffic, _ = key
+            wait = done - issue + 1
+            base = alone_ops.get(key)
+            args = {"traffic": traffic, "wait_us": wait * cycle_ns / 1e3}
+            if base is not None:
+                alone_wait = base[1] - base[0] + 1
+                args.update(alone_wait_us=alone_wait * cycle_ns / 1e3,
+                            delay_us=(wait - alone_wait) * cycle_ns / 1e3)
+            common = {"cat": "critical", "id": n, "name": f"{traffic} wait",
+                      "tid": COMPUTE_TID}
+            gpus.setdefault(int(waiter), []).extend([
+                dict(common, ph="b", ts=issue * cycle_ns / 1e3, args=args),
+                dict(common, ph="e", ts=(done + 1) * cycle_ns / 1e3)])
     return {"gpus": gpus, "switch": _port_counters(replay, cycle_ns)}
 
 
