@@ -154,7 +154,9 @@ def answer(config, rows):
         if len(buckets) > 1:
             lead = f"With {b:g} MiB buckets, {lead}"
         text.append(lead + "; of ".join(per) + ".")
-    under = f" ({ref} arbitration)" if len(policies) > 1 and not identical else ""
+    notes = ([f"{ref} arbitration"] if len(policies) > 1 and not identical else []) + \
+        ([f"{traffics[0]} traffic"] if traffics[0] != "dp" else [])
+    under = f" ({', '.join(notes)})" if notes else ""
     out.append(f"**Slowdown{under}.** " + " ".join(text))
 
     # Why: the worst point of each workload, split by cause.
@@ -176,13 +178,15 @@ def answer(config, rows):
             for k in causes) + ".")
     link_max = max(at.values(), key=lambda r: r["slowdown_link"])
     util = max(r["link_utilization"] for r in at.values())
-    if config.p2p_mb == 0:
+    dp = traffics[0] == "dp"
+    if dp and config.p2p_mb == 0:
         text.append("The run has no pipeline-stage traffic (p2p_mb = 0), so the links cannot "
                     "delay backprop.")
     elif link_max["slowdown_link"] == 0:
-        text.append(f"Link contention adds nothing at any point: the {config.p2p_mb:g} MiB of "
-                    f"pipeline-stage traffic per GPU was never delayed by the gradients (mean "
-                    f"link utilization at most {util:.2f}).")
+        what = (f"the {config.p2p_mb:g} MiB of pipeline-stage traffic per GPU" if dp else
+                f"the {traffics[0]} traffic backprop waits on")
+        text.append(f"Link contention adds nothing at any point: {what} was never delayed by "
+                    f"the gradients (mean link utilization at most {util:.2f}).")
     else:
         text.append(f"Link contention adds at most {100 * link_max['slowdown_link']:.1f} "
                     f"points ({where(link_max['workload'], link_max['bucket_mb'])}, "
