@@ -7,6 +7,7 @@ import pytest
 from sim.cli.main import main
 from sim.errors import ConfigError
 from sim.experiment.config import load_config
+from sim.trace.format import trace_summary
 
 from .conftest import TINY
 
@@ -19,7 +20,7 @@ def test_run_writes_the_report(tmp_path, capsys):
     payload = json.loads(capsys.readouterr().out)
     out = tmp_path / "out" / "r"
     for name in ("results.json", "results.csv", "report.md", "slowdown.png", "timeline.png",
-                 "allreduce_vs_bucket.png"):
+                 "timeline.json", "allreduce_vs_bucket.png"):
         assert (out / name).stat().st_size > 0, name
     points = payload["points"]
     assert len(points) == 4
@@ -109,12 +110,30 @@ def test_print_config_applies_no_rtl(capsys):
     assert load_config(capsys.readouterr().out).rtl is False
 
 
-def test_replay_model_cli(capsys):
+def test_replay_model_cli(capsys, tmp_path):
+    timeline = tmp_path / "t.json"
     assert main(["replay", "traces/resnet50_a100x4_inswitch.itr", "--flit-scale", "256",
-                 "--json"]) == 0
+                 "--timeline", str(timeline), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["backend"] == "model" and out["results_delivered"] > 0
     assert out["mismatches"] == 0
+    # The timeline: each GPU's kernels of the trace on its two streams, each port's counter.
+    assert out["timeline"] == str(timeline)
+    events = json.loads(timeline.read_text())["traceEvents"]
+    kernels = [e for e in events if e["ph"] == "X"]
+    assert len(kernels) == trace_summary("traces/resnet50_a100x4_inswitch.itr")["by_type"][
+        "kernel"]
+    assert {e["tid"] for e in kernels} == {0, 1}
+    assert {e["name"] for e in events if e["ph"] == "C"} == {
+        f"port {d} egress utilization" for d in range(4)}
+
+
+def test_replay_writes_its_timeline_beside_the_trace(tmp_path, capsys):
+    import shutil
+    trace = tmp_path / "r.itr"
+    shutil.copy("traces/resnet50_a100x4_ring.itr", trace)
+    assert main(["replay", str(trace), "--flit-scale", "256", "--json"]) == 0
+    assert json.loads((tmp_path / "r.timeline.json").read_text())["traceEvents"]
 
 
 def test_replay_bad_input(tmp_path, capsys):

@@ -448,7 +448,7 @@ def _cmd_trace_gen(args):
         chunk_bytes=_bytes_option("--chunk-kb", args.chunk_kb, 1024, "KiB"),
         config=_iteration_config(args),
         p2p_bytes=_bytes_option("--p2p-mb", args.p2p_mb, MiB, "MiB"),
-        max_records=MAX_TRACE_RECORDS)
+        max_records=MAX_TRACE_RECORDS, traffic=tuple(dict.fromkeys(args.traffic)))
     # The model's options as given (null: the model's own default).
     meta.update({"seq_tokens": args.seq, "hidden_features": args.hidden,
                  "layers": args.layers})
@@ -559,6 +559,11 @@ def register(sub, parser_class, positive):
     gen.add_argument("--p2p-mb", type=real_number("--p2p-mb", 0), default=0.0,
                      help="activation gradients (MiB) each GPU writes to the next at the "
                           "pipeline-stage boundary, as memory-traffic records (default 0)")
+    gen.add_argument("--traffic", action="append", default=[],
+                     choices=("pp", "tp", "fsdp", "offload"),
+                     help="contending traffic to lay over the iteration as memory-traffic "
+                          "records, critical ones marked (repeatable; docs/metrics.md, "
+                          "\"Contending traffic\")")
     gen.add_argument("--format", choices=["binary", "text"],
                      help="default: text for .txt, else binary")
     gen.add_argument("-o", "--output", required=True)

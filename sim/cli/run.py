@@ -23,6 +23,24 @@ __all__ = ["register"]
 
 # -- replay ---------------------------------------------------------------------------------
 
+def _write_timeline(args, trace, records, result, cfg):
+    """The replay's Chrome trace-event timeline (``--timeline``; by default
+    ``<trace>.timeline.json`` beside the trace), written whole or not at all."""
+    import json
+
+    from sim.errors import OutputPathError
+    from sim.experiment.timeline import chrome_trace, trace_events
+    from sim.files import atomic_writes
+    out = Path(args.timeline) if args.timeline else trace.with_name(trace.stem + ".timeline.json")
+    doc = chrome_trace([(trace.name, trace_events(records, result, cfg.cycle_ns))])
+    try:
+        with atomic_writes([out]) as (temp,):
+            temp.write_text(json.dumps(doc))
+    except OSError as exc:
+        raise OutputPathError(f"--timeline {out}: cannot write: {exc.strerror}") from None
+    return out
+
+
 def _cmd_replay(args):
     from sim.replay.config import ReplayConfig
     from sim.replay.plan import PlanError, build_plan
@@ -73,6 +91,7 @@ def _cmd_replay(args):
                             expected_cycles=expected)
     summary = result.summary()
     summary.update({"trace": str(path), "switch": cfg.as_dict(), "cycle_ns": cfg.cycle_ns})
+    summary["timeline"] = str(_write_timeline(args, path, records, result, cfg))
     if args.backend == "model":
         summary["model_core"] = result.extra["core"]
     if args.waves and args.backend == "rtl":
@@ -97,6 +116,7 @@ def _cmd_replay(args):
                              or "none" if summary["errors"] else "n/a (model)")]
     if args.waves and args.backend == "rtl":
         lines.append(f"  waveform in {result.extra['build_dir']}")
+    lines.append(f"  timeline (Chrome trace events, Perfetto UI): {summary['timeline']}")
     _emit(args, summary, lines)
     return 1 if summary["mismatches"] else 0
 
@@ -366,6 +386,9 @@ def register(sub, parser_class, positive):
                      help="port bandwidth, GB/s (default: the trace GPU's NVLink)")
     rep.add_argument("--flit-scale", type=positive("--flit-scale"), default=1,
                      help="real flits per simulated flit (default 1)")
+    rep.add_argument("--timeline", metavar="FILE",
+                     help="Chrome trace-event timeline to write (default: "
+                          "<trace>.timeline.json beside the trace)")
     rep.add_argument("--verbose", action="store_true", help="show the simulator's output")
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(func=_cmd_replay)

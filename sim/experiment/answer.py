@@ -7,7 +7,8 @@ from pathlib import Path
 
 from sim.experiment.tables import COLUMNS, and_list, arbiter_label, merge_policies
 
-__all__ = ["answer", "setup", "glossary", "GLOSSARY", "NO_GAIN", "HIDDEN"]
+__all__ = ["answer", "setup", "glossary", "traffic_paragraphs", "GLOSSARY", "NO_GAIN",
+           "HIDDEN", "POLICY_EVEN", "TRAFFIC_TEXT"]
 
 
 #: In-switch reduction "does not pay" where it shortens the iteration by less than this
@@ -33,8 +34,10 @@ GLOSSARY = {
     "slowdown_sm": "backward time lost to SMs that collective kernels hold, as a share of "
                    "bwd alone",
     "slowdown_hbm": "backward time lost to HBM bandwidth that collective kernels take",
-    "slowdown_link": "delay that the gradients sharing the switch add to the pipeline-stage "
-                     "traffic backprop waits on (largest over GPUs)",
+    "slowdown_link": "delay that the gradients sharing the switch add to the messages backprop "
+                     "waits on (the critical ones: pipeline-stage traffic, tensor-parallel "
+                     "all-reduce, parameter all-gather, offload reads), summed along the "
+                     "backward pass, largest over GPUs",
     "allreduce_ms": "time some bucket's all-reduce is under way: the union over buckets of "
                     "[bucket ready to send, last piece or result out] (fast model); time a "
                     "bucket waits at its GPU counts",
@@ -114,7 +117,12 @@ def _policy_text(policy, rcfg):
 def answer(config, rows):
     """The report's opening: what this run's numbers say, as Markdown paragraphs. Every number
     is read from ``rows``; a question the run cannot answer (in-switch reduction with no ring or
-    tree to compare, arbitration with one policy) gets no sentence."""
+    tree to compare, arbitration with one policy) gets no sentence. The paragraphs before the
+    caveats read the rows of the run's first traffic configuration; each other one gets a
+    paragraph of its own (:func:`traffic_paragraphs`)."""
+    traffics = list(dict.fromkeys(r.get("traffic", "dp") for r in rows))
+    all_rows = rows
+    rows = [r for r in rows if r.get("traffic", "dp") == traffics[0]]
     policies = [p for p in config.policies if any(r["policy"] == p for r in rows)]
     ref = policies[0]
     at = {(r["workload"], r["bucket_mb"], r["algo"]): r for r in rows if r["policy"] == ref}
@@ -146,7 +154,9 @@ def answer(config, rows):
         if len(buckets) > 1:
             lead = f"With {b:g} MiB buckets, {lead}"
         text.append(lead + "; of ".join(per) + ".")
-    under = f" ({ref} arbitration)" if len(policies) > 1 and not identical else ""
+    notes = ([f"{ref} arbitration"] if len(policies) > 1 and not identical else []) + \
+        ([f"{traffics[0]} traffic"] if traffics[0] != "dp" else [])
+    under = f" ({', '.join(notes)})" if notes else ""
     out.append(f"**Slowdown{under}.** " + " ".join(text))
 
     # Why: the worst point of each workload, split by cause.
@@ -168,13 +178,15 @@ def answer(config, rows):
             for k in causes) + ".")
     link_max = max(at.values(), key=lambda r: r["slowdown_link"])
     util = max(r["link_utilization"] for r in at.values())
-    if config.p2p_mb == 0:
+    dp = traffics[0] == "dp"
+    if dp and config.p2p_mb == 0:
         text.append("The run has no pipeline-stage traffic (p2p_mb = 0), so the links cannot "
                     "delay backprop.")
     elif link_max["slowdown_link"] == 0:
-        text.append(f"Link contention adds nothing at any point: the {config.p2p_mb:g} MiB of "
-                    f"pipeline-stage traffic per GPU was never delayed by the gradients (mean "
-                    f"link utilization at most {util:.2f}).")
+        what = (f"the {config.p2p_mb:g} MiB of pipeline-stage traffic per GPU" if dp else
+                f"the {traffics[0]} traffic backprop waits on")
+        text.append(f"Link contention adds nothing at any point: {what} was never delayed by "
+                    f"the gradients (mean link utilization at most {util:.2f}).")
     else:
         text.append(f"Link contention adds at most {100 * link_max['slowdown_link']:.1f} "
                     f"points ({where(link_max['workload'], link_max['bucket_mb'])}, "
@@ -281,7 +293,98 @@ def answer(config, rows):
                       f"tables, arbiter {' or '.join(joined)}).")
         out.append(s)
 
+    if len(traffics) > 1 or traffics[0] != "dp":
+        out += traffic_paragraphs(config, all_rows)
     out.append("**Caveats.** " + " ".join(_caveats(config, rows, ref)))
+    return out
+
+
+#: What each traffic configuration adds to the gradients (sim/trace/traffic.py).
+TRAFFIC_TEXT = {
+    "dp": "data parallel with {p2p_mb:g} MiB of pipeline-stage activation gradients per GPU",
+    "pp": "two pipeline stages, two micro-batches in flight: forward activations and backward "
+          "activation gradients of the boundary layer",
+    "tp": "2-way tensor parallelism: an all-reduce of the column-parallel GEMMs' input "
+          "gradients inside each layer's backward",
+    "fsdp": "FSDP/ZeRO-3: every layer's parameters all-gathered before its forward and "
+            "backward kernel",
+    "offload": "activation checkpoints offloaded to host memory and read back before their "
+               "layer's backward",
+}
+
+#: A policy "wins" where it shortens the backward pass by at least this fraction of the
+#: backward pass alone against the worst policy; below it the policies are called even.
+POLICY_EVEN = 0.001
+
+
+def _why_identical(algo, policies):
+    """Why ``policies`` cannot differ for gradient algorithm ``algo`` in this switch."""
+    if algo != "inswitch":
+        return (f"with {algo} all-reduce every packet is memory traffic, one priority level (prio is "
+                "round-robin there), and the switch has no per-packet class to tell critical "
+                "messages from gradients")
+    return ("prio serves memory traffic before reduction results, but the two competed for an "
+            "egress too rarely to change the backward pass")
+
+
+def traffic_paragraphs(config, rows):
+    """One paragraph per traffic configuration: the link component it gives backprop, which
+    arbitration policy wins where, by how much, and where the policies cannot differ (said
+    once, instead of rows that repeat)."""
+    out = []
+    traffics = list(dict.fromkeys(r.get("traffic", "dp") for r in rows))
+    for t in traffics:
+        trs = [r for r in rows if r.get("traffic", "dp") == t]
+        what = TRAFFIC_TEXT.get(t, t).format(p2p_mb=config.p2p_mb)
+        text = [what[0].upper() + what[1:] + "."]
+        groups = {}
+        for r in trs:
+            groups.setdefault((r["workload"], r["bucket_mb"], r["algo"]), []).append(r)
+        several = len({k[1] for k in groups}) > 1
+        link = max(trs, key=lambda r: r["slowdown_link"])
+        if link["slowdown_link"] > 0:
+            text.append(f"Link component of the backprop slowdown up to "
+                        f"{_p_fine(link['slowdown_link'])} ({link['workload']}, "
+                        + (f"{link['bucket_mb']:g} MiB buckets, " if several else "")
+                        + f"{link['algo']}, {link['policy']}); backprop waits "
+                        f"{link['critical_wait_alone_ms']:.2f} ms on this traffic even on idle "
+                        "links.")
+        else:
+            text.append("The gradients never delayed the messages backprop waits on: link "
+                        "component 0 at every point.")
+        same, wins = [], []
+
+        def name(w, b, a):
+            return f"{w} {a}" + (f" {b:g} MiB" if several else "")
+        for (w, b, a), rs in groups.items():
+            if len(rs) < 2:
+                continue
+            best = min(rs, key=lambda r: r["backprop_ms"])
+            worst = max(rs, key=lambda r: r["backprop_ms"])
+            gain = (worst["backprop_ms"] - best["backprop_ms"]) / best["backprop_alone_ms"]
+            if gain < POLICY_EVEN:
+                same.append((w, b, a, [r["policy"] for r in rs]))
+                continue
+            even = [r["policy"] for r in rs if r["backprop_ms"] == best["backprop_ms"]]
+            wins.append(f"{name(w, b, a)}: {arbiter_label(even)} wins, backprop "
+                        f"{best['backprop_ms']:.2f} ms against {worst['backprop_ms']:.2f} ms "
+                        f"({worst['policy']}), {_p_fine(gain)} of the backward pass (link "
+                        f"{_p_fine(best['slowdown_link'])} against "
+                        f"{_p_fine(worst['slowdown_link'])}; mean link utilization "
+                        f"{best['link_utilization']:.2f}; all-reduce {best['allreduce_ms']:.2f} "
+                        f"against {worst['allreduce_ms']:.2f} ms)")
+        if wins:
+            text.append("Arbitration: " + "; ".join(wins) + ".")
+        # Points where the policies give one backward pass: one sentence per reason.
+        reasons = {}
+        for w, b, a, ps in same:
+            reasons.setdefault((a == "inswitch", tuple(ps)), []).append((w, b, a))
+        for (ins, ps), where in reasons.items():
+            names = and_list(dict.fromkeys(name(w, b, _algo(a)) for w, b, a in where))
+            text.append(f"{and_list(ps)} give the same backward pass (within "
+                        f"{100 * POLICY_EVEN:.1f} % of it) at {names}: "
+                        f"{_why_identical(where[0][2] if ins else 'ring and tree', ps)}.")
+        out.append(f"**Contending traffic: {t}.** " + " ".join(text))
     return out
 
 
@@ -308,7 +411,11 @@ def _caveats(config, rows, ref):
              "time per GPU and one iteration of identical GPUs, and gives in-switch reduction "
              "the ring's link efficiency, so in-switch gains are an upper bound."),
             (f"Link delay counts only the {config.p2p_mb:g} MiB of pipeline-stage traffic per "
-             "GPU that backprop waits on.")]
+             "GPU that backprop waits on." if tuple(config.traffic) == ("dp",) else
+             "Link delay counts only the critical messages of each traffic configuration, "
+             "each issued at its undelayed time (a delay is not carried into the next "
+             "message's issue), and the switch arbitrates between requesters, not packets: "
+             "prio favours every memory packet over reduction results, critical or not.")]
     windows = [r for r in rows if r.get("rtl_exact_fraction") is not None
                and r.get("rtl_window_packets")]
     if windows:
@@ -374,6 +481,12 @@ def setup(config, rows):
          f"{spec.ingress_fifo_flits}-flit ingress FIFOs; every port at the GPU's NVLink "
          "bandwidth."),
     ]
+    if tuple(config.traffic) != ("dp",):
+        lines.append("- **Traffic** sharing the links with the gradients, one configuration "
+                     "per row group: " + "; ".join(
+                         f"`{t}`: " + TRAFFIC_TEXT.get(t, t).format(p2p_mb=config.p2p_mb)
+                         for t in config.traffic)
+                     + " (docs/metrics.md, \"Contending traffic\").")
     lines += [f"- **Arbiter `{p}`**: {_policy_text(p, rcfg[p])}." for p in policies]
     lines.append(f"- **Time**: flit scale (real flits per simulated flit) and cycle time per "
                  f"workload: {'; '.join(times)}; the flit scale brings one GPU's gradient link "

@@ -29,6 +29,7 @@ algorithms = ["ring", "tree", "inswitch"]
 bucket_mb = [25.0]
 policies = ["rr", "prio"]
 p2p_mb = 16.0          # activation gradients per GPU crossing a pipeline-stage boundary
+traffic = ["dp"]       # contending traffic per point: dp, pp, tp, fsdp, offload
 rtl = true             # RTL switch in the loop for the first bucket window of each point
 sim = "verilator"
 
@@ -51,6 +52,7 @@ class ExperimentConfig:
     bucket_mb: tuple = (25.0,)
     policies: tuple = ("rr", "prio")
     p2p_mb: float = 16.0
+    traffic: tuple = ("dp",)
     rtl: bool = True
     sim: str = "verilator"
     lanes: int = 2
@@ -67,7 +69,7 @@ class ExperimentConfig:
 _SECTIONS = {
     "experiment": {"name": str, "workloads": list, "gpu": str, "gpus": int,
                    "algorithms": list, "bucket_mb": list, "policies": list, "p2p_mb": float,
-                   "rtl": bool, "sim": str},
+                   "traffic": list, "rtl": bool, "sim": str},
     "switch": {"lanes": int, "slots": int, "chunk_flits": int, "mtu_flits": int,
                "target_flits": int},
 }
@@ -168,6 +170,7 @@ def _validate(c, path):
     from sim.gpu.collectives import ALGORITHMS
     from sim.gpu.presets import PRESETS
     from sim.gpu.workloads import MODELS
+    from sim.trace.traffic import TRAFFIC_KINDS
 
     def bad(section, key, problem):
         raise ConfigError(f"{path}: [{section}] {key}: {problem}")
@@ -195,6 +198,13 @@ def _validate(c, path):
         if p not in Policy.names():
             bad("experiment", "policies", f"{p!r} is not one of {', '.join(Policy.names())}"
                 f"{hint(p, Policy.names())}")
+    kinds = ("dp",) + TRAFFIC_KINDS
+    for t in c.traffic:
+        if t not in kinds:
+            bad("experiment", "traffic", f"{t!r} is not one of {', '.join(kinds)}"
+                f"{hint(t, kinds)}")
+    if len(set(c.traffic)) != len(c.traffic):
+        bad("experiment", "traffic", "names a kind twice")
     if not 0 <= c.p2p_mb <= 4096:
         bad("experiment", "p2p_mb", f"must be 0..4096, not {c.p2p_mb}")
     if c.sim not in ("verilator", "icarus"):
@@ -207,6 +217,8 @@ def _validate(c, path):
 
 
 def points(config):
-    """The cross product, in report order: (workload, bucket_mb, algorithm, policy)."""
-    return list(itertools.product(config.workloads, config.bucket_mb, config.algorithms,
-                                  config.policies))
+    """The cross product, in report order (the policies of a configuration side by side):
+    (workload, bucket_mb, algorithm, policy, traffic)."""
+    return [(w, b, a, p, t) for w, b, a, t in itertools.product(
+        config.workloads, config.bucket_mb, config.algorithms, config.traffic)
+        for p in config.policies]

@@ -22,6 +22,9 @@ __all__ = [
     "backprop_ms",
     "backprop_slowdown",
     "bucket_windows_cycles",
+    "critical_link_delay_ns",
+    "critical_ops",
+    "critical_wait_alone_ns",
     "exposed_comm_ms",
     "gradient_messages",
     "gradient_window_cycles",
@@ -154,6 +157,75 @@ def p2p_link_delay_ns(with_gradients, alone, records_by_id, cycle_ns):
     own = p2p_delivery_cycles(alone, records_by_id)
     delay = max((shared[g] - own.get(g, shared[g])) * cycle_ns for g in shared)
     return max(0.0, delay)
+
+
+def critical_ops(replay, records_by_id):
+    """The operations backprop waits on: the replay's messages of ``critical`` mem records,
+    grouped by (waiting GPU, traffic class, issue time in the trace). The waiting GPU is a
+    write's receiver and a read's requester; the messages of one operation (the pieces of a
+    message, the shards of an all-gather) share their issue time (:mod:`sim.trace.traffic`).
+
+    Returns
+    -------
+    dict
+        ``(gpu, traffic, time_ns)`` → ``(issue, done)``: the earliest issue cycle of its
+        messages and the cycle the last was complete (a read: its response delivered).
+        Operations with a message never completed are left out.
+    """
+    ops, broken = {}, set()
+    for m in replay.plan.messages:
+        r = records_by_id.get(m.record)
+        if r is None or r.rtype != MEM or not r.critical or m.response_to >= 0:
+            continue
+        waiter = r.gpu if r.mem_op == "read" else r.peer
+        key = (waiter, r.traffic, r.time_ns)
+        done = replay.message_done.get(m.mid)
+        if done is None:
+            broken.add(key)
+            continue
+        lo, hi = ops.get(key, (1 << 62, -1))
+        ops[key] = (min(lo, m.issue), max(hi, done))
+    return {k: v for k, v in ops.items() if k not in broken}
+
+
+def _waits(ops):
+    """Per waiting GPU, ``{key: cycles}`` of each operation's wait (issue to done, inclusive)."""
+    out = {}
+    for key, (issue, done) in ops.items():
+        out.setdefault(key[0], {})[key] = done - issue + 1
+    return out
+
+
+def critical_link_delay_ns(with_gradients, alone, records_by_id, cycle_ns):
+    """The link delay backprop sees: what sharing the switch with the gradients adds to the
+    waits on the critical operations (:func:`critical_ops`), summed along each GPU's backward
+    pass (it waits on them one after the other), the largest over GPUs.
+
+    Each operation is issued at its undelayed time in both replays, so a delay is not carried
+    into the next operation's issue (first order: each operation sees the contention of its
+    own moment). An operation missing from either replay counts as no delay.
+
+    Returns
+    -------
+    float
+        ns, never negative; 0.0 without critical traffic.
+    """
+    shared = _waits(critical_ops(with_gradients, records_by_id))
+    own = _waits(critical_ops(alone, records_by_id))
+    delay = 0
+    for gpu, waits in shared.items():
+        base = own.get(gpu, {})
+        delay = max(delay, sum(c - base.get(k, c) for k, c in waits.items()))
+    return max(0.0, delay * cycle_ns)
+
+
+def critical_wait_alone_ns(alone, records_by_id, cycle_ns):
+    """``critical_wait_alone_ms`` × 10^6: how long backprop waits on the critical operations
+    with no gradients in the switch (their own transfer time), summed per GPU, the largest
+    over GPUs; ns. Not part of the GPU model's backward pass (which simulates the
+    data-parallel iteration alone), so it is reported beside it, not added to it."""
+    waits = _waits(critical_ops(alone, records_by_id))
+    return max((sum(w.values()) for w in waits.values()), default=0) * cycle_ns
 
 
 # -- rows of the per-point table -------------------------------------------------------------

@@ -1,13 +1,16 @@
 """One point of an experiment (``innet run``, ``innet sweep``): the GPU model, the fast switch
 model's closed-loop replay and, optionally, an RTL window, and the metrics of docs/metrics.md.
 
-One **point** is (workload, bucket size, algorithm, arbiter policy). For each point:
+One **point** is (workload, bucket size, algorithm, arbiter policy, traffic). For each point:
 
 1. the GPU model simulates one data-parallel iteration (SM and HBM contention between backprop
-   and the all-reduce kernels) and writes its trace, with the pipeline-stage point-to-point
-   traffic (``p2p_mb`` per GPU) that backprop waits on;
+   and the all-reduce kernels) and writes its trace, with the traffic that shares the links:
+   for ``dp`` the pipeline-stage point-to-point write (``p2p_mb`` per GPU) that backprop waits
+   on, for ``pp``, ``tp``, ``fsdp``, ``offload`` that kind of traffic (:mod:`sim.trace.traffic`),
+   its critical messages marked;
 2. the fast switch model replays the whole trace closed-loop; a second replay carries only
-   the point-to-point traffic, so the difference is the link contention backprop sees;
+   the memory traffic, so the difference in the critical waits is the link contention
+   backprop sees (:func:`sim.experiment.metrics.critical_link_delay_ns`);
 3. with ``rtl = true``, the first bucket window (its gradient messages and the memory traffic
    issued meanwhile) is replayed through the RTL switch under cocotb and through the model,
    and their per-packet delivery cycles are compared.
@@ -32,6 +35,12 @@ class PointResult:
     metrics: dict
     timeline: dict = field(default_factory=dict)
     validation: dict = field(default_factory=dict)
+    traffic: str = "dp"
+
+    @property
+    def key(self):
+        """The point's place in :func:`sim.experiment.config.points`."""
+        return (self.workload, self.bucket_mb, self.algo, self.policy, self.traffic)
 
 
 def _replay_config(config, policy, gpu, flit_scale):
@@ -42,7 +51,7 @@ def _replay_config(config, policy, gpu, flit_scale):
                         flit_scale=flit_scale, dtype="fp32")
 
 
-def run_point(config, workload_name, bucket_mb, algo, policy, rtl_dir=None):
+def run_point(config, workload_name, bucket_mb, algo, policy, traffic="dp", rtl_dir=None):
     """Run one point; returns a :class:`PointResult` (plain data, picklable for a pool)."""
     from sim.gpu.iteration import IterationConfig, simulate_iteration
     from sim.gpu.presets import gpu_preset
@@ -55,7 +64,8 @@ def run_point(config, workload_name, bucket_mb, algo, policy, rtl_dir=None):
     gpu = gpu_preset(config.gpu)
     workload = build_workload(workload_name)
     n = config.gpus
-    p2p_bytes = int(config.p2p_mb * MiB)
+    p2p_bytes = int(config.p2p_mb * MiB) if traffic == "dp" else 0
+    kinds = () if traffic == "dp" else (traffic,)
     it_config = IterationConfig(n_gpus=n, algo=algo, bucket_cap_bytes=int(bucket_mb * MiB))
     alone = simulate_iteration(workload, gpu, it_config)
     # The gradient bytes one GPU puts on its link in the iteration set the flit scale; the
@@ -66,17 +76,23 @@ def run_point(config, workload_name, bucket_mb, algo, policy, rtl_dir=None):
     # Trace pieces of one MTU, so no piece rounds up to a mostly empty packet.
     meta, records, result = generate_trace(workload, gpu, n, algo=algo, bucket_mb=bucket_mb,
                                            chunk_bytes=rcfg.flit_bytes * config.mtu_flits,
-                                           config=it_config, p2p_bytes=p2p_bytes)
+                                           config=it_config, p2p_bytes=p2p_bytes,
+                                           traffic=kinds)
     plan = build_plan(meta, records, rcfg, path=f"{workload_name}/{algo}")
     replay = replay_model(plan)
     records_by_id = {r.id: r for r in records}
     cycle_ns = rcfg.cycle_ns
-    # Link delay: the point-to-point traffic replayed with the gradients and alone.
-    link_delay_ns = 0.0
-    p2p_records = [r for r in records if r.rtype == MEM]
-    if p2p_records:
-        alone_replay = replay_model(build_plan(meta, p2p_records, rcfg))
-        link_delay_ns = metrics.p2p_link_delay_ns(replay, alone_replay, records_by_id, cycle_ns)
+    # Link delay: the memory traffic replayed with the gradients and alone.
+    link_delay_ns = wait_alone_ns = 0.0
+    critical = None
+    mem_records = [r for r in records if r.rtype == MEM]
+    if mem_records:
+        alone_replay = replay_model(build_plan(meta, mem_records, rcfg))
+        link_delay_ns = metrics.critical_link_delay_ns(replay, alone_replay, records_by_id,
+                                                       cycle_ns)
+        wait_alone_ns = metrics.critical_wait_alone_ns(alone_replay, records_by_id, cycle_ns)
+        critical = (metrics.critical_ops(replay, records_by_id),
+                    metrics.critical_ops(alone_replay, records_by_id))
 
     first_grad, last_grad = metrics.gradient_window_cycles(replay, records_by_id)
     util_mean, util_max = metrics.link_utilization(replay, first_grad, last_grad)
@@ -91,6 +107,7 @@ def run_point(config, workload_name, bucket_mb, algo, policy, rtl_dir=None):
         "allreduce_ms": metrics.allreduce_ms(replay, records_by_id, cycle_ns),
         "exposed_comm_ms": metrics.exposed_comm_ms(result, link_delay_ns, last_grad, cycle_ns),
         "iteration_ms": metrics.iteration_ms(result, link_delay_ns, last_grad, cycle_ns),
+        "critical_wait_alone_ms": wait_alone_ns / 1e6,
         "link_utilization": util_mean,
         "link_utilization_max": util_max,
         "stall_cycles": metrics.stall_cycles(replay),
@@ -102,29 +119,16 @@ def run_point(config, workload_name, bucket_mb, algo, policy, rtl_dir=None):
         "model_wall_s": replay.wall_s,
         "gpu_model_slowdown": result.backprop_slowdown,
     }
-    timeline = _timeline(records, replay, records_by_id, cycle_ns, n)
+    from sim.experiment.timeline import point_events
+    timeline = point_events(result, gpu, workload, replay,
+                            metrics.bucket_windows_cycles(replay, records_by_id), cycle_ns,
+                            critical)
     validation = {}
     if config.rtl:
         validation = _validate_window(config, meta, records, rcfg, result, rtl_dir)
         values["rtl_errors"] = metrics.rtl_errors(validation.get("errors", {}))
-    return PointResult(workload_name, bucket_mb, algo, policy, values, timeline, validation)
-
-
-def _timeline(records, replay, records_by_id, cycle_ns, n):
-    """Per GPU: compute kernels and the spans its gradient messages were in the switch (ms)."""
-    from sim.trace.format import KERNEL
-    out = {g: {"compute": [], "comm": []} for g in range(n)}
-    for r in records:
-        if r.rtype == KERNEL and r.phase != "comm":
-            out[r.gpu]["compute"].append((r.start_ns / 1e6, r.duration_ns / 1e6))
-    for m in metrics.gradient_messages(replay, records_by_id):
-        if not m.packets:
-            continue
-        start = int(replay.inject[m.packets[0]])
-        end = replay.message_done.get(m.mid)
-        if start >= 0 and end is not None:
-            out[m.src]["comm"].append((start * cycle_ns / 1e6, (end - start + 1) * cycle_ns / 1e6))
-    return out
+    return PointResult(workload_name, bucket_mb, algo, policy, values, timeline, validation,
+                       traffic)
 
 
 def rtl_config(rcfg, policies):

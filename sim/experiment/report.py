@@ -21,6 +21,7 @@ from pathlib import Path
 from sim.errors import OutputPathError
 from sim.experiment.answer import answer, glossary, setup
 from sim.experiment.tables import markdown_table, point_row
+from sim.experiment.timeline import COMM_TID, COMPUTE_TID, chrome_trace
 from sim.files import atomic_writes
 
 __all__ = ["write_results"]
@@ -51,17 +52,25 @@ def write_results(config, results, out_dir, wall_s, command):
     writer.writeheader()
     writer.writerows(rows)
     plots = _plots(results)
-    names = ["results.json", "results.csv", "report.md"] + [name for name, _ in plots]
+    names = (["results.json", "results.csv", "report.md", "timeline.json"]
+             + [name for name, _ in plots])
     with atomic_writes([out_dir / n for n in names[1:] + names[:1]]) as temps:
         temps[-1].write_text(json.dumps(payload, indent=2, default=float) + "\n")
         temps[0].write_text(buf.getvalue())
         temps[1].write_text(_report(config, results, wall_s, command, [n for n, _ in plots]))
-        for temp, (_, figure) in zip(temps[2:-1], plots):
+        temps[2].write_text(json.dumps(chrome_trace(
+            [(_label(r), r.timeline) for r in results if r.timeline.get("gpus")]),
+            default=float))
+        for temp, (_, figure) in zip(temps[3:-1], plots):
             figure.savefig(temp, format="png", dpi=110, bbox_inches="tight")
     import matplotlib.pyplot as plt
     for _, figure in plots:
         plt.close(figure)
     return [out_dir / n for n in names]
+
+
+def _label(r):
+    return f"{r.workload} {r.bucket_mb:g} MiB {r.algo} {r.policy} {r.traffic}"
 
 
 def _report(config, results, wall_s, command, plot_names):
@@ -108,7 +117,9 @@ def _plots(results):
     import matplotlib.pyplot as plt
 
     plots = []
-    labels = [f"{r.workload}\n{r.algo}\n{r.policy}" + (f"\n{r.bucket_mb:g} MiB"
+    traffic = any(r.traffic != "dp" for r in results)
+    labels = [f"{r.workload}\n{r.algo}\n{r.policy}" + (f"\n{r.traffic}" if traffic else "")
+              + (f"\n{r.bucket_mb:g} MiB"
                                                       if len({x.bucket_mb for x in results}) > 1
                                                       else "") for r in results]
     fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(results)), 4.5))
@@ -148,22 +159,44 @@ def _plots(results):
         ax.legend(fontsize=7)
         plots.append(("allreduce_vs_bucket.png", fig))
 
-    # Timeline: per GPU, compute vs communication, one panel per algorithm (first workload,
-    # first policy, first bucket size).
+    # Timeline: the backward pass of GPU 0, compute and communication streams and the
+    # buckets' windows in the switch, one panel per algorithm (first workload, policy,
+    # traffic and bucket size); every kernel of every GPU is in timeline.json.
     first = results[0]
     chosen = [r for r in results if r.workload == first.workload and r.policy == first.policy
-              and r.bucket_mb == first.bucket_mb]
-    fig, axes = plt.subplots(len(chosen), 1, figsize=(9, 1.2 + 1.3 * len(chosen)),
-                             sharex=True, squeeze=False)
-    for ax, r in zip(axes[:, 0], chosen):
-        for g, spans in sorted(r.timeline.items(), key=lambda kv: int(kv[0])):
-            g = int(g)
-            ax.broken_barh(spans["compute"], (g - 0.4, 0.35), color="#4c72b0")
-            ax.broken_barh(spans["comm"], (g + 0.05, 0.35), color="#dd8452")
-        ax.set_ylabel(f"{r.algo}\nGPU")
-        ax.set_yticks([])
-    axes[-1, 0].set_xlabel("time, ms (blue: compute kernels; orange: gradient messages in "
-                           "the switch)")
-    axes[0, 0].set_title(f"{first.workload}: per-GPU timeline, {first.policy} arbitration")
-    plots.append(("timeline.png", fig))
+              and r.bucket_mb == first.bucket_mb and r.traffic == first.traffic
+              and r.timeline.get("gpus")]
+    if chosen:
+        fig, axes = plt.subplots(len(chosen), 1, figsize=(10, 0.8 + 1.6 * len(chosen)),
+                                 squeeze=False)
+        for ax, r in zip(axes[:, 0], chosen):
+            events = r.timeline["gpus"].get("0", r.timeline["gpus"].get(0, []))
+            bwd = [e for e in events if e["tid"] == COMPUTE_TID
+                   and e.get("args", {}).get("phase") == "bwd"]
+            comm = [e for e in events if e["tid"] == COMM_TID]
+            if not bwd:
+                continue
+            lo = min(e["ts"] for e in bwd) / 1e3
+            hi = max([e["ts"] + e["dur"] for e in bwd + comm]) / 1e3
+            slowed = [e for e in bwd if "slowdown" in e["args"]]
+            plain = [e for e in bwd if "slowdown" not in e["args"]]
+            for group, color in ((plain, "#4c72b0"), (slowed, "#8172b3")):
+                ax.broken_barh([(e["ts"] / 1e3, e["dur"] / 1e3) for e in group], (2, 0.8),
+                               color=color, edgecolor="white", linewidth=0.3)
+            ax.broken_barh([(e["ts"] / 1e3, e["dur"] / 1e3) for e in comm], (1, 0.8),
+                           color="#dd8452")
+            windows = [(e["args"]["switch_ready_us"] / 1e3,
+                        (e["args"]["switch_done_us"] - e["args"]["switch_ready_us"]) / 1e3)
+                       for e in comm if "switch_ready_us" in e["args"]]
+            ax.broken_barh(windows, (0, 0.8), color="#55a868")
+            ax.set_xlim(lo, hi + 0.01 * (hi - lo))
+            ax.set_yticks([0.4, 1.4, 2.4], ["switch", "comm", "compute"], fontsize=7)
+            ax.set_ylabel(r.algo)
+        axes[-1, 0].set_xlabel("time, ms (GPU 0's backward pass; compute: blue, slowed by a "
+                               "collective: purple; comm: collectives; switch: each bucket "
+                               "ready to done in the replay)")
+        axes[0, 0].set_title(f"{first.workload}: backward pass of GPU 0, {first.policy} "
+                             f"arbitration, {first.traffic} traffic")
+        fig.tight_layout()
+        plots.append(("timeline.png", fig))
     return plots

@@ -277,8 +277,7 @@ class RunJournal:
                 result = PointResult(**json.loads(file.read_text()))
             except (OSError, ValueError, TypeError):
                 continue
-            key = (result.workload, result.bucket_mb, result.algo, result.policy)
-            if key == tuple(todo[int(file.stem)]):
+            if result.key == tuple(todo[int(file.stem)]):
                 found[int(file.stem)] = result
         return found
 

@@ -4,7 +4,7 @@ results share one, ``rr=prio``), as Markdown for report.md and as an aligned tab
 
 from sim.experiment.metrics import rtl_agreement
 
-__all__ = ["COLUMNS", "TERMINAL_COLUMNS", "summary_table", "merge_policies", "markdown_table",
+__all__ = ["COLUMNS", "TERMINAL_COLUMNS", "TRAFFIC_COLUMN", "with_traffic", "summary_table", "merge_policies", "markdown_table",
            "point_row", "and_list", "arbiter_label"]
 
 
@@ -22,7 +22,7 @@ COLUMNS = [
 
 def point_row(point):
     row = {"workload": point.workload, "bucket_mb": point.bucket_mb, "algo": point.algo,
-           "policy": point.policy}
+           "policy": point.policy, "traffic": getattr(point, "traffic", "dp")}
     row.update(point.metrics)
     if point.validation:
         row["rtl_window_packets"] = point.validation.get("packets")
@@ -39,11 +39,12 @@ def _outcome(row):
 
 def merge_policies(rows):
     """``rows`` with the policies that gave identical outcomes at a (workload, bucket,
-    algorithm) merged: a list of ``(row, policies)``, in report order. The row is the first
+    algorithm, traffic) merged: a list of ``(row, policies)``, in report order. The row is the first
     policy's; ``policies`` a tuple of the policies it stands for."""
     groups, by_point = [], {}
     for row in rows:
-        siblings = by_point.setdefault((row["workload"], row["bucket_mb"], row["algo"]), [])
+        siblings = by_point.setdefault((row["workload"], row["bucket_mb"], row["algo"],
+                                        row.get("traffic", "dp")), [])
         for group in siblings:
             if _outcome(group[0]) == _outcome(row):
                 group[1].append(row["policy"])
@@ -64,14 +65,28 @@ def and_list(items):
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def with_traffic(columns, rows):
+    """``columns`` with a ``traffic`` column after the algorithm's when some row has traffic
+    other than ``dp`` (the default run's table keeps its width)."""
+    if all(r.get("traffic", "dp") == "dp" for r in rows):
+        return columns
+    at = [c[0] for c in columns].index("algo") + 1
+    return columns[:at] + [TRAFFIC_COLUMN[:len(columns[0])]] + columns[at:]
+
+
+#: The traffic column (key, heading, format, right-aligned).
+TRAFFIC_COLUMN = ("traffic", "traffic", "{}", False)
+
+
 def markdown_table(rows):
     """The per-point table as Markdown, identical policies on one row (``rr=prio``)."""
-    head = "| " + " | ".join(h for _, h, _ in COLUMNS) + " |"
-    rule = "|" + "|".join("---" for _ in COLUMNS) + "|"
+    columns = with_traffic(COLUMNS, rows)
+    head = "| " + " | ".join(h for _, h, _ in columns) + " |"
+    rule = "|" + "|".join("---" for _ in columns) + "|"
     body = []
     for row, policies in merge_policies(rows):
         row = dict(row, policy=arbiter_label(policies))
-        body.append("| " + " | ".join(fmt.format(row[k]) for k, _, fmt in COLUMNS) + " |")
+        body.append("| " + " | ".join(fmt.format(row[k]) for k, _, fmt in columns) + " |")
     return "\n".join([head, rule] + body)
 
 
@@ -102,18 +117,25 @@ def summary_table(results):
     every = tuple(dict.fromkeys(r["policy"] for r in rows))
     labels = {}
     for _, policies in merged:   # a long merged label would push the table past 100 columns
+        if policies in labels:
+            continue
         long = len(arbiter_label(policies)) > 9
-        labels[policies] = (("all" if policies == every else f"{policies[0]}+{len(policies) - 1}")
-                            if long else arbiter_label(policies))
-    cells = [[h for _, h, _, _ in TERMINAL_COLUMNS]]
+        label = (("all" if policies == every else f"{policies[0]}+{len(policies) - 1}")
+                 if long else arbiter_label(policies))
+        if label in labels.values():   # two groups of as many policies from one first policy
+            label = "=".join(p[0] for p in policies)
+        labels[policies] = label
+    columns = with_traffic(TERMINAL_COLUMNS, rows)
+    columns = [(k, h, str if k == "traffic" else fmt, right) for k, h, fmt, right in columns]
+    cells = [[h for _, h, _, _ in columns]]
     for row, policies in merged:
         row = dict(row, policy=labels[policies])
-        cells.append([fmt(row[k]) for k, _, fmt, _ in TERMINAL_COLUMNS])
-    widths = [max(len(line[i]) for line in cells) for i in range(len(TERMINAL_COLUMNS))]
+        cells.append([fmt(row[k]) for k, _, fmt, _ in columns])
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
 
     def line(values):
         return "  ".join(v.rjust(w) if right else v.ljust(w) for v, w, (*_, right)
-                         in zip(values, widths, TERMINAL_COLUMNS)).rstrip()
+                         in zip(values, widths, columns)).rstrip()
 
     lines = [line(cells[0]), "  ".join("-" * w for w in widths)]
     lines += [line(values) for values in cells[1:]]

@@ -18,6 +18,11 @@ Binary form (``.itr``), version 2, little endian::
                     layout RECORD (below), then the u32 CRC-32 of those records' bytes;
                     the file ends exactly after the last block
 
+A mem record's ``aux`` field holds its traffic class (:data:`TRAFFIC`, low 8 bits) and whether
+backprop waits on it (bit 15, :data:`CRITICAL`). Older writers left it 0 (traffic ``other``,
+not critical), so the layout and the version number are unchanged: every trace written before
+reads as it did (docs/trace-format.md, "Versions").
+
 CRC-32 is ``zlib.crc32`` (ISO-HDLC, the CRC of zip and PNG). Every byte of a version-2 file is
 under a checksum or is one, and a file that ends early or late is refused: a change of up to
 four consecutive bytes is always detected, larger damage all but once in 2^32. Version 1
@@ -27,7 +32,8 @@ metadata, and the records to the end of the file, with no checksums.
 Text form (``.txt``): a first line ``innet-trace 2 <metadata JSON>``, then one record per line,
 ``<type> key=value ...`` with the keys of that type (blank lines and ``#`` comments allowed).
 It carries no checksums (it is made to be read and edited by hand); readers accept version 1
-and 2 headers, whose text forms are the same.
+and 2 headers, whose text forms are the same (mem records take the optional keys ``traffic``
+and ``critical``).
 
 Code outside this module reads a record through the accessors named by meaning on
 :class:`TraceRecord` (``bytes``, ``dependency``, ``bucket``, ``chunk``, ``duration_ns``, ...)
@@ -53,8 +59,8 @@ from pathlib import Path
 from sim.errors import InputError
 from sim.files import current_umask
 
-__all__ = ["ALGOS", "BLOCK_RECORDS", "GRAD", "KERNEL", "MAGIC", "MEM", "MEM_OPS", "NO_DEP",
-           "PHASES", "READ_VERSIONS", "RECORD", "SWITCH_PORT", "VERSION", "TraceError",
+__all__ = ["ALGOS", "BLOCK_RECORDS", "CRITICAL", "GRAD", "KERNEL", "MAGIC", "MEM", "MEM_OPS", "NO_DEP",
+           "PHASES", "READ_VERSIONS", "RECORD", "SWITCH_PORT", "TRAFFIC", "VERSION", "TraceError",
            "TraceRecord", "read_trace", "trace_summary", "write_trace"]
 
 #: the version written; READ_VERSIONS: the versions read
@@ -82,13 +88,20 @@ SWITCH_PORT = 0xFFFF
 PHASES = ("fwd", "bwd", "opt", "comm", "other")
 MEM_OPS = ("read", "write")
 ALGOS = ("ring", "tree", "direct", "inswitch", "p2p")
+#: A mem record's traffic class (low 8 bits of ``aux``): ``pp`` pipeline-stage
+#: activations and activation gradients, ``tp`` tensor-parallel all-reduce, ``fsdp`` sharded
+#: parameter all-gather, ``offload`` host-memory offload, ``other`` anything else.
+TRAFFIC = ("other", "pp", "tp", "fsdp", "offload")
+#: Bit of a mem record's ``aux``: backprop waits on this message.
+CRITICAL = 0x8000
 
 # Text keys per record type, in order: (key, record attribute).
 _TEXT_KEYS = {
     KERNEL: [("gpu", "gpu"), ("id", "id"), ("start_ns", "time_ns"), ("dur_ns", "a"),
              ("sms", "aux"), ("hbm_kib", "b"), ("phase", "op"), ("job", "job")],
     MEM: [("gpu", "gpu"), ("peer", "peer"), ("id", "id"), ("time_ns", "time_ns"),
-          ("bytes", "a"), ("op", "op"), ("tag", "slot"), ("dep", "b"), ("job", "job")],
+          ("bytes", "a"), ("op", "op"), ("tag", "slot"), ("dep", "b"), ("job", "job"),
+          ("traffic", "aux"), ("critical", "aux")],
     GRAD: [("gpu", "gpu"), ("peer", "peer"), ("id", "id"), ("time_ns", "time_ns"),
            ("bytes", "a"), ("job", "job"), ("slot", "slot"), ("chunk", "aux"), ("dep", "b"),
            ("algo", "op")],
@@ -134,6 +147,8 @@ class TraceRecord:
     ``mem_op``                            ``op``
     ``bucket``                                        ``slot``
     ``chunk``                                         ``aux``
+    ``traffic``                           ``aux``
+    ``critical``                          ``aux``
     ``algo``                                          ``op``
     ``to_switch``                                     ``peer == SWITCH_PORT``
     ========================  ==========  ==========  =====================================
@@ -166,12 +181,16 @@ class TraceRecord:
                    time_ns=start_ns, a=duration_ns, aux=sms, b=hbm_kib, job=job)
 
     @classmethod
-    def mem(cls, *, gpu, peer, id, time_ns, bytes, op="write", tag=0, dependency=None, job=0):
+    def mem(cls, *, gpu, peer, id, time_ns, bytes, op="write", tag=0, dependency=None, job=0,
+            traffic="other", critical=False):
         """A remote ``read`` or ``write`` (``op``, one of :data:`MEM_OPS`) of ``bytes`` bytes
         from ``gpu`` to GPU ``peer``, issued at ``time_ns``; it waits for record
-        ``dependency`` (a record id, or ``None``)."""
+        ``dependency`` (a record id, or ``None``). ``traffic`` is its class (one of
+        :data:`TRAFFIC`); ``critical``: backprop waits on it."""
+        aux = _enum_index(TRAFFIC, "traffic", traffic) | (CRITICAL if critical else 0)
         return cls(MEM, op=_enum_index(MEM_OPS, "op", op), gpu=gpu, peer=peer, id=id,
-                   time_ns=time_ns, a=bytes, slot=tag, b=_dep_field(dependency), job=job)
+                   time_ns=time_ns, a=bytes, slot=tag, b=_dep_field(dependency), job=job,
+                   aux=aux)
 
     @classmethod
     def grad(cls, *, gpu, peer, id, time_ns, bytes, algo, bucket=0, chunk=0, dependency=None,
@@ -259,6 +278,18 @@ class TraceRecord:
         return MEM_OPS[self.op]
 
     @property
+    def traffic(self):
+        """Mem: its traffic class, one of :data:`TRAFFIC` (``other`` if the writer set none)."""
+        self._require((MEM,), "traffic")
+        return TRAFFIC[self.aux & 0xFF]
+
+    @property
+    def critical(self):
+        """Mem: whether backprop waits on this message (False if the writer set none)."""
+        self._require((MEM,), "critical")
+        return bool(self.aux & CRITICAL)
+
+    @property
     def bucket(self):
         """Grad: the gradient bucket, which is also the switch slot of in-switch pieces."""
         self._require((GRAD,), "bucket")
@@ -300,6 +331,14 @@ class TraceRecord:
                 value = "none" if value == NO_DEP else value
             elif attr == "peer" and value == SWITCH_PORT:
                 value = "switch"
+            elif self.rtype == MEM and key == "traffic":
+                if value & 0xFF == 0:
+                    continue   # "other": the default, as version 2 wrote it
+                value = TRAFFIC[value & 0xFF]
+            elif self.rtype == MEM and key == "critical":
+                if not value & CRITICAL:
+                    continue
+                value = 1
             parts.append(f"{key}={value}")
         return " ".join(parts)
 
@@ -340,6 +379,9 @@ class _Validator:
                 raise where("dep", f"{rec.b} does not name an earlier record")
             if rec.a == 0:
                 raise where("bytes", "must be positive")
+        if rec.rtype == MEM and ((rec.aux & 0xFF) >= len(TRAFFIC) or rec.aux & 0x7F00):
+            raise where("traffic", f"{rec.aux & 0x7FFF} is not one of "
+                                   f"{', '.join(TRAFFIC)}")
         self.ids.add(rec.id)
 
 
@@ -367,7 +409,7 @@ def _read_binary(path, handle):
         meta, records = _read_binary_v1(path, handle, meta_len)
         return meta, records, {"version": 1, "form": "binary", "checksums": "none (version 1)"}
     meta, records, block = _read_binary_v2(path, handle, header)
-    return meta, records, {"version": 2, "form": "binary",
+    return meta, records, {"version": version, "form": "binary",
                            "checksums": f"crc32 per {block} records, header and metadata"}
 
 
@@ -497,6 +539,16 @@ def _parse_text_record(path, lineno, line):
         if key == "peer" and text == "switch":
             values[attr] = SWITCH_PORT
             continue
+        if rtype == MEM and key == "traffic":
+            if text not in TRAFFIC:
+                raise _where(path, lineno, key, f"{text!r} is not one of {', '.join(TRAFFIC)}")
+            values["aux"] = values.get("aux", 0) & CRITICAL | TRAFFIC.index(text)
+            continue
+        if rtype == MEM and key == "critical":
+            if text not in ("0", "1"):
+                raise _where(path, lineno, key, f"{text!r} is not 0 or 1")
+            values["aux"] = values.get("aux", 0) & 0xFF | (CRITICAL if text == "1" else 0)
+            continue
         try:
             number = int(text)
         except ValueError:
@@ -505,7 +557,8 @@ def _parse_text_record(path, lineno, line):
             raise _where(path, lineno, key, f"{number} is out of range [0, {_LIMITS[attr]}]")
         values[attr] = number
     missing = [k for k, attr in _TEXT_KEYS[rtype] if attr not in values and k not in
-               ("job", "tag", "dep", "slot", "chunk", "hbm_kib", "sms")]
+               ("job", "tag", "dep", "slot", "chunk", "hbm_kib", "sms", "traffic",
+                "critical")]
     if missing:
         raise _where(path, lineno, missing[0], "missing")
     values.setdefault("b", NO_DEP if rtype in (MEM, GRAD) else 0)

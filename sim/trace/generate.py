@@ -6,6 +6,7 @@ from sim.gpu.collectives import SWITCH, expand_collective
 from sim.gpu.iteration import IterationConfig, optimizer_bytes, simulate_iteration
 from sim.gpu.presets import MAX_BYTES, ModelInputError, check_count, check_real
 from sim.trace.format import PHASES, SWITCH_PORT, TraceRecord
+from sim.trace.traffic import TRAFFIC_KINDS, contending_traffic, count_traffic
 
 __all__ = ["MAX_FIELD", "generate_trace"]
 
@@ -15,7 +16,7 @@ MAX_FIELD = 0xFFFFFFFF
 
 
 def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_bytes=64 * 1024,
-                   job=0, config=None, p2p_bytes=0, max_records=None):
+                   job=0, config=None, p2p_bytes=0, max_records=None, traffic=()):
     """Simulate one iteration and describe it as trace records.
 
     Per GPU: a kernel record for every compute kernel and every collective kernel (with the SMs
@@ -27,7 +28,12 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
 
     With ``p2p_bytes``, every GPU g also writes that many bytes to GPU (g+1) mod n when the
     middle backward kernel ends (activation gradients crossing a pipeline-stage boundary), as
-    mem records of at most ``chunk_bytes`` each, sharing the links with the gradients.
+    mem records of at most ``chunk_bytes`` each, sharing the links with the gradients; they are
+    critical (backprop waits on them).
+
+    ``traffic`` names kinds of contending traffic (:data:`sim.trace.traffic.TRAFFIC_KINDS`:
+    ``pp``, ``tp``, ``fsdp``, ``offload``) laid over the iteration as mem records, sized from
+    the workload (:mod:`sim.trace.traffic`).
 
     The iteration is the one ``config`` (an :class:`IterationConfig`) describes, whose
     ``n_gpus`` must be ``n_gpus``; without one, the default configuration with ``algo`` and
@@ -39,7 +45,7 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
     ``grad_accum_microbatches``, ``straggler_speed_factors`` (GPU → factor; the GPUs not
     named run at 1.0), ``channels_sms`` (asked for; null: NCCL's default) and
     ``collective_sms`` (what the collectives used), ``optimizer_bytes_per_param``,
-    ``chunk_bytes``, ``p2p_bytes``, ``job``; and the result, ``iteration_s``, and the
+    ``chunk_bytes``, ``p2p_bytes``, ``traffic`` (only when given), ``job``; and the result, ``iteration_s``, and the
     ``generator``.
 
     Returns ``(metadata, records, result)``.
@@ -60,6 +66,10 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
     check_count("chunk_bytes", chunk_bytes, 1, MAX_BYTES, "at most 2^50")
     check_count("p2p_bytes", p2p_bytes, 0, MAX_BYTES, "at most 2^50")
     check_count("job", job, 0, 0xFFFF, "a trace record's job field is 16 bits")
+    traffic = tuple(traffic)
+    for kind in traffic:
+        if kind not in TRAFFIC_KINDS:
+            raise ModelInputError(f"traffic: {kind!r} is not one of {', '.join(TRAFFIC_KINDS)}")
     if config is None:
         check_real("bucket_mb", bucket_mb, 1 / MiB, MAX_BYTES / MiB, "MiB, at least one byte")
         config = IterationConfig(n_gpus=n_gpus, algo=algo,
@@ -72,6 +82,7 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
     if max_records is not None:
         count = _count_records(result, gpus_of_class, config.algo, n_gpus, chunk_bytes,
                                p2p_bytes)
+        count += count_traffic(traffic, workload, result, gpus_of_class, n_gpus, chunk_bytes)
         if count > max_records:
             raise ModelInputError(
                 f"the trace would hold {count} records, more than {max_records}: use larger "
@@ -121,7 +132,12 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
                         size = min(chunk_bytes, p2p_bytes - k * chunk_bytes)
                         records.append(TraceRecord.mem(gpu=g, peer=(g + 1) % n_gpus, id=new_id(),
                                                        time_ns=boundary_ns, bytes=size,
-                                                       op="write", tag=k & 0xFFFF, job=job))
+                                                       op="write", tag=k & 0xFFFF, job=job,
+                                                       critical=True))
+    if traffic:
+        _check_piece(chunk_bytes)
+        records += contending_traffic(traffic, workload, result, gpus_of_class, n_gpus,
+                                      chunk_bytes, job=job)
     records.sort(key=lambda r: (r.time_ns, r.gpu))
     records = [replace(r, id=i) for i, r in enumerate(records)]   # ids in time order
     next_id = len(records)
@@ -172,6 +188,8 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
             "collective_sms": result.comm_sms[0] if result.comm_sms else None,
             "optimizer_bytes_per_param": optimizer_bytes(workload, config),
             "job": job}
+    if traffic:
+        meta["traffic"] = list(traffic)
     return meta, records, result
 
 
