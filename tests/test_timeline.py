@@ -65,8 +65,9 @@ def test_durations_are_the_models(point, trace):
     _, events = _by_pid(trace)
     gpu0 = events[min(events)]
     bwd = [e for e in gpu0 if e["ph"] == "X" and e["tid"] == COMPUTE_TID
-           and e["args"]["phase"] == "bwd"]
-    # The backward pass from its first kernel's start to its last kernel's end is the GPU
+           and e["args"]["phase"] in ("bwd", "ddp")]
+    # The backward pass (its layers' kernels and DDP's bucket kernels between and after them)
+    # from its first kernel's start to its last kernel's end is the GPU
     # model's backward time (backprop_ms less the replay's link delay, 0 here: no p2p
     # message of dp traffic was delayed at this point).
     span_ms = (max(e["ts"] + e["dur"] for e in bwd) - min(e["ts"] for e in bwd)) / 1e3
