@@ -223,21 +223,23 @@ def test_link_delay_without_p2p_traffic_is_zero():
 def test_backprop_rows():
     """40 ms alone, 50 ms overlapped, 2 ms of link delay: 52 ms, 30 % slower, 5 % of it the
     link's; the SM and HBM shares are the GPU model's."""
-    gpu = gpu_result(attribution={"sm": 0.15, "hbm": 0.10})
+    gpu = gpu_result(attribution={"sm": 0.10, "hbm": 0.10, "l2": 0.05})
     delay_ns = 2e6
     assert metrics.backprop_alone_ms(gpu) == pytest.approx(40.0)
     assert metrics.backprop_ms(gpu, delay_ns) == pytest.approx(52.0)
     assert metrics.backprop_slowdown(gpu, delay_ns) == pytest.approx(0.30)
     assert metrics.slowdown_link(gpu, delay_ns) == pytest.approx(0.05)
-    assert (metrics.slowdown_sm(gpu), metrics.slowdown_hbm(gpu)) == (0.15, 0.10)
+    assert (metrics.slowdown_sm(gpu), metrics.slowdown_hbm(gpu), metrics.slowdown_l2(gpu)) == \
+        (0.10, 0.10, 0.05)
     # the attribution adds up to the slowdown
-    assert metrics.slowdown_sm(gpu) + metrics.slowdown_hbm(gpu) + \
+    assert metrics.slowdown_sm(gpu) + metrics.slowdown_hbm(gpu) + metrics.slowdown_l2(gpu) + \
         metrics.slowdown_link(gpu, delay_ns) == pytest.approx(0.30)
 
 
 def test_slowdown_shares_default_to_zero():
     gpu = gpu_result(attribution={})
-    assert (metrics.slowdown_sm(gpu), metrics.slowdown_hbm(gpu)) == (0.0, 0.0)
+    assert (metrics.slowdown_sm(gpu), metrics.slowdown_hbm(gpu), metrics.slowdown_l2(gpu)) == \
+        (0.0, 0.0, 0.0)
     assert metrics.slowdown_link(gpu, 0.0) == 0.0
 
 

@@ -31,7 +31,8 @@ def test_run_writes_the_report(tmp_path, capsys):
         ring, ins = by[("ring", bucket)], by[("inswitch", bucket)]
         assert ins["allreduce_ms"] < ring["allreduce_ms"]
         assert ins["slowdown_sm"] < ring["slowdown_sm"]
-        total = ring["slowdown_sm"] + ring["slowdown_hbm"] + ring["slowdown_link"]
+        total = ring["slowdown_sm"] + ring["slowdown_hbm"] + ring["slowdown_l2"] + \
+            ring["slowdown_link"]
         assert ring["backprop_slowdown"] == pytest.approx(total, abs=1e-9)
     assert "| bert_large | 25 | ring | rr |" in (out / "report.md").read_text()
 

@@ -302,7 +302,8 @@ def _cmd_overlap(args):
         f"  compute {o.compute_alone_s * 1e3:.3f} ms alone, {o.compute_overlapped_s * 1e3:.3f} "
         f"ms overlapped: {o.compute_slowdown * 100:+.1f} % "
         f"(SM {o.compute_attribution['sm'] * 100:.1f}, HBM "
-        f"{o.compute_attribution['hbm'] * 100:.1f})",
+        f"{o.compute_attribution['hbm'] * 100:.1f}, L2 "
+        f"{o.compute_attribution.get('l2', 0.0) * 100:.1f})",
         f"  {op} {o.comm_alone_s * 1e3:.3f} ms alone, {o.comm_overlapped_s * 1e3:.3f} ms "
         f"overlapped: {o.comm_slowdown * 100:+.1f} % (HBM {o.comm_attribution['hbm'] * 100:.1f},"
         f" link {o.comm_attribution['link'] * 100:.1f})",
@@ -382,7 +383,8 @@ def _cmd_iteration(args):
         f"  backward alone     {result.backward_alone_s * 1e3:8.2f} ms",
         f"  backward overlapped{result.backward_s * 1e3:8.2f} ms  "
         f"({result.backprop_slowdown * 100:+.1f} %: SM {attr['sm'] * 100:.1f}, "
-        f"HBM {attr['hbm'] * 100:.1f}, link {attr['link'] * 100:.1f})",
+        f"HBM {attr['hbm'] * 100:.1f}, L2 {attr.get('l2', 0.0) * 100:.1f}, "
+        f"link {attr['link'] * 100:.1f})",
         f"  all-reduce total   {result.allreduce_s * 1e3:8.2f} ms "
         f"(alone {result.allreduce_alone_s * 1e3:.2f} ms)",
         f"  exposed comm       {result.exposed_comm_s * 1e3:8.2f} ms",

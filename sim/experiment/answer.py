@@ -30,10 +30,12 @@ GLOSSARY = {
     "backprop_alone_ms": "backward pass of one iteration with no collective running "
                          "(GPU model)",
     "backprop_ms": "backward pass overlapped with the all-reduce, link delay included",
-    "backprop_slowdown": "bwd ms / bwd alone ms − 1 = SM % + HBM % + link %",
+    "backprop_slowdown": "bwd ms / bwd alone ms − 1 = SM % + HBM % + L2 % + link %",
     "slowdown_sm": "backward time lost to SMs that collective kernels hold, as a share of "
                    "bwd alone",
     "slowdown_hbm": "backward time lost to HBM bandwidth that collective kernels take",
+    "slowdown_l2": "backward time lost to L2 pollution: working sets the collective's traffic "
+                   "evicts, read from HBM again",
     "slowdown_link": "delay that the gradients sharing the switch add to the messages backprop "
                      "waits on (the critical ones: pipeline-stage traffic, tensor-parallel "
                      "all-reduce, parameter all-gather, offload reads), summed along the "
@@ -163,6 +165,7 @@ def answer(config, rows):
     text = []
     names = {"slowdown_sm": "SMs that collective kernels hold",
              "slowdown_hbm": "HBM bandwidth that collective kernels take",
+             "slowdown_l2": "L2 pollution by the collective's traffic",
              "slowdown_link": "link delay"}
     for w in workloads:
         rs = [r for k, r in at.items() if k[0] == w]
@@ -215,7 +218,7 @@ def answer(config, rows):
                 scale = max(first["backprop_slowdown"], ins["backprop_slowdown"])
                 causes = [f"{short} {_points(first[k], scale)} → {_points(ins[k], scale)}"
                           for k, short in (("slowdown_sm", "SM"), ("slowdown_hbm", "HBM"),
-                                           ("slowdown_link", "link")) if first[k] or ins[k]]
+                                           ("slowdown_l2", "L2"), ("slowdown_link", "link")) if first[k] or ins[k]]
                 if causes:
                     s += f" (against {first['algo']}: {', '.join(causes)} points)"
                 s += (f"; its all-reduce takes {ins['allreduce_ms']:.2f} ms against " + and_list(

@@ -36,6 +36,7 @@ __all__ = [
     "rtl_errors",
     "slot_occupancy",
     "slowdown_hbm",
+    "slowdown_l2",
     "slowdown_link",
     "slowdown_sm",
     "stall_cycles",
@@ -243,7 +244,7 @@ def backprop_ms(gpu, link_delay_ns):
 
 def backprop_slowdown(gpu, link_delay_ns):
     """``backprop_slowdown``: ``backprop_ms / backprop_alone_ms − 1``, a fraction; equals
-    ``slowdown_sm + slowdown_hbm + slowdown_link`` when the GPU model's attribution is
+    ``slowdown_sm + slowdown_hbm + slowdown_l2 + slowdown_link`` when the GPU model's attribution is
     complete."""
     return (gpu.backward_s * 1e9 + link_delay_ns) / (gpu.backward_alone_s * 1e9) - 1
 
@@ -258,6 +259,13 @@ def slowdown_hbm(gpu):
     """``slowdown_hbm``: backward time lost to HBM bandwidth taken by collective kernels, a
     fraction of the backward pass alone (GPU model; 0.0 when it attributes nothing to HBM)."""
     return gpu.slowdown_attribution.get("hbm", 0.0)
+
+
+def slowdown_l2(gpu):
+    """``slowdown_l2``: backward time lost to L2 pollution, the kernels' working sets evicted by
+    the collective's traffic and read from HBM again, a fraction of the backward pass alone (GPU
+    model; 0.0 when it attributes nothing to L2)."""
+    return gpu.slowdown_attribution.get("l2", 0.0)
 
 
 def slowdown_link(gpu, link_delay_ns):

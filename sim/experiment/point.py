@@ -103,6 +103,7 @@ def run_point(config, workload_name, bucket_mb, algo, policy, traffic="dp", rtl_
         "backprop_slowdown": metrics.backprop_slowdown(result, link_delay_ns),
         "slowdown_sm": metrics.slowdown_sm(result),
         "slowdown_hbm": metrics.slowdown_hbm(result),
+        "slowdown_l2": metrics.slowdown_l2(result),
         "slowdown_link": metrics.slowdown_link(result, link_delay_ns),
         "allreduce_ms": metrics.allreduce_ms(replay, records_by_id, cycle_ns),
         "exposed_comm_ms": metrics.exposed_comm_ms(result, link_delay_ns, last_grad, cycle_ns),

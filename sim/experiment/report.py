@@ -125,7 +125,7 @@ def _plots(results):
     fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(results)), 4.5))
     bottom = [0.0] * len(results)
     for key, name, color in (("slowdown_sm", "SM", "#4c72b0"), ("slowdown_hbm", "HBM", "#dd8452"),
-                             ("slowdown_link", "link", "#55a868")):
+                             ("slowdown_l2", "L2", "#8172b3"), ("slowdown_link", "link", "#55a868")):
         values = [100 * r.metrics[key] for r in results]
         ax.bar(range(len(results)), values, bottom=bottom, label=name, color=color)
         bottom = [b + v for b, v in zip(bottom, values)]

@@ -14,7 +14,8 @@ COLUMNS = [
     ("algo", "algorithm", "{}"), ("policy", "arbiter", "{}"),
     ("backprop_alone_ms", "bwd alone ms", "{:.2f}"), ("backprop_ms", "bwd ms", "{:.2f}"),
     ("backprop_slowdown", "slowdown %", "{:+.1%}"), ("slowdown_sm", "SM %", "{:.1%}"),
-    ("slowdown_hbm", "HBM %", "{:.1%}"), ("slowdown_link", "link %", "{:.1%}"),
+    ("slowdown_hbm", "HBM %", "{:.1%}"), ("slowdown_l2", "L2 %", "{:.1%}"),
+    ("slowdown_link", "link %", "{:.1%}"),
     ("allreduce_ms", "all-reduce ms", "{:.2f}"), ("exposed_comm_ms", "exposed ms", "{:.2f}"),
     ("iteration_ms", "iteration ms", "{:.2f}"), ("link_utilization", "link util", "{:.2f}"),
 ]
@@ -98,11 +99,12 @@ def _pct(x):
 #: columns: the backward time overlapped and the link utilization are in report.md only.
 TERMINAL_COLUMNS = [
     ("workload", "workload", str, False), ("bucket_mb", "MiB", "{:g}".format, True),
-    ("algo", "algorithm", str, False), ("policy", "arbiter", str, False),
+    ("algo", "algo", str, False), ("policy", "policy", str, False),
     ("backprop_alone_ms", "bwd ms", "{:.2f}".format, True),
     ("backprop_slowdown", "slow %", lambda x: f"{100 * x:+.1f}", True),
-    ("slowdown_sm", "SM %", _pct, True), ("slowdown_hbm", "HBM %", _pct, True),
-    ("slowdown_link", "link %", _pct, True), ("allreduce_ms", "AR ms", "{:.2f}".format, True),
+    ("slowdown_sm", "SM", _pct, True), ("slowdown_hbm", "HBM", _pct, True),
+    ("slowdown_l2", "L2", _pct, True), ("slowdown_link", "link", _pct, True),
+    ("allreduce_ms", "AR ms", "{:.2f}".format, True),
     ("exposed_comm_ms", "exp ms", "{:.2f}".format, True),
     ("iteration_ms", "iter ms", "{:.2f}".format, True),
 ]
@@ -139,8 +141,8 @@ def summary_table(results):
 
     lines = [line(cells[0]), "  ".join("-" * w for w in widths)]
     lines += [line(values) for values in cells[1:]]
-    lines += [("bwd: backward pass alone; slow: its slowdown overlapped with the all-reduce = "
-               "SM + HBM + link;"),
+    lines += ["bwd: backward pass alone; slow: its slowdown with the all-reduce overlapped, %;",
+              "SM, HBM, L2, link: the slowdown's causes (they add up to it), % points;",
               ("AR: all-reduce time; exp: exposed communication; iter: iteration time "
                "(docs/metrics.md).")]
     for policies in sorted({p for _, p in merged if len(p) > 1}):
