@@ -21,8 +21,8 @@ buffer and ``1 / channels`` of the link):
   costs ``steps × (slices × latency + chunk / rate)``, and loops follow one another.
 - **Tree, reduce, broadcast** (a chain through the ranks inside one node: ``depth`` hops):
   the share is cut into chunks that stream down the chain, so the pipeline fills: the first
-  chunk crosses every hop before the last one leaves, ``(chunks + depth − 1) × (latency +
-  chunk / rate)``.
+  chunk crosses the other ``depth − 1`` hops (``latency + chunk / rate`` each) besides the
+  busiest GPU's ``chunks × (latency + its bytes per chunk / rate)``.
 
 The per-step latency is NCCL's ``hwLat[NVLINK]`` for the algorithm and protocol, which NCCL's
 tuner charges once per step of a message; here it is charged per slice of every loop, where the
@@ -51,9 +51,17 @@ ALIGN = 16
 
 def chunk_bytes(protocol, algo, n, share_bytes):
     """Data bytes of one chunk (``calcCollChunking``): a FIFO step, times CHUNK_STEPS for ring
-    Simple; LL carries 8 data bytes in 16, LL128 120 in 128. The one-node tree's LL128 chunk
-    halves while the channel's share holds too few of them."""
+    Simple; LL carries 8 data bytes in 16, LL128 120 in 128. The one-node tree's Simple and
+    LL128 chunks halve while the channel's share holds too few of them."""
     step = BUFFER_BYTES[protocol] // NCCL_STEPS
+    if protocol == "Simple" and algo == "tree":
+        # enqueue.cc (2.8–2.19, "Optimize chunkSize / nSteps"): halve while the share holds
+        # too few chunks for the tree's depth (n − 1 in one node), so the pipeline can fill
+        chunk, depth = step, n - 1
+        for per_depth, floor in ((8, 131072), (4, 65536), (1, 32768)):
+            while share_bytes // chunk < depth * per_depth and chunk > floor:
+                chunk //= 2
+        return chunk
     if protocol == "Simple":
         return step * (CHUNK_STEPS if algo == "ring" else 1)
     if protocol == "LL":
@@ -108,7 +116,10 @@ def chain_time(protocol, algo, n, size_bytes, depth, channels, link_bytes, rate_
     if size_bytes <= 0:
         return depth * step_latency_s
     share = size_bytes / channels
-    chunk = chunk_bytes(protocol, algo, n, share)
+    rate_ch = rate_bps / channels
+    chunk = min(chunk_bytes(protocol, algo, n, share), share)
     chunks = max(1, math.ceil(share / chunk))
-    per_chunk = link_bytes / channels / chunks / (rate_bps / channels)
-    return (chunks + depth - 1) * (step_latency_s + per_chunk)
+    # steady state: the busiest GPU sends its link bytes chunk by chunk; fill: the first chunk
+    # crosses the other depth − 1 hops, one chunk on one link each
+    busiest = link_bytes / channels / chunks / rate_ch
+    return chunks * (step_latency_s + busiest) + (depth - 1) * (step_latency_s + chunk / rate_ch)
