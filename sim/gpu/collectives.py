@@ -90,7 +90,8 @@ class CollectiveCost:
         (n−1)/n (reduce-scatter, all-gather), 1 (reduce, broadcast, p2p).
     latency_s : float
     link_rate_gbps : float
-        Link bandwidth the collective streams at once started.
+        Link bandwidth the collective streams at once started (ring and tree: its link bytes
+        over the time after the first-byte latency, the per-slice waits included).
     sent_bytes, received_bytes : float
         Bytes this GPU sends and receives.
     switch : dict or None
@@ -187,7 +188,8 @@ def _check(gpu, n, size_bytes, op, algo, channels):
 def _nccl_time(gpu, algo, op, n, size_bytes, steps, link_bytes, channels):
     """(protocol, time, latency, rate, channels) of a ring-family or tree collective: NCCL's
     tuner (:mod:`sim.gpu.nccl_tuning`) chooses the protocol and the channels, as NCCL does;
-    the time is its device pipeline's (:mod:`sim.gpu.nccl_pipeline`)."""
+    the time is its device pipeline's (:mod:`sim.gpu.nccl_pipeline`). ``latency`` is the
+    first byte's (``baseLat + steps × hwLat``), ``rate`` the link bytes over the rest."""
     family = "tree" if algo == "tree" else "ring"
     best = None
     for proto, lat, rate, nc, corr in protocol_options(gpu, algo, op, n, size_bytes, steps,
@@ -204,7 +206,13 @@ def _nccl_time(gpu, algo, op, n, size_bytes, steps, link_bytes, channels):
         # tree all-reduce, reduce, broadcast, p2p: a chain of ``steps`` hops
         run = chain_time(proto, family, n, size_bytes, steps, nc, link_bytes, rate,
                          step_latency)
-    return proto, base + run, base + steps * step_latency, rate, nc
+    latency = base + steps * step_latency
+    # the rate it streams at, all waits included: latency + link bytes / rate is the time, the
+    # contract sim.gpu.contention and the iteration engine read
+    stream = base + run - latency
+    if link_bytes > 0 and stream > 0:
+        rate = link_bytes / stream
+    return proto, base + run, latency, rate, nc
 
 
 def collective_cost(gpu, n, size_bytes, op="allreduce", algo="ring", channels=None, *,
