@@ -58,7 +58,7 @@ One constant per mechanism at most, each on one figure (the rows marked fitted):
   0.95, fitted on the 8×A100 1 GiB row, before the pipeline modelled what it stood for.
 - `conv_efficiency` (`sim/gpu/presets.py`): fraction of tensor peak a convolution reaches;
   fitted on ResNet-50 on one A100. The V100 row is a prediction.
-- `L2_REFETCH = 3.66` (`sim/gpu/contention.py`): HBM re-reads of each evicted byte of a
+- `L2_REFETCH = 4.21` (`sim/gpu/contention.py`): HBM re-reads of each evicted byte of a
   kernel's working set; fitted on the worst case (40.0 %) of Lee et al. 2025's sweep. The SM
   mechanism has no fitted constant (NCCL's CTA from NCCL's source against the CUDA per-SM
   limits), nor does the HBM mechanism (proportional share of the achievable bandwidth).
@@ -89,8 +89,8 @@ backward pass's.
   preset, though NVIDIA measured an 80GB part; with the 80GB part's HBM bandwidth the
   memory-bound layers run faster than measured. Refitting it on the 80GB preset is for the
   preset's owner (`sim/gpu/presets.py`).
-- The serial-vs-overlapped rows: innet's serial iteration is 12.8 % slower on average (10.2
-  published) and 22.5 % at worst (26.6): the sweep's configurations are assumed.
+- The serial-vs-overlapped rows: innet's serial iteration is 13.2 % slower on average (10.2
+  published) and 23.0 % at worst (26.6): the sweep's configurations are assumed.
 - 8×H100 ring busbw: 356.8 GB/s against a published 360–370 (NCCL's per-link figure for
   Hopper, 20.6 GB/s, and its per-slice latency).
 - 8×A100 ring all-reduce at 16 MiB and the half-peak size: NCCL's tuner picks LL128 at
