@@ -314,11 +314,13 @@ def _cmd_overlap(args):
 # -- model iteration -----------------------------------------------------------------------
 
 def _straggler_speeds(args):
-    """The per-GPU speed factors of the ``--straggler GPU:FACTOR`` options, or None."""
+    """The per-GPU speed factors of the ``--straggler GPU:FACTOR`` options (GPUs numbered node
+    by node across ``--nodes``), or None."""
     from sim.gpu.iteration import MAX_SPEED, MIN_SPEED
     if not args.straggler:
         return None
-    speed = [1.0] * args.gpus
+    ranks = args.gpus * getattr(args, "nodes", 1)   # --gpus is per node with --nodes
+    speed = [1.0] * ranks
     given = set()
     for item in args.straggler:
         match = re.fullmatch(r"([0-9]+):([0-9A-Za-z.+-]+)", item)
@@ -328,8 +330,8 @@ def _straggler_speeds(args):
             g, factor = int(match.group(1)), float(match.group(2))
         except ValueError:
             raise UsageError(f"--straggler {item!r}: expected GPU:FACTOR") from None
-        if not 0 <= g < args.gpus:
-            raise UsageError(f"--straggler {item!r}: GPU must be in [0, {args.gpus - 1}], "
+        if not 0 <= g < ranks:
+            raise UsageError(f"--straggler {item!r}: GPU must be in [0, {ranks - 1}], "
                              f"not {shown(g)}")
         if not (math.isfinite(factor) and MIN_SPEED <= factor <= MAX_SPEED):
             raise UsageError(f"--straggler {item!r}: the factor must be a finite number in "
@@ -343,9 +345,10 @@ def _straggler_speeds(args):
     return speed
 
 
-def _iteration_config(args):
+def _iteration_config(args, node=None):
     """The :class:`IterationConfig` of the options ``innet model iteration`` and ``innet trace
-    gen`` share (what the model validates it checks itself)."""
+    gen`` share (what the model validates it checks itself); ``node`` (a
+    :class:`sim.gpu.nodes.NodeSpec`) for ``--nodes`` > 1."""
     from sim.gpu.iteration import IterationConfig
     _check_gpus(args.gpus)
     if args.bucketing != "ddp":
@@ -362,6 +365,8 @@ def _iteration_config(args):
     if args.first_bucket_mb is not None:
         sizes["first_bucket_bytes"] = _bytes_option("--first-bucket-mb", args.first_bucket_mb,
                                                     MiB, "MiB")
+    if node is not None:
+        sizes.update(nodes=args.nodes, node=node)
     return IterationConfig(n_gpus=args.gpus, algo=args.algo, bucketing=args.bucketing,
                            overlap=not args.no_overlap, grad_accum=args.grad_accum,
                            speed=_straggler_speeds(args), channels=args.channels, **sizes)
@@ -370,14 +375,25 @@ def _iteration_config(args):
 def _cmd_iteration(args):
     from sim.gpu.iteration import simulate_iteration
     gpu = _gpu(args.gpu)
-    _check_algo(args.algo)
+    node = None
+    if args.nodes > 1 or args.algo == "sharp":   # across nodes: sim/cli/multinode.py
+        from sim.cli import multinode
+        node = multinode.check_nodes(args)
+        if args.channels is not None:
+            raise UsageError("--channels applies to one node only (NCCL sets the multi-node "
+                             "channels from the NICs)")
+    else:
+        _check_algo(args.algo)
     workload = _workload(args.model, args.batch, args)
-    result = simulate_iteration(workload, gpu, _iteration_config(args), record=False)
+    result = simulate_iteration(workload, gpu, _iteration_config(args, node), record=False)
     payload = {"model": workload.name, "batch_per_gpu": workload.batch, "gpu": gpu.name,
+               "nodes": args.nodes, "gpus_per_node": args.gpus,
                **result.summary(), "units": "seconds; slowdowns as fractions"}
     attr = result.slowdown_attribution
+    where = (f"{args.nodes} x {node.name}, {args.gpus} GPUs each" if node else
+             f"{args.gpus} x {gpu.name}")
     _print(args, payload, [
-        f"{workload.name} (batch {workload.batch}/GPU) on {args.gpus} x {gpu.name}, "
+        f"{workload.name} (batch {workload.batch}/GPU) on {where}, "
         f"{args.algo}, {result.buckets} buckets:",
         f"  forward            {result.forward_s * 1e3:8.2f} ms",
         f"  backward alone     {result.backward_alone_s * 1e3:8.2f} ms",
@@ -538,6 +554,9 @@ def register(sub, parser_class, positive):
 
     it = msub.add_parser("iteration", help="one data-parallel training iteration")
     _iteration_arguments(it, positive)
+    it.add_argument("--nodes", type=positive("--nodes", 1), default=1,
+                    help="nodes (DGX presets: a100, h100); --gpus is then per node, --algo "
+                         "ring, tree or sharp")
     it.add_argument("--json", action="store_true")
     it.set_defaults(func=_cmd_iteration)
 

@@ -50,11 +50,15 @@ _NOTES = """## What was fitted, and to what
 
 One constant per mechanism at most, each on one figure (the rows marked fitted):
 
-- `SIMPLE_EFFICIENCY` (`sim/gpu/collectives.py`): fraction of NCCL's effective NVLink
-  bandwidth a large ring all-reduce reaches; fitted on the 8×A100 busbw row.
+- `NVLS_EFFICIENCY` (`sim/gpu/in_switch.py`): fitted on the 8×H100 NVLS peak row.
+- No collective constant for ring or tree: NCCL's tuner (`sim/gpu/nccl_tuning.py`) picks the
+  protocol and channels, and the time is NCCL's device pipeline (`sim/gpu/nccl_pipeline.py`):
+  chunks, slices and loops as `enqueue.cc` and `prims_simple.h` cut them, one `hwLat` per
+  slice of every loop. `SIMPLE_EFFICIENCY` is 1.0 (Simple sends no flags in its data); it was
+  0.95, fitted on the 8×A100 1 GiB row, before the pipeline modelled what it stood for.
 - `conv_efficiency` (`sim/gpu/presets.py`): fraction of tensor peak a convolution reaches;
   fitted on ResNet-50 on one A100. The V100 row is a prediction.
-- `L2_REFETCH = 3.98` (`sim/gpu/contention.py`): HBM re-reads of each evicted byte of a
+- `L2_REFETCH = 4.21` (`sim/gpu/contention.py`): HBM re-reads of each evicted byte of a
   kernel's working set; fitted on the worst case (40.0 %) of Lee et al. 2025's sweep. The SM
   mechanism has no fitted constant (NCCL's CTA from NCCL's source against the CUDA per-SM
   limits), nor does the HBM mechanism (proportional share of the achievable bandwidth).
@@ -85,10 +89,14 @@ backward pass's.
   preset, though NVIDIA measured an 80GB part; with the 80GB part's HBM bandwidth the
   memory-bound layers run faster than measured. Refitting it on the 80GB preset is for the
   preset's owner (`sim/gpu/presets.py`).
-- The serial-vs-overlapped rows: innet's serial iteration is 12.5 % slower on average (10.2
-  published) and 22.7 % at worst (26.6): the sweep's configurations are assumed.
-- 8×H100 busbw: 348.6 GB/s against a published 360–370 (the collective model's domain; the
-  band is the published one, no longer ±5 % around it).
+- The serial-vs-overlapped rows: innet's serial iteration is 13.2 % slower on average (10.2
+  published) and 23.0 % at worst (26.6): the sweep's configurations are assumed.
+- 8×H100 ring busbw: 356.8 GB/s against a published 360–370 (NCCL's per-link figure for
+  Hopper, 20.6 GB/s, and its per-slice latency).
+- 8×A100 ring all-reduce at 16 MiB and the half-peak size: NCCL's tuner picks LL128 at
+  4–32 MiB, whose flags travel in the data, so its pipeline is what the tuner estimates
+  (174 us at 16 MiB); the table measured 245 us, near the Simple pipeline's 226 us. Which
+  protocol that run used is not published (`KNOWN_MISSES`, `sim/gpu/collective_figures.py`).
 
 The DDP overhead vs one GPU is the same measurement as a scaling row (100 / efficiency − 1):
 it is listed beside each scaling row's command above, not counted as a row of its own."""

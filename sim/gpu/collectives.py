@@ -48,6 +48,7 @@ from sim.gpu.nccl_tuning import (
     SIMPLE_EFFICIENCY,
     protocol_options,
 )
+from sim.gpu.nccl_pipeline import chain_time, ring_time
 from sim.gpu.presets import ModelInputError, check_count, check_real
 
 __all__ = ["ALGORITHMS", "OPS", "PROTOCOLS", "CollectiveCost", "allreduce_cost",
@@ -89,7 +90,8 @@ class CollectiveCost:
         (n−1)/n (reduce-scatter, all-gather), 1 (reduce, broadcast, p2p).
     latency_s : float
     link_rate_gbps : float
-        Link bandwidth the collective streams at once started.
+        Link bandwidth the collective streams at once started (ring and tree: its link bytes
+        over the time after the first-byte latency, the per-slice waits included).
     sent_bytes, received_bytes : float
         Bytes this GPU sends and receives.
     switch : dict or None
@@ -183,6 +185,36 @@ def _check(gpu, n, size_bytes, op, algo, channels):
         check_nvls(gpu, op)
 
 
+def _nccl_time(gpu, algo, op, n, size_bytes, steps, link_bytes, channels):
+    """(protocol, time, latency, rate, channels) of a ring-family or tree collective: NCCL's
+    tuner (:mod:`sim.gpu.nccl_tuning`) chooses the protocol and the channels, as NCCL does;
+    the time is its device pipeline's (:mod:`sim.gpu.nccl_pipeline`). ``latency`` is the
+    first byte's (``baseLat + steps × hwLat``), ``rate`` the link bytes over the rest."""
+    family = "tree" if algo == "tree" else "ring"
+    best = None
+    for proto, lat, rate, nc, corr in protocol_options(gpu, algo, op, n, size_bytes, steps,
+                                                       channels):
+        estimate = lat + link_bytes / rate
+        if best is None or estimate < best[0]:
+            best = (estimate, proto, rate / corr, nc)
+    _, proto, rate, nc = best
+    step_latency = NVLINK_LATENCY_US[family][proto] * 1e-6
+    base = BASE_LATENCY_US[family][proto] * 1e-6
+    if family == "ring" and op in ("allreduce", "reducescatter", "allgather"):
+        run = ring_time(proto, n, size_bytes, steps, nc, link_bytes, rate, step_latency)
+    else:
+        # tree all-reduce, reduce, broadcast, p2p: a chain of ``steps`` hops
+        run = chain_time(proto, family, n, size_bytes, steps, nc, link_bytes, rate,
+                         step_latency)
+    latency = base + steps * step_latency
+    # the rate it streams at, all waits included: latency + link bytes / rate is the time, the
+    # contract sim.gpu.contention and the iteration engine read
+    stream = base + run - latency
+    if link_bytes > 0 and stream > 0:
+        rate = link_bytes / stream
+    return proto, base + run, latency, rate, nc
+
+
 def collective_cost(gpu, n, size_bytes, op="allreduce", algo="ring", channels=None, *,
                     switch=None):
     """Cost of a collective on ``n`` GPUs of type ``gpu`` (a :class:`sim.gpu.GPU`).
@@ -227,13 +259,8 @@ def collective_cost(gpu, n, size_bytes, op="allreduce", algo="ring", channels=No
         time = latency + link_bytes / rate
         name, sms = "innet", gpu.nvls_channels if channels is None else channels
     else:
-        best = None
-        for proto, lat, rate_, nc in protocol_options(gpu, algo, op, n, size_bytes, steps,
-                                                      channels):
-            t = lat + link_bytes / rate_
-            if best is None or t < best[1]:
-                best = (proto, t, lat, rate_, nc)
-        name, time, latency, rate, sms = best
+        name, time, latency, rate, sms = _nccl_time(gpu, algo, op, n, size_bytes, steps,
+                                                    link_bytes, channels)
     algbw = size_bytes / time / 1e9 if time else 0.0
     return CollectiveCost(op, algo, n, size_bytes, time, link_bytes, hbm_bytes, sms, name,
                           algbw, algbw * bus_factor(op, n), latency, rate / 1e9, sent,

@@ -86,7 +86,7 @@ NCCL_SHMEM = {"volta": 20 * (4 * 32 + 1) * 16, "ampere": 20 * (8 * 32 + 1) * 16,
 #: The one constant of the L2 mechanism, fitted on one figure: the worst case (40.0 %) of Lee
 #: et al. 2025's sweep (arXiv 2507.03114) as innet runs it (:data:`sim.gpu.validation.SWEEP`);
 #: the sweep's average and its serial-vs-overlapped figures are then predictions.
-L2_REFETCH = 3.98
+L2_REFETCH = 4.21
 
 
 @dataclass(frozen=True)

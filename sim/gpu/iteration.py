@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass, field
 
 from sim.gpu.collectives import ALGORITHMS, collective_cost
+from sim.gpu.multinode import MULTINODE_ALGORITHMS, multinode_cost
+from sim.gpu.nodes import NODE_PRESETS
 from sim.gpu.contention import KERNEL_GAP_S, KernelSpec, kernel_time, rates_during, sm_share_during
 from sim.gpu.presets import MAX_BYTES, MAX_GPUS, ModelInputError, check_count, check_real
 
@@ -69,8 +71,15 @@ class IterationConfig:
     Attributes
     ----------
     n_gpus : int
+        GPUs per node (all of them when ``nodes`` is 1).
+    nodes : int
+        Nodes (default 1: one NVLink domain). With more, the all-reduces run across the nodes'
+        network (:func:`sim.gpu.multinode.multinode_cost`) over ``n_gpus × nodes`` ranks.
+    node : sim.gpu.nodes.NodeSpec, optional
+        The node, for ``nodes`` > 1; default the preset whose GPU is the one simulated.
     algo : str
-        ``ring``, ``tree``, ``direct`` or ``inswitch``.
+        ``ring``, ``tree``, ``direct``, ``nvls`` or ``inswitch`` in one node; ``ring``,
+        ``tree`` or ``sharp`` across nodes.
     bucketing : str
         ``ddp`` (first bucket ``first_bucket_bytes``, then ``bucket_cap_bytes``) or ``horovod``
         (tensor fusion: ready gradients fused up to ``fusion_bytes`` every ``cycle_s``).
@@ -79,7 +88,8 @@ class IterationConfig:
     grad_accum : int
         All-reduce every ``grad_accum`` micro-batches (DDP ``no_sync`` on the others).
     speed : list of float, optional
-        Per-GPU compute speed factors (1.0 nominal, 0.8 = a straggler 25 % slower).
+        Per-GPU compute speed factors, one per rank (``n_gpus × nodes``): 1.0 nominal, 0.8 =
+        a straggler 25 % slower.
     channels : int, optional
         Override the collective's channel (SM) count.
     optimizer : str
@@ -110,6 +120,8 @@ class IterationConfig:
 
     n_gpus: int = 8
     algo: str = "ring"
+    nodes: int = 1
+    node: object = None
     bucketing: str = "ddp"
     first_bucket_bytes: int = 1 * MiB
     bucket_cap_bytes: int = 25 * MiB
@@ -134,7 +146,10 @@ class IterationConfig:
         ------
         ModelInputError
             (a ValueError) Naming the parameter, its range and why: ``n_gpus`` in [1,
-            :data:`~sim.gpu.presets.MAX_GPUS`]; the bucket sizes whole bytes in [1,
+            :data:`~sim.gpu.presets.MAX_GPUS`]; ``nodes`` at least 1 (its upper bound, what
+            the node's network holds, and ``n_gpus`` per node are checked by
+            :meth:`validate_for`, which knows the node); ``algo`` one of the node's algorithms
+            or, across nodes, ring, tree or sharp; the bucket sizes whole bytes in [1,
             :data:`~sim.gpu.presets.MAX_BYTES`]; ``cycle_s`` in (0, 1000]; ``grad_accum`` at
             least 1; one speed factor per GPU, each finite in [:data:`MIN_SPEED`,
             :data:`MAX_SPEED`]; ``channels`` at least 1; ``optimizer_bytes_per_param``
@@ -142,7 +157,15 @@ class IterationConfig:
         """
         check_count("n_gpus", self.n_gpus, 1, MAX_GPUS, f"one switch of {MAX_GPUS} ports as an "
                     f"NVSwitch gen3, each GPU on a port of its own")
-        if self.algo not in ALGORITHMS:
+        check_count("nodes", self.nodes, 1, None, "nodes of n_gpus GPUs each")
+        if self.nodes > 1:
+            if self.algo not in MULTINODE_ALGORITHMS:
+                raise ModelInputError(f"algo across nodes must be one of "
+                                      f"{', '.join(MULTINODE_ALGORITHMS)}, not {self.algo!r}")
+            if self.channels is not None:
+                raise ModelInputError("channels applies to one node only (NCCL sets the "
+                                      "multi-node channels from the NICs)")
+        elif self.algo not in ALGORITHMS:
             raise ModelInputError(f"algo must be one of {', '.join(ALGORITHMS)}, "
                                   f"not {self.algo!r}")
         if self.bucketing not in ("ddp", "horovod"):
@@ -157,8 +180,8 @@ class IterationConfig:
         check_count("grad_accum", self.grad_accum, 1, MAX_KERNELS // 2,
                     "micro-batches per all-reduce")
         if self.speed is not None:
-            if len(self.speed) != self.n_gpus:
-                raise ModelInputError(f"speed has {len(self.speed)} factors for {self.n_gpus} "
+            if len(self.speed) != self.ranks:
+                raise ModelInputError(f"speed has {len(self.speed)} factors for {self.ranks} "
                                       f"GPUs")
             for g, factor in enumerate(self.speed):
                 check_real(f"the speed factor of GPU {g}", factor, MIN_SPEED, MAX_SPEED,
@@ -182,6 +205,37 @@ class IterationConfig:
         check_real("op_cpu_s", self.op_cpu_s, 0, 1.0, "seconds per operator")
         check_real("bucket_cpu_s", self.bucket_cpu_s, 0, 1.0, "seconds per bucket")
 
+    @property
+    def ranks(self):
+        """GPUs taking part: ``n_gpus`` per node times ``nodes``."""
+        return self.n_gpus * self.nodes
+
+    def node_for(self, gpu):
+        """The node of a multi-node run: ``node``, or the preset whose GPU is ``gpu``.
+
+        Raises
+        ------
+        ModelInputError
+            For a GPU no node preset holds."""
+        if self.node is not None:
+            return self.node
+        for key, node in sorted(NODE_PRESETS.items()):
+            if node.gpu_preset == gpu:
+                return node
+        names = sorted({n.gpu_preset.name for n in NODE_PRESETS.values()})
+        raise ModelInputError(f"no multi-node preset holds {gpu.name}; nodes > 1 needs one "
+                              f"of {', '.join(names)}")
+
+    def comm_cost(self, gpu):
+        """The cost function of this run's collectives, ``(nbytes, op) → CollectiveCost``: one
+        NVLink domain of ``n_gpus`` (:func:`sim.gpu.collectives.collective_cost`), or for
+        ``nodes`` > 1 the nodes' network (:func:`sim.gpu.multinode.multinode_cost`)."""
+        if self.nodes > 1:
+            node, nodes, per_node, algo = self.node_for(gpu), self.nodes, self.n_gpus, self.algo
+            return lambda nbytes, op: multinode_cost(node, nodes, per_node, nbytes, op, algo)
+        n, algo, channels = self.n_gpus, self.algo, self.channels
+        return lambda nbytes, op: collective_cost(gpu, n, nbytes, op, algo, channels)
+
     def validate_for(self, workload, gpu):
         """:meth:`validate`, then what depends on the workload and the GPU.
 
@@ -194,6 +248,16 @@ class IterationConfig:
             backward kernel per layer, for every GPU class of one speed factor).
         """
         self.validate()
+        if self.nodes > 1:
+            node = self.node_for(gpu)
+            if node.gpu_preset != gpu:
+                raise ModelInputError(f"the node {node.name} holds {node.gpu_preset.name}, "
+                                      f"not {gpu.name}")
+            check_count("n_gpus", self.n_gpus, 1, node.gpus,
+                        f"GPUs per node: a {node.name} has {node.gpus}")
+            check_count("nodes", self.nodes, 2, node.max_nodes,
+                        f"a two-level fabric of {node.fabric.radix}-port switches holds "
+                        f"{node.fabric.end_ports} NIC ports, {node.nics} per {node.name}")
         if self.channels is not None:
             check_count("channels", self.channels, 1, gpu.sms,
                         f"a channel is one CTA on an SM of its own; {gpu.name} has {gpu.sms} "
@@ -254,13 +318,13 @@ def overhead_kernels(workload, config, bucket):
     kernels = []
     elem = grad_element_bytes(workload, config)
     if bucket is not None:
-        if config.n_gpus > 1:
+        if config.ranks > 1:
             copy = 0 if config.gradient_as_bucket_view else 2 * bucket.nbytes
             kernels.append((f"ddp:bucket{bucket.index}", KernelSpec(
                 f"ddp bucket {bucket.index}", bucket.nbytes / elem, copy + 2 * bucket.nbytes,
                 False), "ddp"))
         return kernels
-    if config.n_gpus > 1 and not config.gradient_as_bucket_view:
+    if config.ranks > 1 and not config.gradient_as_bucket_view:
         kernels.append(("ddp:copy_back", KernelSpec("ddp copy back", 0.0,
                                                     2.0 * workload.params * elem, False),
                         "ddp"))
@@ -407,8 +471,9 @@ def simulate_iteration(workload, gpu, config=None, record=True):
 
     queue, launches, final = _kernel_queue(workload, config, buckets)
     issue = _issue_times(queue, config, len(buckets))
-    result = simulate_streams(gpu, config.n_gpus, queue, launches, algo=config.algo,
+    result = simulate_streams(gpu, config.ranks, queue, launches, algo=config.algo,
                               speed=config.speed, channels=config.channels,
+                              cost=config.comm_cost(gpu),
                               overlap=config.overlap, final=final, record=record,
                               cycle_s=config.cycle_s if config.bucketing == "horovod" else None,
                               issue_s=issue)
@@ -437,7 +502,7 @@ def _kernel_queue(workload, config, buckets):
     unscale pass and the optimizer step (memory-bound kernels run back to back: one kernel of
     their summed work). Returns ``(queue, launches, final)``."""
     layers = workload.layers
-    closes = {max(b.layers): b for b in buckets} if config.n_gpus > 1 else {}
+    closes = {max(b.layers): b for b in buckets} if config.ranks > 1 else {}
     queue, launches = [], []
     for micro in range(config.grad_accum):
         last_micro = micro == config.grad_accum - 1
@@ -487,20 +552,23 @@ def _issue_times(queue, config, n_buckets):
 
 def simulate_streams(gpu, n, queue, launches, *, algo="ring", speed=None, channels=None,
                      overlap=True, final=None, record=True, op="allreduce", cycle_s=None,
-                     issue_s=None):
+                     issue_s=None, cost=None):
     """The simulation core: every GPU runs ``queue`` on its compute stream; collective ``b`` of
     ``launches`` (``(after_index, nbytes, name)``) is launched on a GPU's communication stream
     once compute kernel ``after_index`` has finished there (or, without ``overlap``, once the
     whole queue has), in order; ``final`` runs after the last collective completes. With
     ``cycle_s`` (Horovod), a ready collective launches at the next multiple of ``cycle_s``.
     ``issue_s`` (one per kernel of ``queue``, then one for ``final``) is when the CPU has
-    issued each kernel: none starts before.
+    issued each kernel: none starts before. ``cost`` (``(nbytes, op) → CollectiveCost``)
+    times the collectives; default one NVLink domain of ``n`` GPUs
+    (:func:`sim.gpu.collectives.collective_cost` with ``algo`` and ``channels``);
+    :meth:`IterationConfig.comm_cost` gives the multi-node one.
 
     Returns an :class:`IterationResult` (``buckets``/``bucket_bytes`` left empty).
     """
     streams = _Streams(gpu, n, queue, launches, algo=algo, speed=speed, channels=channels,
                        overlap=overlap, final=final, record=record, op=op, cycle_s=cycle_s,
-                       issue_s=issue_s)
+                       issue_s=issue_s, cost=cost)
     streams.run()
     return streams.result()
 
@@ -539,13 +607,15 @@ class _Streams:
     """
 
     def __init__(self, gpu, n, queue, launches, *, algo, speed, channels, overlap, final,
-                 record, op, cycle_s, issue_s=None):
+                 record, op, cycle_s, issue_s=None, cost=None):
         groups = {}
         for g, s in enumerate(speed or [1.0] * n):
             groups.setdefault(float(s), []).append(g)
         self.classes = [_Class(s, gpus, queue) for s, gpus in sorted(groups.items())]
-        self.colls = [_Collective(b, after, name,
-                                  collective_cost(gpu, n, nbytes, op, algo, channels))
+        if cost is None:
+            def cost(nbytes, op_):
+                return collective_cost(gpu, n, nbytes, op_, algo, channels)
+        self.colls = [_Collective(b, after, name, cost(nbytes, op))
                       for b, (after, nbytes, name) in enumerate(launches)]
         self.gpu = gpu
         self.n = n

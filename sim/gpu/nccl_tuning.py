@@ -2,13 +2,13 @@
 bandwidths, and how many channels it launches for a message of a given size.
 
 Every constant here is NCCL's (``src/graph/tuning.cc``, ``src/enqueue.cc``,
-``src/include/comm.h`` and ``device.h``, NCCL 2.2x), read from the source, not fitted, except
-:data:`SIMPLE_EFFICIENCY`. Units: seconds, bytes, GB/s (10^9 bytes/s).
+``src/include/comm.h`` and ``device.h``, NCCL 2.2x), read from the source, not fitted. Units: seconds, bytes, GB/s (10^9 bytes/s).
 
 What it gives (:func:`protocol_options`): for each protocol NCCL would consider (LL, LL128,
 Simple), the latency (``baseLat + steps × hwLat``, NCCL's formula), the channels it launches and
-the link rate they reach. The caller times ``latency + link bytes / rate`` for each and keeps
-the fastest, as NCCL's tuner does. Small messages get fewer channels (NCCL drops channels while
+the link rate they reach. The caller estimates ``latency + link bytes / rate`` for each and
+keeps the fastest, as NCCL's tuner does; that chooses the protocol. The time it really takes is
+the device pipeline's (:mod:`sim.gpu.nccl_pipeline`). Small messages get fewer channels (NCCL drops channels while
 ``bytes < channels × threads × threshold``), and fewer channels move fewer bytes per second:
 that, with the per-step latencies, gives the bus-bandwidth-vs-size curve its knee.
 """
@@ -25,11 +25,12 @@ __all__ = [
     "protocol_options",
 ]
 
-#: Fraction of the effective link bandwidth the Simple protocol reaches on large ring
-#: all-reduces. Fitted ONCE, to 8×A100 ring all-reduce busbw at 1 GiB (200–235 GB/s,
-#: nccl-tests #149, #228); 8×H100 (360–370 GB/s, nccl-tests #212, #309) is then a prediction
-#: (sim/gpu/collective_figures.py). CALIBRATION.md: "Simple ≈ peak".
-SIMPLE_EFFICIENCY = 0.95
+#: Fraction of the effective link bandwidth the Simple protocol carries as data: all of it.
+#: Simple sends no flags in its data; what it loses is a flag wait, fence and post per slice,
+#: which the device pipeline (:mod:`sim.gpu.nccl_pipeline`) charges as NCCL's per-step
+#: latency. NCCL's tuner has no Simple factor either. (Before the pipeline was modelled this
+#: was 0.95, fitted to 8×A100 ring busbw at 1 GiB; that row is now a prediction.)
+SIMPLE_EFFICIENCY = 1.0
 
 PROTOCOL_NAMES = ("LL", "LL128", "Simple")
 
@@ -84,12 +85,15 @@ def channels_for(size_bytes, full_channels, protocol, algo, n):
 
 
 def protocol_options(gpu, algo, op, n, size_bytes, steps, channels=None):
-    """``[(protocol, latency_s, rate_Bps, channels)]`` for a ring-family (``ring``, ``direct``)
-    or ``tree`` collective of ``size_bytes`` with ``steps`` sequential link steps.
+    """``[(protocol, latency_s, rate_Bps, channels, correction)]`` for a ring-family (``ring``,
+    ``direct``) or ``tree`` collective of ``size_bytes`` with ``steps`` sequential link steps.
 
     ``channels`` given: exactly that many (a user's override, as ``NCCL_MIN/MAX_NCHANNELS``);
     else the GPU's ring channels, reduced for small messages as NCCL does. A channel's share of
     the link is ``1 / full channels``, so fewer channels stream proportionally slower.
+    ``correction``: the factor of NCCL's ``treeCorrectionFactor`` already in the rate (tree
+    all-reduce; 1 otherwise), a tuner-only fix for mid sizes that the real time
+    (:mod:`sim.gpu.nccl_pipeline`) divides back out.
     """
     family = "tree" if algo == "tree" else "ring"
     full = channels if channels is not None else gpu.ring_channels
@@ -113,10 +117,12 @@ def protocol_options(gpu, algo, op, n, size_bytes, steps, channels=None):
                 gbps = min(gbps, LL_MAX_GBPS[gpu.arch])
             else:
                 gbps = min(gbps, nc * TREE_LL128_PER_CHANNEL_GBPS[gpu.arch])
-            if op == "allreduce" and size_bytes >= 64:
-                k = int(math.log2(size_bytes // 64))
-                if k < len(TREE_CORRECTION[proto]):
-                    gbps *= TREE_CORRECTION[proto][k]
+        correction = 1.0
+        if family == "tree" and op == "allreduce" and size_bytes >= 64:
+            k = int(math.log2(size_bytes // 64))
+            if k < len(TREE_CORRECTION[proto]):
+                correction = TREE_CORRECTION[proto][k]
+        gbps *= correction
         latency_us = BASE_LATENCY_US[family][proto] + steps * NVLINK_LATENCY_US[family][proto]
-        options.append((proto, latency_us * 1e-6, gbps * 1e9, nc))
+        options.append((proto, latency_us * 1e-6, gbps * 1e9, nc, correction))
     return options
