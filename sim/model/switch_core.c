@@ -117,14 +117,14 @@ static i64 max64(i64 a, i64 b) { return a > b ? a : b; }
     X(i64, ports) X(i64, depth) X(i64, result_lag) X(i64, result_depth) X(i64, chunk_flits)    \
     X(i64, slots) X(i64, policy) X(i64, quantum) X(i64, deficit_bits) X(i64, members)          \
     X(i64, chunks) X(i64, mtu) X(i64, packets) X(i64, packet_cap) X(i64, messages)             \
-    X(i64, message_cap) X(i64, ingress_latency) X(i64, pick_latency)                           \
+    X(i64, message_cap) X(i64, ingress_latency) X(i64, pick_latency) X(i64, round_trip)        \
     /* arbiter inputs, per egress, per requester: ports x ports */                             \
     X(const i64 *, priority) X(const i64 *, weight)                                            \
     /* the plan's packets (packet_cap) and messages (message_cap), grown by read responses */  \
     X(i64 *, pk_flits) X(i64 *, pk_dst) X(i64 *, pk_seq) X(i64 *, pk_msg)                      \
     X(i64 *, m_src) X(i64 *, m_dst) X(i64 *, m_issue) X(i64 *, m_kind)                         \
     X(i64 *, m_resp_flits) X(i64 *, m_resp_to) X(const i64 *, m_dep)                           \
-    X(i64 *, m_pk_off) X(i64 *, m_pk_len) X(i64 *, pk_list)                                    \
+    X(i64 *, m_pk_off) X(i64 *, m_pk_len)                                                      \
     /* dependants of each message (offsets: messages + 1); contribution per (port, chunk) */   \
     X(const i64 *, wait_off) X(const i64 *, wait_list) X(const i64 *, chunk_msg)               \
     /* outputs: per packet, per (port, chunk), per message, per port; counters[4] */           \
@@ -151,13 +151,13 @@ typedef struct {
     /* configuration */
     i64 N, D, result_lag, result_depth, P, S, policy, quantum, dbits, members, nmembers;
     i64 chunks, mtu;
-    i64 ingress_latency, pick_latency, hist_limit;
+    i64 ingress_latency, pick_latency, hist_limit, rt;
     const i64 *priority, *weight;
     /* plan: packets (growing with read responses) */
     i64 npk, pk_cap, *pk_flits, *pk_dst, *pk_seq, *pk_msg;
     /* plan: messages */
     i64 nmsg, nmsg0, msg_cap, *m_src, *m_dst, *m_issue, *m_kind, *m_resp_flits, *m_resp_to;
-    i64 *m_pk_off, *m_pk_len, *pk_list, npk_list;
+    i64 *m_pk_off, *m_pk_len;
     const i64 *wait_off, *wait_list, *chunk_msg;
     /* outputs */
     i64 *inject, *deliver, *results, *done_at, *out_flits, *in_flits, *stall;
@@ -202,10 +202,10 @@ static i64 loop_next_packet(SwitchRun *s, i64 port, i64 cycle) {
     while (fut->n && fut->v[0].a <= cycle) sorted_insert(act, heap_pop(fut));
     for (i64 i = 0; i < act->n; i++) {
         i64 mid = act->v[i].b, pos = s->next_index[mid];
-        i64 p = s->pk_list[s->m_pk_off[mid] + pos], q = s->pk_seq[p];
+        i64 p = s->m_pk_off[mid] + pos, q = s->pk_seq[p];
         if (q >= s->S) {
             i64 got = s->result_at[port * s->chunks + (q - s->S)];
-            if (got == NONE || got >= cycle) continue;
+            if (got == NONE || got + s->rt >= cycle) continue;
         }
         s->next_index[mid] = ++pos;
         if (pos == s->m_pk_len[mid]) {
@@ -228,7 +228,7 @@ static void loop_done(SwitchRun *s, i64 mid, i64 cycle) {
     if (mid >= s->nmsg0) return;
     for (i64 i = s->wait_off[mid]; i < s->wait_off[mid + 1]; i++) {
         i64 w = s->wait_list[i];
-        loop_push_future(s, s->m_src[w], max64(s->m_issue[w], cycle + 1), w);
+        loop_push_future(s, s->m_src[w], max64(s->m_issue[w], cycle + 1 + s->rt), w);
         push(&s->woken, s->m_src[w]);
     }
 }
@@ -238,10 +238,10 @@ static void loop_respond(SwitchRun *s, i64 req, i64 cycle) {
     s->m_src[mid] = s->m_dst[req];
     s->m_dst[mid] = s->m_src[req];
     s->m_kind[mid] = K_READ_RESP;
-    s->m_issue[mid] = cycle + 1;
+    s->m_issue[mid] = cycle + 1 + s->rt;
     s->m_resp_flits[mid] = 0;
     s->m_resp_to[mid] = req;
-    s->m_pk_off[mid] = s->npk_list;
+    s->m_pk_off[mid] = s->npk;   /* a message's packets are consecutive */
     s->m_pk_len[mid] = 0;
     for (i64 off = 0; off < s->m_resp_flits[req]; off += s->mtu) {
         i64 p = s->npk++;
@@ -250,7 +250,6 @@ static void loop_respond(SwitchRun *s, i64 req, i64 cycle) {
         s->pk_dst[p] = s->m_src[req];
         s->pk_seq[p] = -1;
         s->pk_msg[p] = mid;
-        s->pk_list[s->npk_list++] = p;
         s->m_pk_len[mid]++;
     }
     s->remaining[mid] = s->m_pk_len[mid];
@@ -508,7 +507,7 @@ static void stream_result(SwitchRun *s, i64 d) {
     s->result_last_read[d] = last;
     s->results[d * s->chunks + seq] = last;
     loop_result(s, d, seq, last);
-    for (i64 i = 0; i < s->woken.n; i++) try_source(s, s->woken.v[i], last + 1);
+    for (i64 i = 0; i < s->woken.n; i++) try_source(s, s->woken.v[i], last + 1 + s->rt);
     if (s->rq_head[d] < s->res[d].n) expose_result(s, d);
     arm_egress(s, d, last + 1);
 }
@@ -725,6 +724,7 @@ int innet_switch_run(const SwitchArgs *a) {
     s->msg_cap = a->message_cap;
     s->ingress_latency = a->ingress_latency;
     s->pick_latency = a->pick_latency;
+    s->rt = a->round_trip;
     s->hist_limit = 4 + s->result_depth / s->P;
     s->priority = a->priority;
     s->weight = a->weight;
@@ -732,8 +732,7 @@ int innet_switch_run(const SwitchArgs *a) {
     s->pk_msg = a->pk_msg;
     s->m_src = a->m_src, s->m_dst = a->m_dst, s->m_issue = a->m_issue, s->m_kind = a->m_kind;
     s->m_resp_flits = a->m_resp_flits, s->m_resp_to = a->m_resp_to;
-    s->m_pk_off = a->m_pk_off, s->m_pk_len = a->m_pk_len, s->pk_list = a->pk_list;
-    s->npk_list = s->nmsg0 ? s->m_pk_off[s->nmsg0 - 1] + s->m_pk_len[s->nmsg0 - 1] : 0;
+    s->m_pk_off = a->m_pk_off, s->m_pk_len = a->m_pk_len;
     s->wait_off = a->wait_off, s->wait_list = a->wait_list, s->chunk_msg = a->chunk_msg;
     s->inject = a->inject, s->deliver = a->deliver, s->results = a->results;
     s->done_at = a->done_at;
