@@ -171,14 +171,34 @@ def _size(n):
 
 def sentence(result):
     """The sweep's answer in words: which sizes the in-switch all-reduce wins and why."""
+    ring = [r for r in result["rows"] if r["algo"] == "ring"]
+    lead = ""
+    if ring:
+        small, big = min(ring, key=lambda r: r["bytes"]), max(ring, key=lambda r: r["bytes"])
+        ins = [r for r in result["rows"] if r["algo"] == "inswitch"
+               and r["bytes"] == small["bytes"]]
+        lead = (f"Small all-reduces are latency-bound: ring takes {small['time_us']:.1f} us "
+                f"for {_size(small['bytes'])} (2(N-1) dependent steps, each a link round "
+                f"trip) where in-switch takes "
+                f"{min(r['time_us'] for r in ins):.2f} us (one round trip), so in-switch "
+                f"wins every small size. Large ones are bandwidth-bound: ring reaches "
+                f"{big['algbw_gbps']:.0f} GB/s at {_size(big['bytes'])} (line rate over "
+                f"2(N-1)/N), in-switch at most min(line rate, S*C/R), so a slot pool whose "
+                f"S*C/R is below ring's bandwidth stops paying off once the message fills "
+                f"the pool. " if ins else "")
     parts = []
     for f in result["findings"]:
-        wins = f["faster_than_ring_bytes"]
-        where = (f"faster than ring up to {_size(max(wins))}" if wins and
-                 wins == sorted(wins)[:len(wins)] and min(wins) == min(f["speedup_over_ring"])
-                 else f"faster than ring at {', '.join(_size(w) for w in wins)}" if wins
-                 else "never faster than ring")
-        parts.append(f"{f['slots']} slots × {_size(f['chunk_bytes'])}: {where}, best "
-                     f"{f['best_algbw_gbps']:.0f} GB/s against the S·C/R bound "
-                     f"{f['bound_gbps']:.0f} GB/s")
-    return "; ".join(parts)
+        wins = sorted(f["faster_than_ring_bytes"])
+        sizes = sorted(f["speedup_over_ring"])
+        if not wins:
+            where = "never faster than ring"
+        elif wins == sizes:
+            where = "faster than ring at every size"
+        elif wins == sizes[:len(wins)]:
+            where = f"faster than ring up to {_size(wins[-1])}"
+        else:
+            where = f"faster than ring at {', '.join(_size(w) for w in wins)}"
+        parts.append(f"{f['slots']} slots x {_size(f['chunk_bytes'])} "
+                     f"(S*C/R {f['bound_gbps']:.0f} GB/s): {where}, best "
+                     f"{f['best_algbw_gbps']:.0f} GB/s")
+    return lead + "; ".join(parts) + "."
