@@ -12,11 +12,12 @@
  *   - a packet is an index (pid) into flat arrays; an ingress's packets are one growing list of
  *     pids, its FIFO (Python's fifo[k]) the tail [fifo_head, n) and its history (hist[k])
  *     [hist_head, fifo_head);
- *   - a result packet is an index into per-result arrays (r_*); an egress's result packets are
- *     one list res[d] whose packet i holds result flits [i*P, (i+1)*P), so a flit's packet is
- *     found by division and the per-flit issue and read cycles live in per-egress arrays;
- *     Python's result_q[d] is res[d] from rq_head, result_hist[d] from rh_head, and
- *     result_count[d] is res[d].n * P;
+ *   - a result packet is its number r at its egress: egress d's table rtabs[d] (an RTab) holds
+ *     its fields and, packet r owning result flits [r*P, (r+1)*P), each flit's issue and read
+ *     cycles; Python's result_q[d] is rtabs[d] from rq_head, result_hist[d] from rh_head, and
+ *     result_count[d] is rtabs[d].n * P. The table keeps only packets from
+ *     min(rq_head, rh_head) on (nothing older is read again): a whole iteration makes tens
+ *     of millions of result packets, a few dozen of which are live;
  *   - the visible heads are head_mem (per egress, per ingress) and head_res (per egress), where
  *     Python has one table heads with the results at heads[d][d];
  *   - the chunk being issued is eng_r (its result packets, one per member) with eng_nissues
@@ -107,6 +108,48 @@ static void sorted_insert(tvec *s, trip x) {
 static i64 max64(i64 a, i64 b) { return a > b ? a : b; }
 
 /* ------------------------------------------------------------------------------------------ */
+/* An egress's result packets: packet r (absolute, counted from 0) is at r - base; its flit n  */
+/* (absolute) at n - base * P. Packets below base are forgotten.                              */
+
+typedef struct {
+    i64 base, n, cap, P;
+    i64 *seq, *a0, *visible, *grant, *nissues, *nreads;   /* per packet */
+    i64 *issue, *read;                                     /* per flit */
+} RTab;
+
+#define RT_PACKET_FIELDS(X) X(seq) X(a0) X(visible) X(grant) X(nissues) X(nreads)
+
+/* Room for packet t->n: forget the packets below `keep` if that frees half the table, else
+ * double it. */
+static void rtab_reserve(RTab *t, i64 keep) {
+    if (t->n - t->base < t->cap) return;
+    i64 drop = keep - t->base, live = t->n - keep;
+    if (drop > 0 && drop >= t->cap / 2) {
+#define SHIFT(f) memmove(t->f, t->f + drop, (size_t)live * sizeof(i64));
+        RT_PACKET_FIELDS(SHIFT)
+#undef SHIFT
+        memmove(t->issue, t->issue + drop * t->P, (size_t)(live * t->P) * sizeof(i64));
+        memmove(t->read, t->read + drop * t->P, (size_t)(live * t->P) * sizeof(i64));
+        t->base = keep;
+        return;
+    }
+    i64 cap = t->cap, pcap;
+#define GROW(f) cap = t->cap; t->f = grow(t->f, &cap, t->cap ? t->cap * 2 : 16, sizeof(i64));
+    RT_PACKET_FIELDS(GROW)
+#undef GROW
+    i64 flits = t->cap * t->P;
+    pcap = flits;
+    t->issue = grow(t->issue, &pcap, cap * t->P, sizeof(i64));
+    pcap = flits;
+    t->read = grow(t->read, &pcap, cap * t->P, sizeof(i64));
+    t->cap = cap;
+}
+
+#define R_(d, f, r) (s->rtabs[d].f[(r) - s->rtabs[d].base])
+#define R_ISSUE(d, n) (s->rtabs[d].issue[(n) - s->rtabs[d].base * s->P])
+#define R_READ(d, n) (s->rtabs[d].read[(n) - s->rtabs[d].base * s->P])
+
+/* ------------------------------------------------------------------------------------------ */
 /* The entry point's argument: one struct, SwitchArgs, whose fields are listed once, here.    */
 /* innet_switch_args() names them in order with their types, and innet_switch_args_size()     */
 /* gives the struct's size, so that sim/model/switch_core.py checks its ctypes mirror against */
@@ -174,9 +217,8 @@ typedef struct {
     vec *src_tries;
     /* egress state */
     i64 *egress_free, *egress_armed, *head_mem, *head_res, *streaming, *result_last_read;
-    vec *res, *res_issue, *res_read;
+    RTab *rtabs;
     i64 *rq_head, *rh_head;
-    vec r_dst, r_seq, r_j0, r_a0, r_visible, r_grant, r_nissues, r_nreads;
     /* arbiters */
     i64 *arb_ptr, *arb_count, *arb_deficit;
     /* reduction unit */
@@ -459,9 +501,8 @@ static void update_visible(SwitchRun *s, i64 k) {
 static i64 result_read(SwitchRun *s, i64 d, i64 n) {
     if (n < 0) return -1;
     i64 idx = n / s->P;
-    if (idx < s->rh_head[d] || idx >= s->res[d].n) return -1;
-    i64 r = s->res[d].v[idx];
-    return n - idx * s->P < s->r_nreads.v[r] ? s->res_read[d].v[n] : NONE;
+    if (idx < s->rh_head[d] || idx >= s->rtabs[d].n) return -1;
+    return n - idx * s->P < R_(d, nreads, idx) ? R_READ(d, n) : NONE;
 }
 
 /* Earliest issue of flit i of the engine's chunk; `tentative`: its packets are not made yet
@@ -470,7 +511,7 @@ static i64 room_time(SwitchRun *s, i64 i, int tentative) {
     i64 need = -1;
     for (i64 m = 0; m < s->nmembers; m++) {
         i64 d = s->mem_ports[m];
-        i64 j0 = tentative ? s->res[d].n * s->P : s->r_j0.v[s->eng_r[m]];
+        i64 j0 = (tentative ? s->rtabs[d].n : s->eng_r[m]) * s->P;
         i64 r = result_read(s, d, j0 + i - (s->result_depth - 1));
         if (r == NONE) return NONE;
         need = max64(need, r + 1);
@@ -479,28 +520,27 @@ static i64 room_time(SwitchRun *s, i64 i, int tentative) {
 }
 
 static void expose_result(SwitchRun *s, i64 d) {
-    i64 r = s->res[d].v[s->rq_head[d]];
-    s->r_visible.v[r] = max64(s->r_a0.v[r], s->result_last_read[d] + 1);
+    i64 r = s->rq_head[d];
+    R_(d, visible, r) = max64(R_(d, a0, r), s->result_last_read[d] + 1);
     s->head_res[d] = r;
-    arm_egress(s, d, s->r_visible.v[r]);
+    arm_egress(s, d, R_(d, visible, r));
 }
 
 static void stream_result(SwitchRun *s, i64 d) {
-    i64 r = s->streaming[d], j0 = s->r_j0.v[r];
-    i64 *reads = s->res_read[d].v, *issues = s->res_issue[d].v;
-    while (s->r_nreads.v[r] < s->r_nissues.v[r]) {
-        i64 i = s->r_nreads.v[r];
-        i64 avail = issues[j0 + i] + s->result_lag;
-        reads[j0 + i] = max64(avail, i == 0 ? s->r_grant.v[r] : reads[j0 + i - 1] + 1);
-        s->r_nreads.v[r]++;
+    i64 r = s->streaming[d], j0 = r * s->P;
+    while (R_(d, nreads, r) < R_(d, nissues, r)) {
+        i64 i = R_(d, nreads, r);
+        i64 avail = R_ISSUE(d, j0 + i) + s->result_lag;
+        R_READ(d, j0 + i) = max64(avail, i == 0 ? R_(d, grant, r) : R_READ(d, j0 + i - 1) + 1);
+        R_(d, nreads, r)++;
     }
     if (s->engine_blocked) {
         arm_engine_at(s, s->now);
         s->engine_blocked = 0;
     }
-    if (s->r_nreads.v[r] < s->P) return;
+    if (R_(d, nreads, r) < s->P) return;
     s->streaming[d] = -1;
-    i64 last = reads[j0 + s->P - 1], seq = s->r_seq.v[r];
+    i64 last = R_READ(d, j0 + s->P - 1), seq = R_(d, seq, r);
     s->egress_free[d] = last + 1;
     s->out_flits[d] += s->P;
     s->rq_head[d]++;
@@ -508,7 +548,7 @@ static void stream_result(SwitchRun *s, i64 d) {
     s->results[d * s->chunks + seq] = last;
     loop_result(s, d, seq, last);
     for (i64 i = 0; i < s->woken.n; i++) try_source(s, s->woken.v[i], last + 1 + s->rt);
-    if (s->rq_head[d] < s->res[d].n) expose_result(s, d);
+    if (s->rq_head[d] < s->rtabs[d].n) expose_result(s, d);
     arm_egress(s, d, last + 1);
 }
 
@@ -523,8 +563,8 @@ static void continue_engine(SwitchRun *s) {
         s->eng_last_issue = when;
         for (i64 m = 0; m < s->nmembers; m++) {
             i64 r = s->eng_r[m], d = s->mem_ports[m];
-            s->res_issue[d].v[s->r_j0.v[r] + i] = when;
-            s->r_nissues.v[r]++;
+            R_ISSUE(d, r * s->P + i) = when;
+            R_(d, nissues, r)++;
         }
         for (i64 m = 0; m < s->nmembers; m++)
             if (s->streaming[s->mem_ports[m]] == s->eng_r[m]) stream_result(s, s->mem_ports[m]);
@@ -563,23 +603,23 @@ static void run_engine(SwitchRun *s, i64 t) {
         s->eng_nissues = 1;
         s->eng_last_issue = t;
         for (i64 m = 0; m < s->nmembers; m++) {
-            i64 d = s->mem_ports[m], r = s->r_dst.n, j0 = s->res[d].n * s->P;
-            push(&s->r_dst, d);
-            push(&s->r_seq, seq);
-            push(&s->r_j0, j0);
-            push(&s->r_a0, t + s->result_lag);
-            push(&s->r_visible, NONE);
-            push(&s->r_grant, NONE);
-            push(&s->r_nissues, 1);
-            push(&s->r_nreads, 0);
+            i64 d = s->mem_ports[m];
+            RTab *tab = &s->rtabs[d];
+            rtab_reserve(tab, s->rq_head[d] < s->rh_head[d] ? s->rq_head[d] : s->rh_head[d]);
+            i64 r = tab->n++, j0 = r * s->P;
+            R_(d, seq, r) = seq;
+            R_(d, a0, r) = t + s->result_lag;
+            R_(d, visible, r) = NONE;
+            R_(d, grant, r) = NONE;
+            R_(d, nissues, r) = 1;
+            R_(d, nreads, r) = 0;
             s->eng_r[m] = r;
-            push(&s->res[d], r);
             for (i64 i = 0; i < s->P; i++) {
-                push(&s->res_issue[d], i == 0 ? t : NONE);
-                push(&s->res_read[d], NONE);
+                R_ISSUE(d, j0 + i) = i == 0 ? t : NONE;
+                R_READ(d, j0 + i) = NONE;
             }
-            s->rh_head[d] = max64(s->rh_head[d], s->res[d].n - s->hist_limit);
-            if (s->res[d].n - s->rq_head[d] == 1) expose_result(s, d);
+            s->rh_head[d] = max64(s->rh_head[d], tab->n - s->hist_limit);
+            if (tab->n - s->rq_head[d] == 1) expose_result(s, d);
         }
     }
     continue_engine(s);
@@ -601,7 +641,7 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
     i64 N = s->N, *valid = s->valid, *hm = s->head_mem + d * N, any = 0, nxt = NONE;
     for (i64 k = 0; k < N; k++) {
         i64 vis = k != d ? (hm[k] >= 0 ? s->visible[hm[k]] : NONE)
-                         : (s->head_res[d] >= 0 ? s->r_visible.v[s->head_res[d]] : NONE);
+                         : (s->head_res[d] >= 0 ? R_(d, visible, s->head_res[d]) : NONE);
         valid[k] = vis != NONE && vis <= t;
         any |= valid[k];
         if (vis != NONE && (nxt == NONE || vis < nxt)) nxt = vis;
@@ -617,7 +657,7 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
     if (sel == d) {
         i64 r = s->head_res[d];
         s->head_res[d] = -1;
-        s->r_grant.v[r] = t;
+        R_(d, grant, r) = t;
         /* Held until its last flit is read; the engine may still be issuing it. */
         s->egress_free[d] = (i64)1 << 62;
         s->streaming[d] = r;
@@ -765,9 +805,8 @@ int innet_switch_run(const SwitchArgs *a) {
     ALLOC(s->head_res, N, -1);
     ALLOC(s->streaming, N, -1);
     ALLOC(s->result_last_read, N, -1);
-    ZALLOC(s->res, N);
-    ZALLOC(s->res_issue, N);
-    ZALLOC(s->res_read, N);
+    ZALLOC(s->rtabs, N);
+    for (i64 d = 0; d < N; d++) s->rtabs[d].P = s->P;
     ZALLOC(s->rq_head, N);
     ZALLOC(s->rh_head, N);
     ZALLOC(s->arb_ptr, N);
@@ -812,12 +851,15 @@ fail:
         if (s->active) free(s->active[k].v);
         free(s->ing[k].v);
         if (s->src_tries) free(s->src_tries[k].v);
-        if (s->res) free(s->res[k].v);
-        if (s->res_issue) free(s->res_issue[k].v);
-        if (s->res_read) free(s->res_read[k].v);
+        if (s->rtabs) {
+#define FREE(f) free(s->rtabs[k].f);
+            RT_PACKET_FIELDS(FREE)
+#undef FREE
+            free(s->rtabs[k].issue);
+            free(s->rtabs[k].read);
+        }
     }
-    vec *vs[] = {&s->woken, &s->r_dst, &s->r_seq, &s->r_j0, &s->r_a0, &s->r_visible,
-                 &s->r_grant, &s->r_nissues, &s->r_nreads};
+    vec *vs[] = {&s->woken};
     for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) free(vs[i]->v);
     free(s->engine.v);
     free(s->events.v);
@@ -825,9 +867,8 @@ fail:
                   s->start, s->a0, s->a_last, s->grant, s->visible, s->ing, s->fifo_head,
                   s->hist_head, s->written, s->prev_last_read, s->src_busy, s->src_free,
                   s->pending, s->src_tries, s->egress_free, s->egress_armed, s->head_mem,
-                  s->head_res, s->streaming, s->result_last_read, s->res, s->res_issue,
-                  s->res_read, s->rq_head, s->rh_head, s->arb_ptr, s->arb_count,
-                  s->arb_deficit, s->arrivals, s->arrived_at, s->eng_r, s->mem_ports,
+                  s->head_res, s->streaming, s->result_last_read, s->rtabs, s->rq_head,
+                  s->rh_head, s->arb_ptr, s->arb_count, s->arb_deficit, s->arrivals, s->arrived_at, s->eng_r, s->mem_ports,
                   s->valid, s->scratch};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) free(ps[i]);
     return status;
