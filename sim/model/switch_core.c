@@ -22,6 +22,13 @@
  *     Python has one table heads with the results at heads[d][d];
  *   - the chunk being issued is eng_r (its result packets, one per member) with eng_nissues
  *     and eng_last_issue standing for the length and last entry of Python's issues list;
+ *   - ClosedLoop's active list, scanned in (issue, id) order for the first message whose next
+ *     packet may start, is split: memory messages (always eligible) in active[port], and
+ *     contributions by their next chunk's credit — eligible ones in ready[port], ones whose
+ *     credit returns at a known later cycle in the heap pend[port], ones whose credit is not
+ *     back yet nowhere (loop_result finds them by chunk_msg). The first of active and ready
+ *     is the message the scan would find, without visiting every contribution waiting for a
+ *     credit (thousands of messages per port when a slot pool holds the reduction back);
  *   - "None" is NONE (INT64_MIN).
  *
  * Built by sim/model/switch_core.py with the system C compiler and called through ctypes.
@@ -206,7 +213,9 @@ typedef struct {
     i64 *inject, *deliver, *results, *done_at, *out_flits, *in_flits, *stall;
     i64 started;
     /* closed loop */
-    tvec *future, *active;
+    tvec *future, *active, *ready, *pend;
+    i64 *con_state, *con_at;   /* contributions: CON_* and, while pending, the cycle */
+    i64 *act_key;              /* the issue key a message became active with */
     i64 *next_index, *remaining, *result_at;
     vec woken;
     /* packet state */
@@ -235,29 +244,76 @@ typedef struct {
 /* ------------------------------------------------------------------------------------------ */
 /* The closed loop (sim/replay/loop.py ClosedLoop).                                           */
 
+enum { CON_IDLE, CON_READY, CON_PENDING, CON_BLOCKED };
+
 static void loop_push_future(SwitchRun *s, i64 port, i64 issue, i64 mid) {
     heap_push(&s->future[port], (trip){issue, mid, 0});
 }
 
-static i64 loop_next_packet(SwitchRun *s, i64 port, i64 cycle) {
-    tvec *fut = &s->future[port], *act = &s->active[port];
-    while (fut->n && fut->v[0].a <= cycle) sorted_insert(act, heap_pop(fut));
-    for (i64 i = 0; i < act->n; i++) {
-        i64 mid = act->v[i].b, pos = s->next_index[mid];
-        i64 p = s->m_pk_off[mid] + pos, q = s->pk_seq[p];
-        if (q >= s->S) {
-            i64 got = s->result_at[port * s->chunks + (q - s->S)];
-            if (got == NONE || got + s->rt >= cycle) continue;
-        }
-        s->next_index[mid] = ++pos;
-        if (pos == s->m_pk_len[mid]) {
-            memmove(act->v + i, act->v + i + 1, (size_t)(act->n - i - 1) * sizeof(trip));
-            act->n--;
-        }
-        s->started++;
-        return p;
+static i64 next_seq(SwitchRun *s, i64 mid) {
+    return s->pk_seq[s->m_pk_off[mid] + s->next_index[mid]];
+}
+
+/* An active contribution message, by its next chunk's credit: eligible at `cycle` (ready),
+ * from a known later cycle (pending), or when the credit comes back (blocked). The scan's
+ * test, got + round trip < cycle, is ready-from = got + round trip + 1 <= cycle. */
+static void con_place(SwitchRun *s, i64 port, i64 mid, i64 cycle) {
+    i64 q = next_seq(s, mid), from = NONE;
+    if (q < s->S) {
+        from = cycle;
+    } else {
+        i64 got = s->result_at[port * s->chunks + (q - s->S)];
+        if (got != NONE) from = got + s->rt + 1;
     }
-    return NONE;
+    if (from == NONE) {
+        s->con_state[mid] = CON_BLOCKED;
+    } else if (from <= cycle) {
+        s->con_state[mid] = CON_READY;
+        sorted_insert(&s->ready[port], (trip){s->act_key[mid], mid, 0});
+    } else {
+        s->con_state[mid] = CON_PENDING;
+        s->con_at[mid] = from;
+        heap_push(&s->pend[port], (trip){from, mid, 0});
+    }
+}
+
+static void list_pop_front(tvec *l) {
+    memmove(l->v, l->v + 1, (size_t)(l->n - 1) * sizeof(trip));
+    l->n--;
+}
+
+static i64 loop_next_packet(SwitchRun *s, i64 port, i64 cycle) {
+    tvec *fut = &s->future[port], *act = &s->active[port], *rdy = &s->ready[port];
+    tvec *pend = &s->pend[port];
+    while (fut->n && fut->v[0].a <= cycle) {
+        trip e = heap_pop(fut);
+        s->act_key[e.b] = e.a;
+        if (next_seq(s, e.b) >= 0) con_place(s, port, e.b, cycle);
+        else sorted_insert(act, e);
+    }
+    while (pend->n && pend->v[0].a <= cycle) {
+        trip e = heap_pop(pend);
+        if (s->con_state[e.b] != CON_PENDING || s->con_at[e.b] != e.a) continue;   /* stale */
+        s->con_state[e.b] = CON_READY;
+        sorted_insert(rdy, (trip){s->act_key[e.b], e.b, 0});
+    }
+    /* The scan's first eligible message: the first memory message or the first ready
+     * contribution, whichever comes first in (issue, id) order. */
+    int con;
+    if (act->n && rdy->n) con = trip_less(rdy->v[0], act->v[0]);
+    else if (act->n || rdy->n) con = rdy->n > 0;
+    else return NONE;
+    tvec *list = con ? rdy : act;
+    i64 mid = list->v[0].b, p = s->m_pk_off[mid] + s->next_index[mid];
+    s->next_index[mid]++;
+    int done = s->next_index[mid] == s->m_pk_len[mid];
+    if (con || done) list_pop_front(list);
+    if (con) {
+        if (done) s->con_state[mid] = CON_IDLE;
+        else con_place(s, port, mid, cycle);
+    }
+    s->started++;
+    return p;
 }
 
 static i64 loop_wake_time(SwitchRun *s, i64 port) {
@@ -316,6 +372,15 @@ static void loop_delivered(SwitchRun *s, i64 pid, i64 cycle) {
 static void loop_result(SwitchRun *s, i64 port, i64 seq, i64 cycle) {
     s->woken.n = 0;
     s->result_at[port * s->chunks + seq] = cycle;
+    /* The credit for chunk seq + S: a contribution blocked on it is eligible a round trip on. */
+    if (seq + s->S < s->chunks) {
+        i64 owner = s->chunk_msg[port * s->chunks + seq + s->S];
+        if (owner >= 0 && s->con_state[owner] == CON_BLOCKED && next_seq(s, owner) == seq + s->S) {
+            s->con_state[owner] = CON_PENDING;
+            s->con_at[owner] = cycle + s->rt + 1;
+            heap_push(&s->pend[port], (trip){s->con_at[owner], owner, 0});
+        }
+    }
     i64 mid = s->chunk_msg[port * s->chunks + seq];
     push(&s->woken, port);
     if (--s->remaining[mid] == 0) loop_done(s, mid, cycle);
@@ -781,6 +846,11 @@ int innet_switch_run(const SwitchArgs *a) {
 
     ZALLOC(s->future, N);
     ZALLOC(s->active, N);
+    ZALLOC(s->ready, N);
+    ZALLOC(s->pend, N);
+    ZALLOC(s->con_state, s->msg_cap);
+    ZALLOC(s->con_at, s->msg_cap);
+    ZALLOC(s->act_key, s->msg_cap);
     ZALLOC(s->next_index, s->msg_cap);
     ZALLOC(s->remaining, s->msg_cap);
     ALLOC(s->result_at, N * C, NONE);
@@ -849,6 +919,8 @@ fail:
     for (i64 k = 0; s->ing && k < N; k++) {
         if (s->future) free(s->future[k].v);
         if (s->active) free(s->active[k].v);
+        if (s->ready) free(s->ready[k].v);
+        if (s->pend) free(s->pend[k].v);
         free(s->ing[k].v);
         if (s->src_tries) free(s->src_tries[k].v);
         if (s->rtabs) {
@@ -863,7 +935,8 @@ fail:
     for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) free(vs[i]->v);
     free(s->engine.v);
     free(s->events.v);
-    void *ps[] = {s->future, s->active, s->next_index, s->remaining, s->result_at, s->j0,
+    void *ps[] = {s->future, s->active, s->ready, s->pend, s->con_state, s->con_at, s->act_key,
+                  s->next_index, s->remaining, s->result_at, s->j0,
                   s->start, s->a0, s->a_last, s->grant, s->visible, s->ing, s->fifo_head,
                   s->hist_head, s->written, s->prev_last_read, s->src_busy, s->src_free,
                   s->pending, s->src_tries, s->egress_free, s->egress_armed, s->head_mem,
