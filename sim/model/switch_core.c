@@ -219,7 +219,8 @@ typedef struct {
     i64 *next_index, *remaining, *result_at;
     vec woken;
     /* packet state */
-    i64 *j0, *start, *a0, *a_last, *grant, *visible;
+    i64 *j0, *grant, *visible;   /* a0 is the output inject (-1 while unknown) */
+    i64 *src_start;              /* per ingress: the pending packet's start (Python's pk.start) */
     /* ingress state */
     vec *ing;
     i64 *fifo_head, *hist_head, *written, *prev_last_read, *src_busy, *src_free, *pending;
@@ -511,22 +512,21 @@ static void update_visible(SwitchRun *s, i64 k);
 static void resolve_writes(SwitchRun *s, i64 k) {
     i64 p = s->pending[k];
     if (p < 0) return;
-    if (s->a0[p] == NONE) {
+    if (s->inject[p] < 0) {
         i64 r = read_time(s, k, s->j0[p] - s->D);
         if (r == NONE) return;
-        s->a0[p] = max64(s->start[p], r + 1);
-        s->inject[p] = s->a0[p];
+        s->inject[p] = max64(s->src_start[k], r + 1);
         update_visible(s, k);
         if (s->pending[k] != p) return;
     }
     i64 r = read_time(s, k, s->j0[p] + s->pk_flits[p] - 1 - s->D);
     if (r == NONE) return;
-    s->a_last[p] = max64(s->a0[p] + s->pk_flits[p] - 1, r + 1);
-    s->stall[k] += s->a_last[p] - (s->start[p] + s->pk_flits[p] - 1);
+    i64 a_last = max64(s->inject[p] + s->pk_flits[p] - 1, r + 1);
+    s->stall[k] += a_last - (s->src_start[k] + s->pk_flits[p] - 1);
     s->pending[k] = -1;
-    s->src_free[k] = s->a_last[p] + 1;
+    s->src_free[k] = a_last + 1;
     s->src_busy[k] = 0;
-    try_source(s, k, s->a_last[p] + 1);
+    try_source(s, k, a_last + 1);
 }
 
 static void leave_fifo(SwitchRun *s, i64 k, i64 p) {
@@ -553,8 +553,8 @@ static void grant_contribution(SwitchRun *s, i64 k, i64 p) {
 static void update_visible(SwitchRun *s, i64 k) {
     if (s->fifo_head[k] == s->ing[k].n) return;
     i64 p = s->ing[k].v[s->fifo_head[k]];
-    if (s->visible[p] != NONE || s->a0[p] == NONE) return;
-    s->visible[p] = max64(s->a0[p] + s->ingress_latency, s->prev_last_read[k] + 1);
+    if (s->visible[p] != NONE || s->inject[p] < 0) return;
+    s->visible[p] = max64(s->inject[p] + s->ingress_latency, s->prev_last_read[k] + 1);
     if (s->pk_dst[p] < 0) {
         grant_contribution(s, k, p);
     } else {
@@ -758,7 +758,7 @@ static void source(SwitchRun *s, i64 k, i64 t) {
         return;
     }
     s->j0[p] = s->written[k];
-    s->start[p] = t;
+    s->src_start[k] = t;
     vec *ing = &s->ing[k];
     while (s->hist_head[k] < s->fifo_head[k]) {
         i64 h = ing->v[s->hist_head[k]];
@@ -855,9 +855,7 @@ int innet_switch_run(const SwitchArgs *a) {
     ZALLOC(s->remaining, s->msg_cap);
     ALLOC(s->result_at, N * C, NONE);
     ALLOC(s->j0, s->pk_cap, NONE);
-    ALLOC(s->start, s->pk_cap, NONE);
-    ALLOC(s->a0, s->pk_cap, NONE);
-    ALLOC(s->a_last, s->pk_cap, NONE);
+    ZALLOC(s->src_start, N);
     ALLOC(s->grant, s->pk_cap, NONE);
     ALLOC(s->visible, s->pk_cap, NONE);
     ZALLOC(s->ing, N);
@@ -937,7 +935,7 @@ fail:
     free(s->events.v);
     void *ps[] = {s->future, s->active, s->ready, s->pend, s->con_state, s->con_at, s->act_key,
                   s->next_index, s->remaining, s->result_at, s->j0,
-                  s->start, s->a0, s->a_last, s->grant, s->visible, s->ing, s->fifo_head,
+                  s->src_start, s->grant, s->visible, s->ing, s->fifo_head,
                   s->hist_head, s->written, s->prev_last_read, s->src_busy, s->src_free,
                   s->pending, s->src_tries, s->egress_free, s->egress_armed, s->head_mem,
                   s->head_res, s->streaming, s->result_last_read, s->rtabs, s->rq_head,

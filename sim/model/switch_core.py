@@ -166,9 +166,14 @@ def check_args(lib, args=SwitchArgs):
 
 
 def _padded(a, cap, fill=0):
-    """``a`` as int64, padded with ``fill`` to ``cap`` entries (room for read responses)."""
-    out = np.full(cap, fill, dtype=np.int64)
+    """``a`` as int64, padded with ``fill`` to ``cap`` entries (room for read responses); ``a``
+    itself when it needs no room and is already a contiguous int64 array (the core writes
+    only the entries past ``len(a)``)."""
+    if cap == len(a):
+        return np.ascontiguousarray(a, dtype=np.int64)
+    out = np.empty(cap, dtype=np.int64)
     out[:len(a)] = a
+    out[len(a):] = fill
     return out
 
 
