@@ -184,29 +184,43 @@ def build_plan(meta, records, config, path="trace"):
     m_dst = np.fromiter((m.dst for m in messages), i64, n_msg)
     m_kind = np.fromiter((m.kind.value for m in messages), i64, n_msg)
     m_flits = np.asarray(m_flits, dtype=i64)
-    # Packets per message: memory messages cut at the MTU; contributions set below.
-    count = -(-m_flits // mtu)
-    base = np.full(n_msg, -1, dtype=i64)
     c_mids = np.asarray(c_mids, dtype=i64)
-    count[c_mids] = 0
-    mem_mids = np.nonzero(count)[0]
+    c_count = np.asarray(c_count, dtype=i64)
+    # Memory messages (cut at the MTU) take the first packet ids, in message order; then the
+    # contributions, chunk by chunk. Every array is written by repeating per-message values
+    # (a whole iteration at flit scale 1 is tens of millions of packets).
+    mem_mids = np.nonzero(m_flits)[0]
+    mem_count = -(-m_flits[mem_mids] // mtu)
+    count = np.zeros(n_msg, dtype=i64)
+    count[mem_mids] = mem_count
     count[c_mids] = c_count
-    base[c_mids] = c_base
-    order = np.concatenate([mem_mids, c_mids])   # messages in packet-id order
-    per = count[order]
     first = np.zeros(n_msg, dtype=i64)
-    first[order] = np.cumsum(per) - per
-    msg = np.repeat(order, per)
-    index = np.arange(len(msg), dtype=i64) - first[msg]   # position within the message
-    kind = m_kind[msg]
-    is_contrib = kind == Kind.REDUCE_CONTRIB.value
-    flits = np.where(is_contrib, config.chunk_flits,
-                     np.minimum(mtu, m_flits[msg] - index * mtu))
-    seq = np.where(is_contrib, base[msg] + index, -1)
+    ends = np.cumsum(np.concatenate([mem_count, c_count]))
+    first[mem_mids] = ends[:len(mem_mids)] - mem_count
+    first[c_mids] = ends[len(mem_mids):] - c_count
+    n_mem = int(mem_count.sum())
+    n_con = int(c_count.sum())
+    # memory packets: every one a full MTU but the last of its message
+    msg_m = np.repeat(mem_mids, mem_count)
+    flits_m = np.full(n_mem, mtu, dtype=i64)
+    last = first[mem_mids] + mem_count - 1
+    flits_m[last] = m_flits[mem_mids] - (mem_count - 1) * mtu
+    # contributions: chunk seq c_base + k is packet k of its message
+    msg_c = np.repeat(c_mids, c_count)
+    seq_c = np.arange(n_con, dtype=i64)
+    seq_c -= np.repeat(first[c_mids] - n_mem - np.asarray(c_base, dtype=i64), c_count)
+    cat = np.concatenate
+    src = cat([np.repeat(m_src[mem_mids], mem_count), np.repeat(m_src[c_mids], c_count)])
+    dst = cat([np.repeat(m_dst[mem_mids], mem_count), np.full(n_con, -1, dtype=i64)])
+    kind = cat([np.repeat(m_kind[mem_mids], mem_count),
+                np.full(n_con, Kind.REDUCE_CONTRIB.value, dtype=i64)])
+    flits = cat([flits_m, np.full(n_con, config.chunk_flits, dtype=i64)])
+    seq = cat([np.full(n_mem, -1, dtype=i64), seq_c])
+    msg = cat([msg_m, msg_c])
     for m, f, n in zip(messages, first.tolist(), count.tolist()):
         m.packets = range(f, f + n)
-    return Plan(config, gpus, messages, m_src[msg], m_dst[msg], kind, flits, msg, seq,
-                members, chunks, dict(meta))
+    return Plan(config, gpus, messages, src, dst, kind, flits, msg, seq, members, chunks,
+                dict(meta))
 
 
 def scale_for(total_bytes, lanes, target_flits):

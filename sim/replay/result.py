@@ -101,7 +101,9 @@ class ReplayResult:
         by pid), ``results`` ((port, seq) → cycle) and ``message_done`` (mid → cycle)."""
         if not isinstance(results, ResultCycles):
             results = dict(results)
-        last = max(int(deliver.max(initial=-1)), int(_result_arrays(results)[2].max(initial=-1)))
+        last_result = results.last() if isinstance(results, ResultCycles) else \
+            max(results.values(), default=-1)
+        last = max(int(deliver.max(initial=-1)), int(last_result))
         peak, mean = slot_occupancy(plan, inject, results)
         return cls(backend=backend, plan=plan, cycles=last + 1, inject=inject, deliver=deliver,
                    results=results, slot_peak=peak, slot_mean=mean,
@@ -189,17 +191,23 @@ def slot_occupancy(plan, inject, results):
     end = np.full(plan.chunks, -1, dtype=np.int64)
     contrib = np.nonzero(plan.seq >= 0)[0]
     np.minimum.at(start, plan.seq[contrib], inject[contrib])
-    if len(results):
+    if isinstance(results, ResultCycles):
+        if results.cycles.size:
+            end = results.cycles.max(axis=0)   # the last port's result, per chunk
+    elif len(results):
         _, seqs, cycles = _result_arrays(results)
         np.maximum.at(end, seqs, cycles)
     done = end >= 0
     if not done.any():
         return 0, 0.0
-    events = np.concatenate([np.stack([start[done], np.ones(done.sum(), np.int64)], 1),
-                             np.stack([end[done] + 1, -np.ones(done.sum(), np.int64)], 1)])
-    events = events[np.lexsort((events[:, 1], events[:, 0]))]
-    level = np.cumsum(events[:, 1])
-    times = events[:, 0]
-    span = times[-1] - times[0]
-    mean = float((level[:-1] * np.diff(times)).sum() / span) if span else float(level.max())
-    return int(level.max()), mean
+    # Occupancy rises at each start and falls the cycle after each end (a chunk ending at t
+    # and one starting at t + 1 do not overlap). Its peak is reached at a start: the starts so
+    # far less the ends so far. Its time-average is the total of the chunks' lifetimes over
+    # the span.
+    starts = np.sort(start[done])
+    ends = np.sort(end[done] + 1)
+    level = np.arange(1, len(starts) + 1) - np.searchsorted(ends, starts, side="right")
+    peak = int(level.max())
+    span = int(ends[-1] - starts[0])
+    mean = float((ends.sum() - starts.sum()) / span) if span else float(peak)
+    return peak, mean
