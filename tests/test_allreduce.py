@@ -97,8 +97,8 @@ def test_allreduce_model_matches_rtl(sim, build_dir):
     """The curve's small points on the RTL: ring and in-switch with a 40-cycle hop, every
     delivery cycle equal to the model's (credits gated by the round trip in both)."""
     require_simulator(sim)
-    from sim.cosim.replay import RtlPlayer
     from sim.cli.allreduce import rtl_config
+    from sim.cosim.replay import RtlPlayer
     from sim.replay.result import compare
 
     cfg = rtl_config()

@@ -46,7 +46,7 @@ def _say(args):
 
 def _cmd_allreduce(args):
     from sim.gpu.presets import gpu_preset
-    from sim.replay.allreduce import slot_bound, sweep
+    from sim.replay.allreduce import sentence, sweep
     from sim.replay.config import ReplayConfig
 
     gpu = gpu_preset(args.gpu)
@@ -65,7 +65,6 @@ def _cmd_allreduce(args):
         raise UsageError(f"-o {out}: the plot is a .png")
     result = sweep(cfg, slots=args.slots, chunk_flits=args.chunk_flits, sizes=args.sizes,
                    progress=_say(args))
-    from sim.replay.allreduce import sentence
     result["switch"] = {k: v for k, v in cfg.as_dict().items() if k not in ("slots",
                                                                            "chunk_flits")}
     result["flit_scale"] = cfg.flit_scale

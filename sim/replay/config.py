@@ -111,7 +111,7 @@ class ReplayConfig:
     @property
     def link_cycles(self):
         """One link hop, cycles: :attr:`link_latency_ns` / :attr:`cycle_ns`, rounded."""
-        return int(round(self.link_latency_ns / self.cycle_ns))
+        return round(self.link_latency_ns / self.cycle_ns)
 
     def as_dict(self):
         return {f.name: getattr(self, f.name) for f in fields(self)}
