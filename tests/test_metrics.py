@@ -40,7 +40,7 @@ def hand_replay(messages, packets, message_done, egress_flits=(0,), stall_cycles
     msgs = [Message(mid, src, kind, 1, issue[0] if issue else first_in.get(mid, 0), -1, record)
             for mid, (src, kind, record, *issue) in enumerate(messages)]
     for pid, (mid, _, _) in enumerate(packets):
-        msgs[mid].packets.append(pid)
+        msgs[mid].packets = [*msgs[mid].packets, pid]   # any sequence of packet ids
     def column(i):
         return np.array([p[i] for p in packets], dtype=np.int64)
 

@@ -426,7 +426,9 @@ def build_parser():
     bmod.set_defaults(func=_cmd_bench_model)
 
     from sim.cli import run as cli_run
+    from sim.cli import allreduce as cli_allreduce
     cli_run.register_bench(bench_sub, _Parser)
+    cli_allreduce.register_bench(bench_sub, _Parser, _positive)
     from sim.cli import bench as cli_reliability
     cli_reliability.register_bench(bench_sub, _Parser, _positive, entry=main)
 
@@ -470,6 +472,7 @@ def build_parser():
     from sim.cli import model as cli_model
     cli_model.register(sub, _Parser, _positive)
     cli_run.register(sub, _Parser, _positive)
+    cli_allreduce.register(sub, _Parser, _positive)
     from sim.cli import cache as cli_cache
     cli_cache.register(sub, _Parser)
     return parser

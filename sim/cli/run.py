@@ -51,16 +51,23 @@ def _cmd_replay(args):
         raise UsageError(f"{path}: no such trace file")
     meta, records = read_trace(path)
     records = list(records)
+    from sim.gpu.presets import PRESETS
+    # The trace names its GPU by preset key or by the preset's full name (innet trace gen).
+    gpu_name = str(meta.get("gpu", ""))
+    preset = PRESETS.get(gpu_name.lower()) or next(
+        (p for p in PRESETS.values() if p.name == gpu_name), None)
     link = args.link_gbps
     if link is None:
-        from sim.gpu.presets import PRESETS
-        preset = PRESETS.get(str(meta.get("gpu", "")).lower())
         link = preset.link_gbps if preset else 300.0
+    hop_ns = args.link_latency_ns
+    if hop_ns is None:
+        hop_ns = preset.link_latency_s * 1e9 if preset else 0.0
     try:
         cfg = ReplayConfig(ports=args.ports or max(2, int(meta["gpus"])), lanes=args.lanes,
                            slots=args.slots, chunk_flits=args.chunk_flits, policy=args.policy,
                            mtu_flits=args.mtu_flits, link_gbps=link,
-                           flit_scale=args.flit_scale, dtype=args.dtype)
+                           flit_scale=args.flit_scale, dtype=args.dtype,
+                           link_latency_ns=hop_ns)
         plan = build_plan(meta, records, cfg, path=str(path))
     except PlanError as exc:
         raise UsageError(str(exc)) from None
@@ -101,7 +108,8 @@ def _cmd_replay(args):
              else f"{result.backend} switch")
     lines = [f"replay of {path} on the {where} ({cfg.ports} ports, "
              f"{cfg.lanes} lanes, {cfg.slots} slots, {cfg.policy}; 1 cycle = "
-             f"{cfg.cycle_ns:.3f} ns real, flit scale {cfg.flit_scale}):",
+             f"{cfg.cycle_ns:.3f} ns real, flit scale {cfg.flit_scale}, link hop "
+             f"{cfg.link_latency_ns:g} ns = {cfg.link_cycles} cycles):",
              f"  {summary['cycles']} cycles ({summary['real_time_us']:.1f} us), "
              f"{summary['packets']} packets, {summary['results_delivered']} results, "
              f"wall {summary['wall_s']:.2f} s",
@@ -389,6 +397,9 @@ def register(sub, parser_class, positive):
     rep.add_argument("--timeline", metavar="FILE",
                      help="Chrome trace-event timeline to write (default: "
                           "<trace>.timeline.json beside the trace)")
+    rep.add_argument("--link-latency-ns", type=real_number("--link-latency-ns", 0),
+                     default=None, help="one-way GPU<->switch hop, ns (default: the trace "
+                                        "GPU's, 350 ns for an A100; 0 if the GPU is unknown)")
     rep.add_argument("--verbose", action="store_true", help="show the simulator's output")
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(func=_cmd_replay)

@@ -81,6 +81,7 @@ class Player:
         self.outstanding = [{} for _ in range(self.N)]   # wrap_seq(seq) -> seq, per member
         self.deliver, self.results = {}, {}
         self.inflight = 0
+        self.credits = []    # cycles a returned slot credit becomes usable (link round trip)
         self.mismatches = []
         self.cycle = 0
         self.wall_s = 0.0
@@ -124,6 +125,10 @@ class Player:
                 return
             self.results[(d, seq)] = cycle
             self.loop.result(d, seq, cycle)
+            # The credit reaches the GPU and its next contribution the switch a link round
+            # trip later: a cycle Python must wake at even if no packet ends then.
+            if self.loop.round_trip:
+                self.credits.append(self.loop.credit_cycle(cycle))
             return
         pid = user_pid(user)
         plan = self.plan
@@ -178,7 +183,8 @@ class Player:
         while not self.done():
             # The next cycle anything can change for an idle port by time alone.
             wakes = [self.loop.wake_time(k) for k in range(N) if not self.busy[k]]
-            wakes = [w for w in wakes if w is not None and w > cycle]
+            self.credits = [c for c in self.credits if c > cycle]
+            wakes = [w for w in wakes if w is not None and w > cycle] + self.credits
             limits = [max_cycles + 1]
             if any(self.busy) or self.inflight:   # the watchdog counts only with work out
                 limits.append(last_event + watchdog + 1)

@@ -397,7 +397,7 @@ class _SwitchRun:
         self.result_last_read[d] = last
         self.results[(d, rp.seq)] = last
         for k in self.loop.result(d, rp.seq, last):
-            self.try_source(k, last + 1)
+            self.try_source(k, self.loop.credit_cycle(last))
         if self.result_q[d]:
             self.expose_result(d)
         self.arm_egress(d, last + 1)

@@ -12,15 +12,23 @@
  *   - a packet is an index (pid) into flat arrays; an ingress's packets are one growing list of
  *     pids, its FIFO (Python's fifo[k]) the tail [fifo_head, n) and its history (hist[k])
  *     [hist_head, fifo_head);
- *   - a result packet is an index into per-result arrays (r_*); an egress's result packets are
- *     one list res[d] whose packet i holds result flits [i*P, (i+1)*P), so a flit's packet is
- *     found by division and the per-flit issue and read cycles live in per-egress arrays;
- *     Python's result_q[d] is res[d] from rq_head, result_hist[d] from rh_head, and
- *     result_count[d] is res[d].n * P;
+ *   - a result packet is its number r at its egress: egress d's table rtabs[d] (an RTab) holds
+ *     its fields and, packet r owning result flits [r*P, (r+1)*P), each flit's issue and read
+ *     cycles; Python's result_q[d] is rtabs[d] from rq_head, result_hist[d] from rh_head, and
+ *     result_count[d] is rtabs[d].n * P. The table keeps only packets from
+ *     min(rq_head, rh_head) on (nothing older is read again): a whole iteration makes tens
+ *     of millions of result packets, a few dozen of which are live;
  *   - the visible heads are head_mem (per egress, per ingress) and head_res (per egress), where
  *     Python has one table heads with the results at heads[d][d];
  *   - the chunk being issued is eng_r (its result packets, one per member) with eng_nissues
  *     and eng_last_issue standing for the length and last entry of Python's issues list;
+ *   - ClosedLoop's active list, scanned in (issue, id) order for the first message whose next
+ *     packet may start, is split: memory messages (always eligible) in active[port], and
+ *     contributions by their next chunk's credit — eligible ones in ready[port], ones whose
+ *     credit returns at a known later cycle in the heap pend[port], ones whose credit is not
+ *     back yet nowhere (loop_result finds them by chunk_msg). The first of active and ready
+ *     is the message the scan would find, without visiting every contribution waiting for a
+ *     credit (thousands of messages per port when a slot pool holds the reduction back);
  *   - "None" is NONE (INT64_MIN).
  *
  * Built by sim/model/switch_core.py with the system C compiler and called through ctypes.
@@ -107,6 +115,48 @@ static void sorted_insert(tvec *s, trip x) {
 static i64 max64(i64 a, i64 b) { return a > b ? a : b; }
 
 /* ------------------------------------------------------------------------------------------ */
+/* An egress's result packets: packet r (absolute, counted from 0) is at r - base; its flit n  */
+/* (absolute) at n - base * P. Packets below base are forgotten.                              */
+
+typedef struct {
+    i64 base, n, cap, P;
+    i64 *seq, *a0, *visible, *grant, *nissues, *nreads;   /* per packet */
+    i64 *issue, *read;                                     /* per flit */
+} RTab;
+
+#define RT_PACKET_FIELDS(X) X(seq) X(a0) X(visible) X(grant) X(nissues) X(nreads)
+
+/* Room for packet t->n: forget the packets below `keep` if that frees half the table, else
+ * double it. */
+static void rtab_reserve(RTab *t, i64 keep) {
+    if (t->n - t->base < t->cap) return;
+    i64 drop = keep - t->base, live = t->n - keep;
+    if (drop > 0 && drop >= t->cap / 2) {
+#define SHIFT(f) memmove(t->f, t->f + drop, (size_t)live * sizeof(i64));
+        RT_PACKET_FIELDS(SHIFT)
+#undef SHIFT
+        memmove(t->issue, t->issue + drop * t->P, (size_t)(live * t->P) * sizeof(i64));
+        memmove(t->read, t->read + drop * t->P, (size_t)(live * t->P) * sizeof(i64));
+        t->base = keep;
+        return;
+    }
+    i64 cap = t->cap, pcap;
+#define GROW(f) cap = t->cap; t->f = grow(t->f, &cap, t->cap ? t->cap * 2 : 16, sizeof(i64));
+    RT_PACKET_FIELDS(GROW)
+#undef GROW
+    i64 flits = t->cap * t->P;
+    pcap = flits;
+    t->issue = grow(t->issue, &pcap, cap * t->P, sizeof(i64));
+    pcap = flits;
+    t->read = grow(t->read, &pcap, cap * t->P, sizeof(i64));
+    t->cap = cap;
+}
+
+#define R_(d, f, r) (s->rtabs[d].f[(r) - s->rtabs[d].base])
+#define R_ISSUE(d, n) (s->rtabs[d].issue[(n) - s->rtabs[d].base * s->P])
+#define R_READ(d, n) (s->rtabs[d].read[(n) - s->rtabs[d].base * s->P])
+
+/* ------------------------------------------------------------------------------------------ */
 /* The entry point's argument: one struct, SwitchArgs, whose fields are listed once, here.    */
 /* innet_switch_args() names them in order with their types, and innet_switch_args_size()     */
 /* gives the struct's size, so that sim/model/switch_core.py checks its ctypes mirror against */
@@ -117,14 +167,14 @@ static i64 max64(i64 a, i64 b) { return a > b ? a : b; }
     X(i64, ports) X(i64, depth) X(i64, result_lag) X(i64, result_depth) X(i64, chunk_flits)    \
     X(i64, slots) X(i64, policy) X(i64, quantum) X(i64, deficit_bits) X(i64, members)          \
     X(i64, chunks) X(i64, mtu) X(i64, packets) X(i64, packet_cap) X(i64, messages)             \
-    X(i64, message_cap) X(i64, ingress_latency) X(i64, pick_latency)                           \
+    X(i64, message_cap) X(i64, ingress_latency) X(i64, pick_latency) X(i64, round_trip)        \
     /* arbiter inputs, per egress, per requester: ports x ports */                             \
     X(const i64 *, priority) X(const i64 *, weight)                                            \
     /* the plan's packets (packet_cap) and messages (message_cap), grown by read responses */  \
     X(i64 *, pk_flits) X(i64 *, pk_dst) X(i64 *, pk_seq) X(i64 *, pk_msg)                      \
     X(i64 *, m_src) X(i64 *, m_dst) X(i64 *, m_issue) X(i64 *, m_kind)                         \
     X(i64 *, m_resp_flits) X(i64 *, m_resp_to) X(const i64 *, m_dep)                           \
-    X(i64 *, m_pk_off) X(i64 *, m_pk_len) X(i64 *, pk_list)                                    \
+    X(i64 *, m_pk_off) X(i64 *, m_pk_len)                                                      \
     /* dependants of each message (offsets: messages + 1); contribution per (port, chunk) */   \
     X(const i64 *, wait_off) X(const i64 *, wait_list) X(const i64 *, chunk_msg)               \
     /* outputs: per packet, per (port, chunk), per message, per port; counters[4] */           \
@@ -151,32 +201,34 @@ typedef struct {
     /* configuration */
     i64 N, D, result_lag, result_depth, P, S, policy, quantum, dbits, members, nmembers;
     i64 chunks, mtu;
-    i64 ingress_latency, pick_latency, hist_limit;
+    i64 ingress_latency, pick_latency, hist_limit, rt;
     const i64 *priority, *weight;
     /* plan: packets (growing with read responses) */
     i64 npk, pk_cap, *pk_flits, *pk_dst, *pk_seq, *pk_msg;
     /* plan: messages */
     i64 nmsg, nmsg0, msg_cap, *m_src, *m_dst, *m_issue, *m_kind, *m_resp_flits, *m_resp_to;
-    i64 *m_pk_off, *m_pk_len, *pk_list, npk_list;
+    i64 *m_pk_off, *m_pk_len;
     const i64 *wait_off, *wait_list, *chunk_msg;
     /* outputs */
     i64 *inject, *deliver, *results, *done_at, *out_flits, *in_flits, *stall;
     i64 started;
     /* closed loop */
-    tvec *future, *active;
+    tvec *future, *active, *ready, *pend;
+    i64 *con_state, *con_at;   /* contributions: CON_* and, while pending, the cycle */
+    i64 *act_key;              /* the issue key a message became active with */
     i64 *next_index, *remaining, *result_at;
     vec woken;
     /* packet state */
-    i64 *j0, *start, *a0, *a_last, *grant, *visible;
+    i64 *j0, *grant, *visible;   /* a0 is the output inject (-1 while unknown) */
+    i64 *src_start;              /* per ingress: the pending packet's start (Python's pk.start) */
     /* ingress state */
     vec *ing;
     i64 *fifo_head, *hist_head, *written, *prev_last_read, *src_busy, *src_free, *pending;
     vec *src_tries;
     /* egress state */
     i64 *egress_free, *egress_armed, *head_mem, *head_res, *streaming, *result_last_read;
-    vec *res, *res_issue, *res_read;
+    RTab *rtabs;
     i64 *rq_head, *rh_head;
-    vec r_dst, r_seq, r_j0, r_a0, r_visible, r_grant, r_nissues, r_nreads;
     /* arbiters */
     i64 *arb_ptr, *arb_count, *arb_deficit;
     /* reduction unit */
@@ -193,29 +245,76 @@ typedef struct {
 /* ------------------------------------------------------------------------------------------ */
 /* The closed loop (sim/replay/loop.py ClosedLoop).                                           */
 
+enum { CON_IDLE, CON_READY, CON_PENDING, CON_BLOCKED };
+
 static void loop_push_future(SwitchRun *s, i64 port, i64 issue, i64 mid) {
     heap_push(&s->future[port], (trip){issue, mid, 0});
 }
 
-static i64 loop_next_packet(SwitchRun *s, i64 port, i64 cycle) {
-    tvec *fut = &s->future[port], *act = &s->active[port];
-    while (fut->n && fut->v[0].a <= cycle) sorted_insert(act, heap_pop(fut));
-    for (i64 i = 0; i < act->n; i++) {
-        i64 mid = act->v[i].b, pos = s->next_index[mid];
-        i64 p = s->pk_list[s->m_pk_off[mid] + pos], q = s->pk_seq[p];
-        if (q >= s->S) {
-            i64 got = s->result_at[port * s->chunks + (q - s->S)];
-            if (got == NONE || got >= cycle) continue;
-        }
-        s->next_index[mid] = ++pos;
-        if (pos == s->m_pk_len[mid]) {
-            memmove(act->v + i, act->v + i + 1, (size_t)(act->n - i - 1) * sizeof(trip));
-            act->n--;
-        }
-        s->started++;
-        return p;
+static i64 next_seq(SwitchRun *s, i64 mid) {
+    return s->pk_seq[s->m_pk_off[mid] + s->next_index[mid]];
+}
+
+/* An active contribution message, by its next chunk's credit: eligible at `cycle` (ready),
+ * from a known later cycle (pending), or when the credit comes back (blocked). The scan's
+ * test, got + round trip < cycle, is ready-from = got + round trip + 1 <= cycle. */
+static void con_place(SwitchRun *s, i64 port, i64 mid, i64 cycle) {
+    i64 q = next_seq(s, mid), from = NONE;
+    if (q < s->S) {
+        from = cycle;
+    } else {
+        i64 got = s->result_at[port * s->chunks + (q - s->S)];
+        if (got != NONE) from = got + s->rt + 1;
     }
-    return NONE;
+    if (from == NONE) {
+        s->con_state[mid] = CON_BLOCKED;
+    } else if (from <= cycle) {
+        s->con_state[mid] = CON_READY;
+        sorted_insert(&s->ready[port], (trip){s->act_key[mid], mid, 0});
+    } else {
+        s->con_state[mid] = CON_PENDING;
+        s->con_at[mid] = from;
+        heap_push(&s->pend[port], (trip){from, mid, 0});
+    }
+}
+
+static void list_pop_front(tvec *l) {
+    memmove(l->v, l->v + 1, (size_t)(l->n - 1) * sizeof(trip));
+    l->n--;
+}
+
+static i64 loop_next_packet(SwitchRun *s, i64 port, i64 cycle) {
+    tvec *fut = &s->future[port], *act = &s->active[port], *rdy = &s->ready[port];
+    tvec *pend = &s->pend[port];
+    while (fut->n && fut->v[0].a <= cycle) {
+        trip e = heap_pop(fut);
+        s->act_key[e.b] = e.a;
+        if (next_seq(s, e.b) >= 0) con_place(s, port, e.b, cycle);
+        else sorted_insert(act, e);
+    }
+    while (pend->n && pend->v[0].a <= cycle) {
+        trip e = heap_pop(pend);
+        if (s->con_state[e.b] != CON_PENDING || s->con_at[e.b] != e.a) continue;   /* stale */
+        s->con_state[e.b] = CON_READY;
+        sorted_insert(rdy, (trip){s->act_key[e.b], e.b, 0});
+    }
+    /* The scan's first eligible message: the first memory message or the first ready
+     * contribution, whichever comes first in (issue, id) order. */
+    int con;
+    if (act->n && rdy->n) con = trip_less(rdy->v[0], act->v[0]);
+    else if (act->n || rdy->n) con = rdy->n > 0;
+    else return NONE;
+    tvec *list = con ? rdy : act;
+    i64 mid = list->v[0].b, p = s->m_pk_off[mid] + s->next_index[mid];
+    s->next_index[mid]++;
+    int done = s->next_index[mid] == s->m_pk_len[mid];
+    if (con || done) list_pop_front(list);
+    if (con) {
+        if (done) s->con_state[mid] = CON_IDLE;
+        else con_place(s, port, mid, cycle);
+    }
+    s->started++;
+    return p;
 }
 
 static i64 loop_wake_time(SwitchRun *s, i64 port) {
@@ -228,7 +327,7 @@ static void loop_done(SwitchRun *s, i64 mid, i64 cycle) {
     if (mid >= s->nmsg0) return;
     for (i64 i = s->wait_off[mid]; i < s->wait_off[mid + 1]; i++) {
         i64 w = s->wait_list[i];
-        loop_push_future(s, s->m_src[w], max64(s->m_issue[w], cycle + 1), w);
+        loop_push_future(s, s->m_src[w], max64(s->m_issue[w], cycle + 1 + s->rt), w);
         push(&s->woken, s->m_src[w]);
     }
 }
@@ -238,10 +337,10 @@ static void loop_respond(SwitchRun *s, i64 req, i64 cycle) {
     s->m_src[mid] = s->m_dst[req];
     s->m_dst[mid] = s->m_src[req];
     s->m_kind[mid] = K_READ_RESP;
-    s->m_issue[mid] = cycle + 1;
+    s->m_issue[mid] = cycle + 1 + s->rt;
     s->m_resp_flits[mid] = 0;
     s->m_resp_to[mid] = req;
-    s->m_pk_off[mid] = s->npk_list;
+    s->m_pk_off[mid] = s->npk;   /* a message's packets are consecutive */
     s->m_pk_len[mid] = 0;
     for (i64 off = 0; off < s->m_resp_flits[req]; off += s->mtu) {
         i64 p = s->npk++;
@@ -250,7 +349,6 @@ static void loop_respond(SwitchRun *s, i64 req, i64 cycle) {
         s->pk_dst[p] = s->m_src[req];
         s->pk_seq[p] = -1;
         s->pk_msg[p] = mid;
-        s->pk_list[s->npk_list++] = p;
         s->m_pk_len[mid]++;
     }
     s->remaining[mid] = s->m_pk_len[mid];
@@ -275,6 +373,15 @@ static void loop_delivered(SwitchRun *s, i64 pid, i64 cycle) {
 static void loop_result(SwitchRun *s, i64 port, i64 seq, i64 cycle) {
     s->woken.n = 0;
     s->result_at[port * s->chunks + seq] = cycle;
+    /* The credit for chunk seq + S: a contribution blocked on it is eligible a round trip on. */
+    if (seq + s->S < s->chunks) {
+        i64 owner = s->chunk_msg[port * s->chunks + seq + s->S];
+        if (owner >= 0 && s->con_state[owner] == CON_BLOCKED && next_seq(s, owner) == seq + s->S) {
+            s->con_state[owner] = CON_PENDING;
+            s->con_at[owner] = cycle + s->rt + 1;
+            heap_push(&s->pend[port], (trip){s->con_at[owner], owner, 0});
+        }
+    }
     i64 mid = s->chunk_msg[port * s->chunks + seq];
     push(&s->woken, port);
     if (--s->remaining[mid] == 0) loop_done(s, mid, cycle);
@@ -405,22 +512,21 @@ static void update_visible(SwitchRun *s, i64 k);
 static void resolve_writes(SwitchRun *s, i64 k) {
     i64 p = s->pending[k];
     if (p < 0) return;
-    if (s->a0[p] == NONE) {
+    if (s->inject[p] < 0) {
         i64 r = read_time(s, k, s->j0[p] - s->D);
         if (r == NONE) return;
-        s->a0[p] = max64(s->start[p], r + 1);
-        s->inject[p] = s->a0[p];
+        s->inject[p] = max64(s->src_start[k], r + 1);
         update_visible(s, k);
         if (s->pending[k] != p) return;
     }
     i64 r = read_time(s, k, s->j0[p] + s->pk_flits[p] - 1 - s->D);
     if (r == NONE) return;
-    s->a_last[p] = max64(s->a0[p] + s->pk_flits[p] - 1, r + 1);
-    s->stall[k] += s->a_last[p] - (s->start[p] + s->pk_flits[p] - 1);
+    i64 a_last = max64(s->inject[p] + s->pk_flits[p] - 1, r + 1);
+    s->stall[k] += a_last - (s->src_start[k] + s->pk_flits[p] - 1);
     s->pending[k] = -1;
-    s->src_free[k] = s->a_last[p] + 1;
+    s->src_free[k] = a_last + 1;
     s->src_busy[k] = 0;
-    try_source(s, k, s->a_last[p] + 1);
+    try_source(s, k, a_last + 1);
 }
 
 static void leave_fifo(SwitchRun *s, i64 k, i64 p) {
@@ -447,8 +553,8 @@ static void grant_contribution(SwitchRun *s, i64 k, i64 p) {
 static void update_visible(SwitchRun *s, i64 k) {
     if (s->fifo_head[k] == s->ing[k].n) return;
     i64 p = s->ing[k].v[s->fifo_head[k]];
-    if (s->visible[p] != NONE || s->a0[p] == NONE) return;
-    s->visible[p] = max64(s->a0[p] + s->ingress_latency, s->prev_last_read[k] + 1);
+    if (s->visible[p] != NONE || s->inject[p] < 0) return;
+    s->visible[p] = max64(s->inject[p] + s->ingress_latency, s->prev_last_read[k] + 1);
     if (s->pk_dst[p] < 0) {
         grant_contribution(s, k, p);
     } else {
@@ -460,9 +566,8 @@ static void update_visible(SwitchRun *s, i64 k) {
 static i64 result_read(SwitchRun *s, i64 d, i64 n) {
     if (n < 0) return -1;
     i64 idx = n / s->P;
-    if (idx < s->rh_head[d] || idx >= s->res[d].n) return -1;
-    i64 r = s->res[d].v[idx];
-    return n - idx * s->P < s->r_nreads.v[r] ? s->res_read[d].v[n] : NONE;
+    if (idx < s->rh_head[d] || idx >= s->rtabs[d].n) return -1;
+    return n - idx * s->P < R_(d, nreads, idx) ? R_READ(d, n) : NONE;
 }
 
 /* Earliest issue of flit i of the engine's chunk; `tentative`: its packets are not made yet
@@ -471,7 +576,7 @@ static i64 room_time(SwitchRun *s, i64 i, int tentative) {
     i64 need = -1;
     for (i64 m = 0; m < s->nmembers; m++) {
         i64 d = s->mem_ports[m];
-        i64 j0 = tentative ? s->res[d].n * s->P : s->r_j0.v[s->eng_r[m]];
+        i64 j0 = (tentative ? s->rtabs[d].n : s->eng_r[m]) * s->P;
         i64 r = result_read(s, d, j0 + i - (s->result_depth - 1));
         if (r == NONE) return NONE;
         need = max64(need, r + 1);
@@ -480,36 +585,35 @@ static i64 room_time(SwitchRun *s, i64 i, int tentative) {
 }
 
 static void expose_result(SwitchRun *s, i64 d) {
-    i64 r = s->res[d].v[s->rq_head[d]];
-    s->r_visible.v[r] = max64(s->r_a0.v[r], s->result_last_read[d] + 1);
+    i64 r = s->rq_head[d];
+    R_(d, visible, r) = max64(R_(d, a0, r), s->result_last_read[d] + 1);
     s->head_res[d] = r;
-    arm_egress(s, d, s->r_visible.v[r]);
+    arm_egress(s, d, R_(d, visible, r));
 }
 
 static void stream_result(SwitchRun *s, i64 d) {
-    i64 r = s->streaming[d], j0 = s->r_j0.v[r];
-    i64 *reads = s->res_read[d].v, *issues = s->res_issue[d].v;
-    while (s->r_nreads.v[r] < s->r_nissues.v[r]) {
-        i64 i = s->r_nreads.v[r];
-        i64 avail = issues[j0 + i] + s->result_lag;
-        reads[j0 + i] = max64(avail, i == 0 ? s->r_grant.v[r] : reads[j0 + i - 1] + 1);
-        s->r_nreads.v[r]++;
+    i64 r = s->streaming[d], j0 = r * s->P;
+    while (R_(d, nreads, r) < R_(d, nissues, r)) {
+        i64 i = R_(d, nreads, r);
+        i64 avail = R_ISSUE(d, j0 + i) + s->result_lag;
+        R_READ(d, j0 + i) = max64(avail, i == 0 ? R_(d, grant, r) : R_READ(d, j0 + i - 1) + 1);
+        R_(d, nreads, r)++;
     }
     if (s->engine_blocked) {
         arm_engine_at(s, s->now);
         s->engine_blocked = 0;
     }
-    if (s->r_nreads.v[r] < s->P) return;
+    if (R_(d, nreads, r) < s->P) return;
     s->streaming[d] = -1;
-    i64 last = reads[j0 + s->P - 1], seq = s->r_seq.v[r];
+    i64 last = R_READ(d, j0 + s->P - 1), seq = R_(d, seq, r);
     s->egress_free[d] = last + 1;
     s->out_flits[d] += s->P;
     s->rq_head[d]++;
     s->result_last_read[d] = last;
     s->results[d * s->chunks + seq] = last;
     loop_result(s, d, seq, last);
-    for (i64 i = 0; i < s->woken.n; i++) try_source(s, s->woken.v[i], last + 1);
-    if (s->rq_head[d] < s->res[d].n) expose_result(s, d);
+    for (i64 i = 0; i < s->woken.n; i++) try_source(s, s->woken.v[i], last + 1 + s->rt);
+    if (s->rq_head[d] < s->rtabs[d].n) expose_result(s, d);
     arm_egress(s, d, last + 1);
 }
 
@@ -524,8 +628,8 @@ static void continue_engine(SwitchRun *s) {
         s->eng_last_issue = when;
         for (i64 m = 0; m < s->nmembers; m++) {
             i64 r = s->eng_r[m], d = s->mem_ports[m];
-            s->res_issue[d].v[s->r_j0.v[r] + i] = when;
-            s->r_nissues.v[r]++;
+            R_ISSUE(d, r * s->P + i) = when;
+            R_(d, nissues, r)++;
         }
         for (i64 m = 0; m < s->nmembers; m++)
             if (s->streaming[s->mem_ports[m]] == s->eng_r[m]) stream_result(s, s->mem_ports[m]);
@@ -564,23 +668,23 @@ static void run_engine(SwitchRun *s, i64 t) {
         s->eng_nissues = 1;
         s->eng_last_issue = t;
         for (i64 m = 0; m < s->nmembers; m++) {
-            i64 d = s->mem_ports[m], r = s->r_dst.n, j0 = s->res[d].n * s->P;
-            push(&s->r_dst, d);
-            push(&s->r_seq, seq);
-            push(&s->r_j0, j0);
-            push(&s->r_a0, t + s->result_lag);
-            push(&s->r_visible, NONE);
-            push(&s->r_grant, NONE);
-            push(&s->r_nissues, 1);
-            push(&s->r_nreads, 0);
+            i64 d = s->mem_ports[m];
+            RTab *tab = &s->rtabs[d];
+            rtab_reserve(tab, s->rq_head[d] < s->rh_head[d] ? s->rq_head[d] : s->rh_head[d]);
+            i64 r = tab->n++, j0 = r * s->P;
+            R_(d, seq, r) = seq;
+            R_(d, a0, r) = t + s->result_lag;
+            R_(d, visible, r) = NONE;
+            R_(d, grant, r) = NONE;
+            R_(d, nissues, r) = 1;
+            R_(d, nreads, r) = 0;
             s->eng_r[m] = r;
-            push(&s->res[d], r);
             for (i64 i = 0; i < s->P; i++) {
-                push(&s->res_issue[d], i == 0 ? t : NONE);
-                push(&s->res_read[d], NONE);
+                R_ISSUE(d, j0 + i) = i == 0 ? t : NONE;
+                R_READ(d, j0 + i) = NONE;
             }
-            s->rh_head[d] = max64(s->rh_head[d], s->res[d].n - s->hist_limit);
-            if (s->res[d].n - s->rq_head[d] == 1) expose_result(s, d);
+            s->rh_head[d] = max64(s->rh_head[d], tab->n - s->hist_limit);
+            if (tab->n - s->rq_head[d] == 1) expose_result(s, d);
         }
     }
     continue_engine(s);
@@ -602,7 +706,7 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
     i64 N = s->N, *valid = s->valid, *hm = s->head_mem + d * N, any = 0, nxt = NONE;
     for (i64 k = 0; k < N; k++) {
         i64 vis = k != d ? (hm[k] >= 0 ? s->visible[hm[k]] : NONE)
-                         : (s->head_res[d] >= 0 ? s->r_visible.v[s->head_res[d]] : NONE);
+                         : (s->head_res[d] >= 0 ? R_(d, visible, s->head_res[d]) : NONE);
         valid[k] = vis != NONE && vis <= t;
         any |= valid[k];
         if (vis != NONE && (nxt == NONE || vis < nxt)) nxt = vis;
@@ -618,7 +722,7 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
     if (sel == d) {
         i64 r = s->head_res[d];
         s->head_res[d] = -1;
-        s->r_grant.v[r] = t;
+        R_(d, grant, r) = t;
         /* Held until its last flit is read; the engine may still be issuing it. */
         s->egress_free[d] = (i64)1 << 62;
         s->streaming[d] = r;
@@ -654,7 +758,7 @@ static void source(SwitchRun *s, i64 k, i64 t) {
         return;
     }
     s->j0[p] = s->written[k];
-    s->start[p] = t;
+    s->src_start[k] = t;
     vec *ing = &s->ing[k];
     while (s->hist_head[k] < s->fifo_head[k]) {
         i64 h = ing->v[s->hist_head[k]];
@@ -725,6 +829,7 @@ int innet_switch_run(const SwitchArgs *a) {
     s->msg_cap = a->message_cap;
     s->ingress_latency = a->ingress_latency;
     s->pick_latency = a->pick_latency;
+    s->rt = a->round_trip;
     s->hist_limit = 4 + s->result_depth / s->P;
     s->priority = a->priority;
     s->weight = a->weight;
@@ -732,8 +837,7 @@ int innet_switch_run(const SwitchArgs *a) {
     s->pk_msg = a->pk_msg;
     s->m_src = a->m_src, s->m_dst = a->m_dst, s->m_issue = a->m_issue, s->m_kind = a->m_kind;
     s->m_resp_flits = a->m_resp_flits, s->m_resp_to = a->m_resp_to;
-    s->m_pk_off = a->m_pk_off, s->m_pk_len = a->m_pk_len, s->pk_list = a->pk_list;
-    s->npk_list = s->nmsg0 ? s->m_pk_off[s->nmsg0 - 1] + s->m_pk_len[s->nmsg0 - 1] : 0;
+    s->m_pk_off = a->m_pk_off, s->m_pk_len = a->m_pk_len;
     s->wait_off = a->wait_off, s->wait_list = a->wait_list, s->chunk_msg = a->chunk_msg;
     s->inject = a->inject, s->deliver = a->deliver, s->results = a->results;
     s->done_at = a->done_at;
@@ -742,13 +846,16 @@ int innet_switch_run(const SwitchArgs *a) {
 
     ZALLOC(s->future, N);
     ZALLOC(s->active, N);
+    ZALLOC(s->ready, N);
+    ZALLOC(s->pend, N);
+    ZALLOC(s->con_state, s->msg_cap);
+    ZALLOC(s->con_at, s->msg_cap);
+    ZALLOC(s->act_key, s->msg_cap);
     ZALLOC(s->next_index, s->msg_cap);
     ZALLOC(s->remaining, s->msg_cap);
     ALLOC(s->result_at, N * C, NONE);
     ALLOC(s->j0, s->pk_cap, NONE);
-    ALLOC(s->start, s->pk_cap, NONE);
-    ALLOC(s->a0, s->pk_cap, NONE);
-    ALLOC(s->a_last, s->pk_cap, NONE);
+    ZALLOC(s->src_start, N);
     ALLOC(s->grant, s->pk_cap, NONE);
     ALLOC(s->visible, s->pk_cap, NONE);
     ZALLOC(s->ing, N);
@@ -766,9 +873,8 @@ int innet_switch_run(const SwitchArgs *a) {
     ALLOC(s->head_res, N, -1);
     ALLOC(s->streaming, N, -1);
     ALLOC(s->result_last_read, N, -1);
-    ZALLOC(s->res, N);
-    ZALLOC(s->res_issue, N);
-    ZALLOC(s->res_read, N);
+    ZALLOC(s->rtabs, N);
+    for (i64 d = 0; d < N; d++) s->rtabs[d].P = s->P;
     ZALLOC(s->rq_head, N);
     ZALLOC(s->rh_head, N);
     ZALLOC(s->arb_ptr, N);
@@ -811,24 +917,29 @@ fail:
     for (i64 k = 0; s->ing && k < N; k++) {
         if (s->future) free(s->future[k].v);
         if (s->active) free(s->active[k].v);
+        if (s->ready) free(s->ready[k].v);
+        if (s->pend) free(s->pend[k].v);
         free(s->ing[k].v);
         if (s->src_tries) free(s->src_tries[k].v);
-        if (s->res) free(s->res[k].v);
-        if (s->res_issue) free(s->res_issue[k].v);
-        if (s->res_read) free(s->res_read[k].v);
+        if (s->rtabs) {
+#define FREE(f) free(s->rtabs[k].f);
+            RT_PACKET_FIELDS(FREE)
+#undef FREE
+            free(s->rtabs[k].issue);
+            free(s->rtabs[k].read);
+        }
     }
-    vec *vs[] = {&s->woken, &s->r_dst, &s->r_seq, &s->r_j0, &s->r_a0, &s->r_visible,
-                 &s->r_grant, &s->r_nissues, &s->r_nreads};
+    vec *vs[] = {&s->woken};
     for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) free(vs[i]->v);
     free(s->engine.v);
     free(s->events.v);
-    void *ps[] = {s->future, s->active, s->next_index, s->remaining, s->result_at, s->j0,
-                  s->start, s->a0, s->a_last, s->grant, s->visible, s->ing, s->fifo_head,
+    void *ps[] = {s->future, s->active, s->ready, s->pend, s->con_state, s->con_at, s->act_key,
+                  s->next_index, s->remaining, s->result_at, s->j0,
+                  s->src_start, s->grant, s->visible, s->ing, s->fifo_head,
                   s->hist_head, s->written, s->prev_last_read, s->src_busy, s->src_free,
                   s->pending, s->src_tries, s->egress_free, s->egress_armed, s->head_mem,
-                  s->head_res, s->streaming, s->result_last_read, s->res, s->res_issue,
-                  s->res_read, s->rq_head, s->rh_head, s->arb_ptr, s->arb_count,
-                  s->arb_deficit, s->arrivals, s->arrived_at, s->eng_r, s->mem_ports,
+                  s->head_res, s->streaming, s->result_last_read, s->rtabs, s->rq_head,
+                  s->rh_head, s->arb_ptr, s->arb_count, s->arb_deficit, s->arrivals, s->arrived_at, s->eng_r, s->mem_ports,
                   s->valid, s->scratch};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) free(ps[i]);
     return status;

@@ -33,7 +33,7 @@ from hw.packet import Kind
 from hw.spec import Policy
 from sim.files import cache_dir
 from sim.replay.plan import Message, Plan
-from sim.replay.result import ReplayResult
+from sim.replay.result import ReplayResult, ResultCycles
 
 __all__ = ["CoreUnavailable", "SwitchArgs", "check_args", "library", "library_args",
            "run_core"]
@@ -44,11 +44,11 @@ FLAGS = ["-O2", "-std=c11", "-shared", "-fPIC"]
 #: switch_core.c).
 PARAMS = ("ports", "depth", "result_lag", "result_depth", "chunk_flits", "slots", "policy",
           "quantum", "deficit_bits", "members", "chunks", "mtu", "packets", "packet_cap",
-          "messages", "message_cap", "ingress_latency", "pick_latency")
+          "messages", "message_cap", "ingress_latency", "pick_latency", "round_trip")
 #: The entry point's int64 arrays, in ``SwitchArgs`` order after the parameters.
 ARRAYS = ("priority", "weight", "pk_flits", "pk_dst", "pk_seq", "pk_msg",
           "m_src", "m_dst", "m_issue", "m_kind", "m_resp_flits", "m_resp_to", "m_dep",
-          "m_pk_off", "m_pk_len", "pk_list", "wait_off", "wait_list", "chunk_msg",
+          "m_pk_off", "m_pk_len", "wait_off", "wait_list", "chunk_msg",
           "inject", "deliver", "results", "done_at", "out_flits", "in_flits", "stall",
           "counters")
 K_OTHER, K_READ_REQ, K_READ_RESP = 0, 1, 2
@@ -166,30 +166,33 @@ def check_args(lib, args=SwitchArgs):
 
 
 def _padded(a, cap, fill=0):
-    """``a`` as int64, padded with ``fill`` to ``cap`` entries (room for read responses)."""
-    out = np.full(cap, fill, dtype=np.int64)
+    """``a`` as int64, padded with ``fill`` to ``cap`` entries (room for read responses); ``a``
+    itself when it needs no room and is already a contiguous int64 array (the core writes
+    only the entries past ``len(a)``)."""
+    if cap == len(a):
+        return np.ascontiguousarray(a, dtype=np.int64)
+    out = np.empty(cap, dtype=np.int64)
     out[:len(a)] = a
+    out[len(a):] = fill
     return out
 
 
 def _message_arrays(plan):
     """The plan's messages as arrays, with room for the read responses the replay creates."""
     msgs = plan.messages
-    m0, n0 = len(msgs), plan.packets
-    rows = np.array([(m.src, m.dst, m.issue, m.dep, m.response_flits, m.response_to,
-                      K_READ_REQ if m.kind == Kind.MEM_READ_REQ else
-                      K_READ_RESP if m.kind == Kind.MEM_READ_RESP else K_OTHER)
-                     for m in msgs], dtype=np.int64).reshape(m0, 7)
-    src, dst, issue, dep, resp_flits, resp_to, kind = rows.T
+    m0 = len(msgs)
+    read_req, read_resp = Kind.MEM_READ_REQ, Kind.MEM_READ_RESP
+    rows = np.fromiter(
+        ((m.src, m.dst, m.issue, m.dep, m.response_flits, m.response_to,
+          K_READ_REQ if m.kind is read_req else K_READ_RESP if m.kind is read_resp else K_OTHER,
+          m.packets.start, len(m.packets)) for m in msgs),
+        dtype=np.dtype((np.int64, 9)), count=m0).reshape(m0, 9)
+    src, dst, issue, dep, resp_flits, resp_to, kind, offs, lens = rows.T
     mtu = plan.config.mtu_flits
     reads = (kind == K_READ_REQ) & (resp_flits > 0)
     extra_msgs = int(reads.sum())
     extra_pkts = int((-(-resp_flits[reads] // mtu)).sum())
-    m_cap, p_cap = m0 + extra_msgs, n0 + extra_pkts
-
-    lens = np.array([len(m.packets) for m in msgs], dtype=np.int64)
-    pk_list = np.fromiter((p for m in msgs for p in m.packets), dtype=np.int64, count=n0)
-    offs = np.concatenate([[0], np.cumsum(lens)[:-1]]) if m0 else lens
+    m_cap, p_cap = m0 + extra_msgs, plan.packets + extra_pkts
     # Dependants of each message, in message order (ClosedLoop.waiting).
     has = np.nonzero(dep >= 0)[0]
     waiters = has[np.argsort(dep[has], kind="stable")]
@@ -200,7 +203,7 @@ def _message_arrays(plan):
         "m_resp_flits": _padded(resp_flits, m_cap),
         "m_resp_to": _padded(resp_to, m_cap, -1), "m_dep": _padded(dep, m_cap, -1),
         "m_pk_off": _padded(offs, m_cap), "m_pk_len": _padded(lens, m_cap),
-        "pk_list": _padded(pk_list, p_cap), "wait_off": wait_off.astype(np.int64),
+        "wait_off": wait_off.astype(np.int64),
         "wait_list": waiters.astype(np.int64),
     }, m_cap, p_cap
 
@@ -247,7 +250,8 @@ def run_core(model, plan):
               "chunks": C, "mtu": cfg.mtu_flits, "packets": n0, "packet_cap": p_cap,
               "messages": m0, "message_cap": m_cap,
               "ingress_latency": cfg.switch.ingress_latency,
-              "pick_latency": cfg.switch.engine_pick_latency}
+              "pick_latency": cfg.switch.engine_pick_latency,
+              "round_trip": 2 * cfg.link_cycles}
     out = {"inject": np.full(p_cap, -1, np.int64), "deliver": np.full(p_cap, -1, np.int64),
            "results": np.full(N * C, -1, np.int64), "done_at": np.full(m_cap, -1, np.int64),
            "out_flits": np.zeros(N, np.int64), "in_flits": np.zeros(N, np.int64),
@@ -262,9 +266,7 @@ def run_core(model, plan):
         raise MemoryError("the switch model's C core ran out of memory")
     npk, nmsg = (int(v) for v in out["counters"][:2])
     plan = _with_responses(plan, arrays, pk, npk, nmsg)
-    cells = np.nonzero(out["results"] >= 0)[0]
-    results = dict(zip(zip((cells // C).tolist(), (cells % C).tolist()),
-                       out["results"][cells].tolist()))
+    results = ResultCycles(out["results"].reshape(N, C)[:, :plan.chunks])
     done = out["done_at"][:nmsg]
     mids = np.nonzero(done >= 0)[0]
     message_done = dict(zip(mids.tolist(), done[mids].tolist()))
@@ -287,7 +289,7 @@ def _with_responses(plan, arrays, pk, npk, nmsg):
         req = plan.messages[int(arrays["m_resp_to"][mid])]
         off, n = int(arrays["m_pk_off"][mid]), int(arrays["m_pk_len"][mid])
         resp = Message(mid, req.dst, Kind.MEM_READ_RESP, req.src, int(arrays["m_issue"][mid]),
-                       -1, req.record, packets=arrays["pk_list"][off:off + n].tolist())
+                       -1, req.record, packets=range(off, off + n))
         resp.response_to = req.mid
         messages.append(resp)
     kind = np.full(npk - n0, Kind.MEM_READ_RESP.value, dtype=np.int64)

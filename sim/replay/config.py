@@ -15,6 +15,8 @@ REPLAY_JOB = 1
 #: caught long before by the backends' watchdogs; this only bounds the RTL's 32-bit cycle
 #: counters (a trace at flit scale 1 can run for tens of millions of cycles).
 MAX_REPLAY_CYCLES = 1 << 31
+#: Longest link hop a replay accepts, ns (1 ms: a thousand times NVLink's).
+MAX_LINK_LATENCY_NS = 1e6
 #: Job-table entries of the switch a replay runs on: job 0 (unused) and :data:`REPLAY_JOB`.
 REPLAY_JOBS = REPLAY_JOB + 1
 
@@ -38,6 +40,14 @@ class ReplayConfig:
         Element type of in-switch contributions (``fp32``, ``int32``, ``bf16``).
     mem_priority, result_priority : int
         ``prio`` policy: priority of memory traffic and of reduction results.
+    link_latency_ns : float
+        One-way latency of a GPU↔switch link hop, real ns (the GPU model's
+        ``sim.gpu.presets.GPU.link_latency_s``, 350 ns for NVLink, × 1e9); 0 puts the GPUs
+        at the switch's pins. Rounded to whole cycles (:attr:`link_cycles`). Everything the
+        switch delivers enables the GPUs' next packet a round trip (two hops) later, so a
+        slot's credit returns ``2 × link_cycles`` + 1 cycles after its result left: with
+        ``slots`` chunks of ``chunk_bytes`` an in-switch reduction moves at most
+        ``slots × chunk_bytes`` per round trip (docs/replay.md).
     """
 
     ports: int = 8
@@ -51,6 +61,7 @@ class ReplayConfig:
     dtype: str = "fp32"
     mem_priority: int = 1
     result_priority: int = 0
+    link_latency_ns: float = 0.0
 
     def __post_init__(self):
         try:
@@ -65,6 +76,9 @@ class ReplayConfig:
         if not self.link_gbps > 0:
             raise ParameterError(f"link_gbps: must be positive, not {self.link_gbps!r}",
                                  "link_gbps")
+        if not 0 <= self.link_latency_ns <= MAX_LINK_LATENCY_NS:
+            raise ParameterError(f"link_latency_ns: must be 0..{MAX_LINK_LATENCY_NS:g} ns, not "
+                                 f"{self.link_latency_ns!r}", "link_latency_ns")
         object.__setattr__(self, "policy", spec.policy)
         object.__setattr__(self, "_switch", spec)
 
@@ -93,6 +107,11 @@ class ReplayConfig:
     def cycle_ns(self):
         """Real nanoseconds one simulated cycle stands for."""
         return self.flit_bytes / self.link_gbps
+
+    @property
+    def link_cycles(self):
+        """One link hop, cycles: :attr:`link_latency_ns` / :attr:`cycle_ns`, rounded."""
+        return round(self.link_latency_ns / self.cycle_ns)
 
     def as_dict(self):
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -18,6 +18,13 @@ class ClosedLoop:
     ``cycle ≥ issue`` and its dependency was delivered at an earlier cycle; among eligible
     messages a port takes them in (issue, id) order, skipping one whose next packet is a
     contribution still waiting for its slot's credit.
+
+    Times are the switch's cycles. The GPUs sit one link hop (``config.link_cycles``) away:
+    whatever the switch delivers reaches the GPU a hop later, and what the GPU sends in
+    reply reaches the switch another hop later, so everything the switch's output enables
+    (a dependant message, a read's response, a slot's credit) is usable at the switch
+    :attr:`round_trip` + 1 cycles after the delivery. A trace's issue times are shifted by
+    one hop when the plan is built (:func:`sim.replay.plan.build_plan`).
     """
 
     def __init__(self, plan):
@@ -25,6 +32,9 @@ class ClosedLoop:
         self.plan = plan
         slots = plan.config.slots
         self.slots = slots
+        #: Cycles from the switch delivering something to the GPU's answer reaching it: two
+        #: link hops (the delivery going out, the reply coming back).
+        self.round_trip = 2 * plan.config.link_cycles
         n = plan.config.ports
         self.future = [[] for _ in range(n)]     # heap of (issue, mid) not yet eligible by time
         self.active = [[] for _ in range(n)]     # sorted (issue, mid) eligible messages
@@ -62,7 +72,7 @@ class ClosedLoop:
             s = plan.seq[p]
             if s >= self.slots:
                 got = self.result_at.get((port, int(s) - self.slots))
-                if got is None or got >= cycle:
+                if got is None or got + self.round_trip >= cycle:
                     continue
             pos += 1
             self.next_index[mid] = pos
@@ -76,6 +86,11 @@ class ClosedLoop:
         """The next cycle a message of ``port`` becomes eligible by time alone (or None)."""
         fut = self.future[port]
         return fut[0][0] if fut else None
+
+    def credit_cycle(self, cycle):
+        """The first cycle the credit of a result delivered at ``cycle`` is usable at the
+        switch (it went to the GPU and came back as the next contribution)."""
+        return cycle + 1 + self.round_trip
 
     def finished(self):
         return len(self.done_at) == len(self.plan.messages)
@@ -99,7 +114,9 @@ class ClosedLoop:
         return []
 
     def result(self, port, seq, cycle):
-        """The result of chunk ``seq`` arrived at ``port`` at ``cycle``."""
+        """The result of chunk ``seq`` left the switch towards ``port`` at ``cycle``. Returns
+        the ports whose eligibility may have changed: the port's credit is usable from
+        :meth:`credit_cycle` on."""
         self.result_at[(port, seq)] = cycle
         mid = self.chunk_msg[(port, seq)]
         self.remaining[mid] -= 1
@@ -111,14 +128,15 @@ class ClosedLoop:
     def _respond(self, request, cycle):
         plan = self.plan
         mid = len(plan.messages)
-        resp = Message(mid, request.dst, Kind.MEM_READ_RESP, request.src, cycle + 1, -1,
-                       request.record)
+        resp = Message(mid, request.dst, Kind.MEM_READ_RESP, request.src,
+                       cycle + 1 + self.round_trip, -1, request.record)
         resp.response_to = request.mid
         cfg = plan.config
+        first = plan.packets
         for offset in range(0, request.response_flits, cfg.mtu_flits):
-            resp.packets.append(plan.add_packet(request.dst, request.src, Kind.MEM_READ_RESP,
-                                                min(cfg.mtu_flits,
-                                                    request.response_flits - offset), mid))
+            plan.add_packet(request.dst, request.src, Kind.MEM_READ_RESP,
+                            min(cfg.mtu_flits, request.response_flits - offset), mid)
+        resp.packets = range(first, plan.packets)
         plan.messages.append(resp)
         self.remaining[mid] = len(resp.packets)
         self.total = plan.packets
@@ -130,7 +148,7 @@ class ClosedLoop:
         woken = []
         for w in self.waiting.pop(mid, []):
             m = self.plan.messages[w]
-            heapq.heappush(self.future[m.src], (max(m.issue, cycle + 1), w))
+            heapq.heappush(self.future[m.src], (max(m.issue, cycle + 1 + self.round_trip), w))
             woken.append(m.src)
         return woken
 

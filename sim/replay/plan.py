@@ -19,7 +19,7 @@ larger values shrink a long iteration into a tractable number of flits, keeping 
 bandwidth ratio; see docs/metrics.md)."""
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -49,7 +49,7 @@ class Message:
     issue: int                # cycle
     dep: int                  # message id it waits for, or -1
     record: int               # trace record id
-    packets: list = field(default_factory=list)   # packet ids
+    packets: range = range(0)  # packet ids: a message's packets are consecutive
     response_flits: int = 0   # read requests: size of the response
     response_to: int = -1     # read responses: the request's message id
 
@@ -77,7 +77,7 @@ class Plan:
 
     def copy(self):
         """A copy a replay may extend (read responses are added as they are sent)."""
-        messages = [Message(**{**m.__dict__, "packets": list(m.packets)}) for m in self.messages]
+        messages = [Message(**m.__dict__) for m in self.messages]
         return Plan(self.config, self.gpus, messages, self.src.copy(), self.dst.copy(),
                     self.kind.copy(), self.flits.copy(), self.msg.copy(), self.seq.copy(),
                     self.members, self.chunks, dict(self.meta))
@@ -105,23 +105,22 @@ def build_plan(meta, records, config, path="trace"):
     Kernel records are not switch traffic and are skipped. Raises :class:`PlanError` when the
     trace does not fit the switch (more GPUs than ports, in-switch pieces not sent by every
     member).
+
+    Python runs once per record; the packets (tens of millions for a whole iteration at flit
+    scale 1) are made with numpy from per-message counts: a message's packets are consecutive
+    packet ids (:attr:`Message.packets` is a ``range``), memory messages first in record order,
+    then the contributions chunk by chunk.
     """
     gpus = int(meta["gpus"])
     if gpus > config.ports:
         raise PlanError(f"{path}: the trace has {gpus} GPUs but the switch has "
                         f"{config.ports} ports")
     cycle_ns = config.cycle_ns
-    fb = config.flit_bytes
+    arrive = config.link_cycles   # a GPU's first flit reaches the switch one hop later
+    fb, mtu = config.flit_bytes, config.mtu_flits
     messages, by_record = [], {}
-    src, dst, kind, flits, msg, seq = [], [], [], [], [], []
+    m_flits = []   # per message: flits of its data (memory writes), else 0
     contrib = []   # (message, record) of in-switch pieces, numbered after the loop
-
-    def packet(s, d, k, n, m, q=-1):
-        # k is a Kind: its .value directly (Kind(k) costs an enum look-up per packet)
-        src.append(s), dst.append(d), kind.append(k.value), flits.append(n), msg.append(m)
-        seq.append(q)
-        return len(src) - 1
-
     for r in records:
         if r.rtype not in (MEM, GRAD):
             continue
@@ -134,52 +133,94 @@ def build_plan(meta, records, config, path="trace"):
         if r.peer == r.gpu:
             # The switch drops a packet to its sender's own port (hw/switch.py).
             raise PlanError(f"{path}: record {r.id}: GPU {r.gpu} sends to itself")
-        issue = int(r.time_ns / cycle_ns)
+        issue = int(r.time_ns / cycle_ns) + arrive
         n_flits = max(1, -(-r.bytes // fb))
         mid = len(messages)
         if r.rtype == GRAD and r.to_switch:
             m = Message(mid, r.gpu, Kind.REDUCE_CONTRIB, -1, issue, dep, r.id)
             contrib.append((m, r))
+            m_flits.append(0)
         elif r.rtype == MEM and r.mem_op == "read":
             m = Message(mid, r.gpu, Kind.MEM_READ_REQ, r.peer, issue, dep, r.id,
                         response_flits=n_flits)
-            m.packets.append(packet(r.gpu, r.peer, Kind.MEM_READ_REQ, 1, mid))
+            m_flits.append(1)
         else:
             m = Message(mid, r.gpu, Kind.MEM_WRITE, r.peer, issue, dep, r.id)
-            for offset in range(0, n_flits, config.mtu_flits):
-                m.packets.append(packet(r.gpu, r.peer, Kind.MEM_WRITE,
-                                        min(config.mtu_flits, n_flits - offset), mid))
+            m_flits.append(n_flits)
         messages.append(m)
         by_record[r.id] = mid
 
     # In-switch pieces: every member sends the same pieces (bucket, piece) in the same order;
     # chunk c of the job is contribution seq c on every member.
     members, chunks = 0, 0
+    c_mids, c_count, c_base = [], [], []   # contribution messages in packet order
     if contrib:
         keys = {}
         for m, r in contrib:
             keys.setdefault((r.bucket, r.chunk), []).append((m, r))
             members |= 1 << r.gpu
         order = sorted(keys, key=lambda k: (min(r.time_ns for _, r in keys[k]), k))
+        n_members = bin(members).count("1")
         for key in order:
             group = keys[key]
             senders = sum(1 << r.gpu for _, r in group)
-            if senders != members or len(group) != bin(members).count("1"):
+            if senders != members or len(group) != n_members:
                 _, r = group[0]
                 raise PlanError(f"{path}: record {r.id}: in-switch piece bucket={key[0]} "
                                 f"chunk={key[1]} is not sent exactly once by every member")
             size = max(r.bytes for _, r in group)
             n_chunks = max(1, -(-size // config.chunk_bytes))
-            for m, r in group:
-                for c in range(n_chunks):
-                    m.packets.append(packet(r.gpu, -1, Kind.REDUCE_CONTRIB, config.chunk_flits,
-                                            m.mid, chunks + c))
+            for m, _ in group:
+                c_mids.append(m.mid)
+                c_count.append(n_chunks)
+                c_base.append(chunks)
             chunks += n_chunks
-        if bin(members).count("1") < 2:
+        if n_members < 2:
             raise PlanError(f"{path}: in-switch reduction needs at least 2 members")
-    as_array = lambda v: np.array(v, dtype=np.int64)   # noqa: E731
-    return Plan(config, gpus, messages, as_array(src), as_array(dst), as_array(kind),
-                as_array(flits), as_array(msg), as_array(seq), members, chunks, dict(meta))
+
+    i64 = np.int64
+    n_msg = len(messages)
+    m_src = np.fromiter((m.src for m in messages), i64, n_msg)
+    m_dst = np.fromiter((m.dst for m in messages), i64, n_msg)
+    m_kind = np.fromiter((m.kind.value for m in messages), i64, n_msg)
+    m_flits = np.asarray(m_flits, dtype=i64)
+    c_mids = np.asarray(c_mids, dtype=i64)
+    c_count = np.asarray(c_count, dtype=i64)
+    # Memory messages (cut at the MTU) take the first packet ids, in message order; then the
+    # contributions, chunk by chunk. Every array is written by repeating per-message values
+    # (a whole iteration at flit scale 1 is tens of millions of packets).
+    mem_mids = np.nonzero(m_flits)[0]
+    mem_count = -(-m_flits[mem_mids] // mtu)
+    count = np.zeros(n_msg, dtype=i64)
+    count[mem_mids] = mem_count
+    count[c_mids] = c_count
+    first = np.zeros(n_msg, dtype=i64)
+    ends = np.cumsum(np.concatenate([mem_count, c_count]))
+    first[mem_mids] = ends[:len(mem_mids)] - mem_count
+    first[c_mids] = ends[len(mem_mids):] - c_count
+    n_mem = int(mem_count.sum())
+    n_con = int(c_count.sum())
+    # memory packets: every one a full MTU but the last of its message
+    msg_m = np.repeat(mem_mids, mem_count)
+    flits_m = np.full(n_mem, mtu, dtype=i64)
+    last = first[mem_mids] + mem_count - 1
+    flits_m[last] = m_flits[mem_mids] - (mem_count - 1) * mtu
+    # contributions: chunk seq c_base + k is packet k of its message
+    msg_c = np.repeat(c_mids, c_count)
+    seq_c = np.arange(n_con, dtype=i64)
+    seq_c -= np.repeat(first[c_mids] - n_mem - np.asarray(c_base, dtype=i64), c_count)
+    cat = np.concatenate
+    src = cat([np.repeat(m_src[mem_mids], mem_count), np.repeat(m_src[c_mids], c_count)])
+    dst = cat([np.repeat(m_dst[mem_mids], mem_count), np.full(n_con, -1, dtype=i64)])
+    kind = cat([np.repeat(m_kind[mem_mids], mem_count),
+                np.full(n_con, Kind.REDUCE_CONTRIB.value, dtype=i64)])
+    flits = cat([flits_m, np.full(n_con, config.chunk_flits, dtype=i64)])
+    seq = cat([np.full(n_mem, -1, dtype=i64), seq_c])
+    msg = cat([msg_m, msg_c])
+    for m, f, n in zip(messages, first.tolist(), count.tolist()):
+        m.packets = range(f, f + n)
+    return Plan(config, gpus, messages, src, dst, kind, flits, msg, seq, members, chunks,
+                dict(meta))
 
 
 def scale_for(total_bytes, lanes, target_flits):

@@ -1,5 +1,6 @@
 """What a replay measured (:class:`ReplayResult`), and comparing two replays of one plan."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -7,7 +8,49 @@ import numpy as np
 from hw.packet import Kind
 from sim.replay.plan import Plan
 
-__all__ = ["ReplayResult", "compare", "slot_occupancy"]
+__all__ = ["ReplayResult", "ResultCycles", "compare", "slot_occupancy"]
+
+
+class ResultCycles(Mapping):
+    """``(port, seq) → cycle`` the result of chunk ``seq`` left towards ``port``, held as an
+    array (``cycles[port, seq]``, −1 where none): a whole iteration at flit scale 1 has tens of
+    millions of results, too many for a dict. Compares equal to a dict of the same entries."""
+
+    def __init__(self, cycles):
+        self.cycles = np.asarray(cycles, dtype=np.int64)
+
+    def __getitem__(self, key):
+        port, seq = key
+        if not (0 <= port < self.cycles.shape[0] and 0 <= seq < self.cycles.shape[1]):
+            raise KeyError(key)
+        c = int(self.cycles[port, seq])
+        if c < 0:
+            raise KeyError(key)
+        return c
+
+    def __iter__(self):
+        ports, seqs = np.nonzero(self.cycles >= 0)
+        return zip(ports.tolist(), seqs.tolist())
+
+    def __len__(self):
+        return int((self.cycles >= 0).sum())
+
+    def arrays(self):
+        """``(ports, seqs, cycles)`` of every result, as arrays."""
+        ports, seqs = np.nonzero(self.cycles >= 0)
+        return ports, seqs, self.cycles[ports, seqs]
+
+    def last(self):
+        return int(self.cycles.max(initial=-1))
+
+
+def _result_arrays(results):
+    """``(ports, seqs, cycles)`` of a results mapping (dict or :class:`ResultCycles`)."""
+    if isinstance(results, ResultCycles):
+        return results.arrays()
+    n = len(results)
+    keys = np.array(list(results), dtype=np.int64).reshape(n, 2)
+    return keys[:, 0], keys[:, 1], np.fromiter(results.values(), np.int64, n)
 
 
 @dataclass
@@ -56,10 +99,14 @@ class ReplayResult:
     def build(cls, backend, plan, message_done, inject, deliver, results, **counters):
         """Build a result from per-packet arrays (``inject``, ``deliver``: cycle or -1, indexed
         by pid), ``results`` ((port, seq) → cycle) and ``message_done`` (mid → cycle)."""
-        last = max([int(deliver.max(initial=-1))] + list(results.values()))
+        if not isinstance(results, ResultCycles):
+            results = dict(results)
+        last_result = results.last() if isinstance(results, ResultCycles) else \
+            max(results.values(), default=-1)
+        last = max(int(deliver.max(initial=-1)), int(last_result))
         peak, mean = slot_occupancy(plan, inject, results)
         return cls(backend=backend, plan=plan, cycles=last + 1, inject=inject, deliver=deliver,
-                   results=dict(results), slot_peak=peak, slot_mean=mean,
+                   results=results, slot_peak=peak, slot_mean=mean,
                    message_done=dict(message_done), **counters)
 
     def delivery_cycles(self):
@@ -73,14 +120,17 @@ class ReplayResult:
     def summary(self):
         plan = self.plan
         cfg = plan.config
-        mem = [p for p in range(plan.packets) if plan.kind[p] != Kind.REDUCE_CONTRIB.value
-               and self.deliver[p] >= 0]
-        lat = [int(self.deliver[p] - self.inject[p]) for p in mem]
+        mem = np.nonzero((plan.kind != Kind.REDUCE_CONTRIB.value) & (self.deliver >= 0))[0]
+        lat = self.deliver[mem] - self.inject[mem]
         span = max(self.cycles, 1)
         return {
             "backend": self.backend,
             "cycles": int(self.cycles),
             "real_time_us": self.cycles * cfg.cycle_ns / 1e3,
+            "flit_scale": cfg.flit_scale,
+            "flit_bytes": cfg.flit_bytes,
+            "flits": int(plan.flits.sum()),
+            "link_latency_cycles": cfg.link_cycles,
             "packets": int(plan.packets),
             "memory_packets": len(mem),
             "reduction_chunks": int(plan.chunks),
@@ -98,7 +148,7 @@ class ReplayResult:
 
 
 def _stats(values):
-    if not values:
+    if not len(values):
         return {"count": 0}
     a = np.asarray(values, dtype=np.float64)
     return {"count": int(a.size), "mean": round(float(a.mean()), 3), "min": int(a.min()),
@@ -141,17 +191,23 @@ def slot_occupancy(plan, inject, results):
     end = np.full(plan.chunks, -1, dtype=np.int64)
     contrib = np.nonzero(plan.seq >= 0)[0]
     np.minimum.at(start, plan.seq[contrib], inject[contrib])
-    if results:
-        seqs = np.fromiter((seq for _, seq in results), dtype=np.int64, count=len(results))
-        np.maximum.at(end, seqs, np.fromiter(results.values(), np.int64, len(results)))
+    if isinstance(results, ResultCycles):
+        if results.cycles.size:
+            end = results.cycles.max(axis=0)   # the last port's result, per chunk
+    elif len(results):
+        _, seqs, cycles = _result_arrays(results)
+        np.maximum.at(end, seqs, cycles)
     done = end >= 0
     if not done.any():
         return 0, 0.0
-    events = np.concatenate([np.stack([start[done], np.ones(done.sum(), np.int64)], 1),
-                             np.stack([end[done] + 1, -np.ones(done.sum(), np.int64)], 1)])
-    events = events[np.lexsort((events[:, 1], events[:, 0]))]
-    level = np.cumsum(events[:, 1])
-    times = events[:, 0]
-    span = times[-1] - times[0]
-    mean = float((level[:-1] * np.diff(times)).sum() / span) if span else float(level.max())
-    return int(level.max()), mean
+    # Occupancy rises at each start and falls the cycle after each end (a chunk ending at t
+    # and one starting at t + 1 do not overlap). Its peak is reached at a start: the starts so
+    # far less the ends so far. Its time-average is the total of the chunks' lifetimes over
+    # the span.
+    starts = np.sort(start[done])
+    ends = np.sort(end[done] + 1)
+    level = np.arange(1, len(starts) + 1) - np.searchsorted(ends, starts, side="right")
+    peak = int(level.max())
+    span = int(ends[-1] - starts[0])
+    mean = float((ends.sum() - starts.sum()) / span) if span else float(peak)
+    return peak, mean
