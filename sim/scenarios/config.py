@@ -28,6 +28,7 @@ class Param:
     hi: float = None
     choices: tuple = None
     item: type = None
+    unique: bool = True
 
 
 #: [switch] keys and ranges, as the experiment's.
@@ -100,7 +101,7 @@ def _check(where, param, value):
     if kind is list:
         if not value:
             raise ConfigError(f"{where}: must not be empty")
-        if len(set(map(repr, value))) != len(value):
+        if param.unique and len(set(map(repr, value))) != len(value):
             raise ConfigError(f"{where}: names a value twice")
         item = Param(param.item, None, "", param.lo, param.hi, param.choices)
         return tuple(_check(where, item, v) for v in value)

@@ -44,7 +44,8 @@ STUDY = ("KAIST 2019 thesis, *automatic parallelization for distributed deep lea
 PORTS = 8
 
 PARAMS = {
-    "phases": Param(list, (4, 8, 6), "job A's device sets in order, GPUs", 2, PORTS, item=int),
+    "phases": Param(list, (4, 8, 6), "job A's device sets in order, GPUs", 2, PORTS, item=int,
+                     unique=False),
     "other_job": Param(bool, True, "job B (ring) on the GPUs A does not hold"),
     "comm_init_s": Param(float, 0.75, "ncclCommInitRank, seconds (NVIDIA/nccl-tests#311)",
                          0.0, 600.0),
