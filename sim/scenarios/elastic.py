@@ -290,7 +290,7 @@ def _large_batch_and_stragglers(ctx):
              f"needs fewer GPUs at the cost of time.", ""]
     lines += table(["GPUs", "micro-batches", "global batch", "iteration (ms)", "samples/s"],
                    rows)
-    config, nominal = _iteration(ctx, n_big, algo)
+    _, nominal = _iteration(ctx, n_big, algo)
     speed = [c.straggler] + [1.0] * (n_big - 1)
     _, slow = _iteration(ctx, n_big, algo, speed=speed)
     own = 1 / c.straggler - 1
