@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from sim.experiment import metrics
 from sim.experiment.config import MiB
 
-__all__ = ["PointResult", "run_point", "rtl_config", "rtl_switch_label"]
+__all__ = ["PointResult", "run_point", "rtl_config", "rtl_switch_label", "validate_window"]
 
 
 @dataclass
@@ -184,3 +184,8 @@ def _validate_window(config, meta, records, rcfg, result, rtl_dir):
             "model_cycles": model.cycles, "rtl_wall_s": rtl.wall_s,
             "model_wall_s": model.wall_s, "errors": rtl.errors,
             "mismatches": rtl.mismatches, **agreement}
+
+
+#: The RTL window of a point, for other runs that replay traces of their own (the scenarios of
+#: sim/scenarios): ``config`` needs ``policies`` and ``sim``.
+validate_window = _validate_window
