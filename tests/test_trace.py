@@ -76,8 +76,8 @@ def v2_bytes(meta_bytes, body, block, count, version=2, reserved=0):
             + b"".join(b + crc(b) for b in blocks))
 
 
-def meta_json(meta=META):
-    return json.dumps({**meta, "format_version": 2}, sort_keys=True).encode()
+def meta_json(meta=META, version=2):
+    return json.dumps({**meta, "format_version": version}, sort_keys=True).encode()
 
 
 def test_record_is_32_bytes():
@@ -131,7 +131,7 @@ def test_round_trip(tmp_path, suffix):
     path = tmp_path / f"t{suffix}"
     assert write_trace(path, META, sample_records()) == 4
     meta, records = read_trace(path)
-    assert meta["gpus"] == 4 and meta["format_version"] == VERSION == 2
+    assert meta["gpus"] == 4 and meta["format_version"] == VERSION == 3
     assert list(records) == sample_records()
 
 
@@ -229,8 +229,8 @@ def test_duplicate_id(tmp_path):
     (v2_bytes(b"{x}", b"", 4, 0), r":0: metadata: invalid JSON"),
     (v2_bytes(b'{"gpus": "\xff"}', b"", 4, 0), r":0: metadata: not UTF-8"),
     (v2_bytes(b'{"gpus": 4}', b"", 0, 0), r":0: block: 0 records per block is out of range"),
-    (v2_bytes(b'{"gpus": 4}', b"", 4, 0, version=3),
-     r":0: version: 3 is not supported \(this reader: 1, 2\)"),
+    (v2_bytes(b'{"gpus": 4}', b"", 4, 0, version=4),
+     r":0: version: 4 is not supported \(this reader: 1, 2, 3\)"),
     (v2_bytes(b'{"gpus": 4}', b"", 4, 0)[:20], r":0: truncated \(header: 20 of 32 bytes\)"),
     (v2_bytes(b'{"gpus": 4}', b"", 4, 0)[:40], r":0: truncated \(metadata: 8 of 15 bytes\)"),
 ])
@@ -293,8 +293,12 @@ def refusal(path):
 
 
 def test_v2_layout_is_the_documented_one(tmp_path):
+    """Version 3 is written in version 2's layout; both read."""
     path = small_v2(tmp_path)
-    assert path.read_bytes() == v2_bytes(meta_json(), b"".join(r.pack() for r in FIVE), 2, 5)
+    body = b"".join(r.pack() for r in FIVE)
+    assert path.read_bytes() == v2_bytes(meta_json(version=3), body, 2, 5, version=3)
+    assert list(read_trace(path)[1]) == FIVE
+    path.write_bytes(v2_bytes(meta_json(), body, 2, 5))
     assert list(read_trace(path)[1]) == FIVE
 
 
@@ -337,7 +341,7 @@ def test_users_corruption_is_refused_with_its_block(tmp_path):
 REGIONS = [
     ("magic", "file", 0, (r"s.itr:1: header: not an innet trace \(first line must start with "
                           r"'innet-trace'\)")),
-    ("version", "file", 8, r"s.itr:0: version: 253 is not supported \(this reader: 1, 2\)"),
+    ("version", "file", 8, r"s.itr:0: version: 252 is not supported \(this reader: 1, 2, 3\)"),
     ("reserved", "file", 10, r"s.itr:0: checksum mismatch \(header\)"),
     ("metadata length", "file", 12, r"s.itr:0: checksum mismatch \(header\)"),
     ("records per block", "file", 16, r"s.itr:0: checksum mismatch \(header\)"),
@@ -435,24 +439,26 @@ def test_summary_names_the_checksums(tmp_path):
     write_trace(tmp_path / "t.txt", META, FIVE)
     binary, text = trace_summary(tmp_path / "t.itr"), trace_summary(tmp_path / "t.txt")
     assert (binary["version"], binary["form"], binary["checksums"]) == \
-        (2, "binary", f"crc32 per {BLOCK_RECORDS} records, header and metadata")
-    assert (text["version"], text["form"], text["checksums"]) == (2, "text", "none (text form)")
+        (3, "binary", f"crc32 per {BLOCK_RECORDS} records, header and metadata")
+    assert (text["version"], text["form"], text["checksums"]) == (3, "text", "none (text form)")
     assert binary["records"] == text["records"] == 5
 
 
 def test_text_form_versions(tmp_path):
-    """The text form is written as version 2 and read as 1 or 2 (the same text)."""
+    """The text form is written as version 3 and read as 1, 2 or 3 (the same text)."""
     write_trace(tmp_path / "t.txt", META, FIVE)
-    assert (tmp_path / "t.txt").read_text().startswith("innet-trace 2 {")
+    assert (tmp_path / "t.txt").read_text().startswith("innet-trace 3 {")
     old = write_text(tmp_path, [r.to_text() for r in FIVE])       # an "innet-trace 1" header
     assert list(read_trace(old)[1]) == FIVE
-    old.write_text(old.read_text().replace("innet-trace 1", "innet-trace 3", 1))
-    assert refusal(old) == f"{old}:1: version: '3' is not supported (this reader: 1, 2)"
+    old.write_text(old.read_text().replace("innet-trace 1", "innet-trace 2", 1))
+    assert list(read_trace(old)[1]) == FIVE
+    old.write_text(old.read_text().replace("innet-trace 2", "innet-trace 4", 1))
+    assert refusal(old) == f"{old}:1: version: '4' is not supported (this reader: 1, 2, 3)"
 
 
 def test_writing_sets_the_version_and_checks_its_arguments(tmp_path):
     write_trace(tmp_path / "t.itr", {**META, "format_version": 1}, FIVE)
-    assert read_trace(tmp_path / "t.itr")[0]["format_version"] == 2
+    assert read_trace(tmp_path / "t.itr")[0]["format_version"] == 3
     with pytest.raises(ValueError, match="block_records must be in"):
         write_trace(tmp_path / "u.itr", META, FIVE, block_records=0)
     with pytest.raises(ValueError, match="fmt must be 'binary' or 'text', not 'csv'"):

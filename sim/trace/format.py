@@ -1,12 +1,12 @@
-"""The innet GPU trace format, version 2: the one definition (docs/trace-format.md).
+"""The innet GPU trace format, version 3: the one definition (docs/trace-format.md).
 
 A trace holds, per GPU, compute kernel records, memory-traffic records (remote reads and writes
 through the switch) and gradient message records (collective traffic with its dependencies).
 
-Binary form (``.itr``), version 2, little endian::
+Binary form (``.itr``), versions 2 and 3, little endian::
 
     0      8 bytes  magic b"INNETTRC"
-    8      u16      version (2)
+    8      u16      version (3; 2 reads the same)
     10     u16      reserved (0)
     12     u32      L, length of the metadata, bytes
     16     u32      B, records per block (:data:`BLOCK_RECORDS` when written here)
@@ -17,6 +17,13 @@ Binary form (``.itr``), version 2, little endian::
     36+L   blocks   ceil(R / B) blocks: B records (the last block: the rest), 32 bytes each in the
                     layout RECORD (below), then the u32 CRC-32 of those records' bytes;
                     the file ends exactly after the last block
+
+Version 3 is version 2's layout with the nodes of a multi-node cluster: the metadata may name
+``nodes``, ``gpus_per_node`` and ``nodes_per_leaf`` (ranks are numbered node by node), a mem
+or grad record's ``op`` holds its route in bits 4-7 (:data:`ROUTES`: the links it crosses;
+0, ``nvlink``, inside the node), a grad record may go to the InfiniBand switches' reduction
+(peer :data:`IB_SWITCH_PORT`) with algorithm ``sharp``. Each route is checked against the
+nodes of its two ends. A version-2 reader refuses a version-3 file by its version number.
 
 A mem record's ``aux`` field holds its traffic class (:data:`TRAFFIC`, low 8 bits) and whether
 backprop waits on it (bit 15, :data:`CRITICAL`). Older writers left it 0 (traffic ``other``,
@@ -29,11 +36,12 @@ four consecutive bytes is always detected, larger damage all but once in 2^32. V
 (still read, no longer written) has a 16-byte header (magic, version, reserved, L), the
 metadata, and the records to the end of the file, with no checksums.
 
-Text form (``.txt``): a first line ``innet-trace 2 <metadata JSON>``, then one record per line,
+Text form (``.txt``): a first line ``innet-trace 3 <metadata JSON>``, then one record per line,
 ``<type> key=value ...`` with the keys of that type (blank lines and ``#`` comments allowed).
-It carries no checksums (it is made to be read and edited by hand); readers accept version 1
-and 2 headers, whose text forms are the same (mem records take the optional keys ``traffic``
-and ``critical``).
+It carries no checksums (it is made to be read and edited by hand); readers accept version 1,
+2 and 3 headers, whose text forms are the same (mem records take the optional keys ``traffic``
+and ``critical``; in version 3 mem and grad records take ``route``, and a grad record's peer
+may be ``ibswitch``).
 
 Code outside this module reads a record through the accessors named by meaning on
 :class:`TraceRecord` (``bytes``, ``dependency``, ``bucket``, ``chunk``, ``duration_ns``, ...)
@@ -59,13 +67,14 @@ from pathlib import Path
 from sim.errors import InputError
 from sim.files import current_umask
 
-__all__ = ["ALGOS", "BLOCK_RECORDS", "CRITICAL", "GRAD", "KERNEL", "MAGIC", "MEM", "MEM_OPS", "NO_DEP",
-           "PHASES", "READ_VERSIONS", "RECORD", "SWITCH_PORT", "TRAFFIC", "VERSION", "TraceError",
-           "TraceRecord", "read_trace", "trace_summary", "write_trace"]
+__all__ = ["ALGOS", "BLOCK_RECORDS", "CRITICAL", "GRAD", "IB_SWITCH_PORT", "KERNEL", "MAGIC", "MEM",
+           "MEM_OPS", "NO_DEP", "PHASES", "READ_VERSIONS", "RECORD", "ROUTES", "ROUTE_LINKS",
+           "SWITCH_PORT", "TRAFFIC", "VERSION", "TraceError", "TraceRecord", "read_trace",
+           "route_of", "trace_summary", "write_trace"]
 
 #: the version written; READ_VERSIONS: the versions read
-VERSION = 2
-READ_VERSIONS = (1, 2)
+VERSION = 3
+READ_VERSIONS = (1, 2, 3)
 MAGIC = b"INNETTRC"
 #: records per checksummed block, as written (128 KiB of records)
 BLOCK_RECORDS = 4096
@@ -84,10 +93,27 @@ assert RECORD.size == 32
 KERNEL, MEM, GRAD = 1, 2, 3
 TYPE_NAMES = {KERNEL: "kernel", MEM: "mem", GRAD: "grad"}
 NO_DEP = 0xFFFFFFFF
+#: peer of a grad record: the node's NVSwitch (an in-switch contribution)
 SWITCH_PORT = 0xFFFF
+#: peer of a grad record (version 3, multi-node traces): the InfiniBand switches' in-network
+#: reduction (SHARP), reached over the sender's PCIe path and NIC
+IB_SWITCH_PORT = 0xFFFE
 PHASES = ("fwd", "bwd", "opt", "comm", "other")
 MEM_OPS = ("read", "write")
-ALGOS = ("ring", "tree", "direct", "inswitch", "p2p")
+#: ``sharp`` (index 5) is version 3's: the multi-node all-reduce through the InfiniBand switches
+ALGOS = ("ring", "tree", "direct", "inswitch", "p2p", "sharp")
+_ALGOS_V2 = 5
+#: A mem or grad record's route (version 3: bits 4-7 of ``op``; the low 4 bits are the type's
+#: ``op``): the links it crosses, named by them. 0, ``nvlink``, is through the node's NVSwitch,
+#: what every message of a one-node trace (and of versions 1 and 2) takes. The other routes
+#: leave the node: GPU -> PCIe switch -> NIC -> leaf switch [-> spine -> leaf] -> NIC -> PCIe
+#: switch -> GPU, or up to the InfiniBand switch that reduces (``IB_SWITCH_PORT``) at the leaf
+#: or, when the nodes hang off several leaves, at a spine; the sum comes back the same links.
+ROUTES = ("nvlink", "pcie-nic-leaf-nic-pcie", "pcie-nic-leaf-spine-leaf-nic-pcie",
+          "pcie-nic-leaf", "pcie-nic-leaf-spine")
+#: route name -> the links it crosses, in order
+ROUTE_LINKS = {name: tuple(name.split("-")) for name in ROUTES}
+_OP_MASK, _ROUTE_SHIFT = 0x0F, 4
 #: A mem record's traffic class (low 8 bits of ``aux``): ``pp`` pipeline-stage
 #: activations and activation gradients, ``tp`` tensor-parallel all-reduce, ``fsdp`` sharded
 #: parameter all-gather, ``offload`` host-memory offload, ``other`` anything else.
@@ -101,10 +127,10 @@ _TEXT_KEYS = {
              ("sms", "aux"), ("hbm_kib", "b"), ("phase", "op"), ("job", "job")],
     MEM: [("gpu", "gpu"), ("peer", "peer"), ("id", "id"), ("time_ns", "time_ns"),
           ("bytes", "a"), ("op", "op"), ("tag", "slot"), ("dep", "b"), ("job", "job"),
-          ("traffic", "aux"), ("critical", "aux")],
+          ("traffic", "aux"), ("critical", "aux"), ("route", "op")],
     GRAD: [("gpu", "gpu"), ("peer", "peer"), ("id", "id"), ("time_ns", "time_ns"),
            ("bytes", "a"), ("job", "job"), ("slot", "slot"), ("chunk", "aux"), ("dep", "b"),
-           ("algo", "op")],
+           ("algo", "op"), ("route", "op")],
 }
 _ENUMS = {(KERNEL, "op"): PHASES, (MEM, "op"): MEM_OPS, (GRAD, "op"): ALGOS}
 _LIMITS = {"op": 0xFF, "gpu": 0xFFFF, "peer": 0xFFFF, "job": 0xFFFF, "slot": 0xFFFF,
@@ -120,6 +146,24 @@ def _enum_index(names, field, name):
 
 def _dep_field(dependency):
     return NO_DEP if dependency is None else dependency
+
+
+def _route_bits(route):
+    return _enum_index(ROUTES, "route", route) << _ROUTE_SHIFT
+
+
+def route_of(links):
+    """The route name (one of :data:`ROUTES`) of a sequence of links, e.g.
+    ``("pcie", "nic", "leaf", "nic", "pcie")``; ``()`` and ``("nvlink",)`` are ``nvlink``.
+
+    Raises
+    ------
+    ValueError
+        For links no route crosses."""
+    name = "-".join(links) or "nvlink"
+    if name not in ROUTE_LINKS:
+        raise ValueError(f"no route crosses {name!r}; routes: {', '.join(ROUTES)}")
+    return name
 
 
 @dataclass(frozen=True)
@@ -144,13 +188,15 @@ class TraceRecord:
     ``bytes``                             ``a``       ``a``
     ``dependency``                        ``b``       ``b``
     ``tag``                               ``slot``
-    ``mem_op``                            ``op``
+    ``mem_op``                            ``op`` (bits 0-3)
     ``bucket``                                        ``slot``
     ``chunk``                                         ``aux``
     ``traffic``                           ``aux``
     ``critical``                          ``aux``
-    ``algo``                                          ``op``
+    ``algo``                                          ``op`` (bits 0-3)
     ``to_switch``                                     ``peer == SWITCH_PORT``
+    ``to_ib_switch``                                  ``peer == IB_SWITCH_PORT``
+    ``route``, ``links``                  ``op`` (bits 4-7, version 3)
     ========================  ==========  ==========  =====================================
 
     An accessor read on a record type it does not apply to raises :class:`TypeError` (a
@@ -182,24 +228,29 @@ class TraceRecord:
 
     @classmethod
     def mem(cls, *, gpu, peer, id, time_ns, bytes, op="write", tag=0, dependency=None, job=0,
-            traffic="other", critical=False):
+            traffic="other", critical=False, route="nvlink"):
         """A remote ``read`` or ``write`` (``op``, one of :data:`MEM_OPS`) of ``bytes`` bytes
         from ``gpu`` to GPU ``peer``, issued at ``time_ns``; it waits for record
         ``dependency`` (a record id, or ``None``). ``traffic`` is its class (one of
-        :data:`TRAFFIC`); ``critical``: backprop waits on it."""
+        :data:`TRAFFIC`); ``critical``: backprop waits on it; ``route`` (one of
+        :data:`ROUTES`) the links it crosses."""
         aux = _enum_index(TRAFFIC, "traffic", traffic) | (CRITICAL if critical else 0)
-        return cls(MEM, op=_enum_index(MEM_OPS, "op", op), gpu=gpu, peer=peer, id=id,
+        return cls(MEM, op=_enum_index(MEM_OPS, "op", op) | _route_bits(route), gpu=gpu,
+                   peer=peer, id=id,
                    time_ns=time_ns, a=bytes, slot=tag, b=_dep_field(dependency), job=job,
                    aux=aux)
 
     @classmethod
     def grad(cls, *, gpu, peer, id, time_ns, bytes, algo, bucket=0, chunk=0, dependency=None,
-             job=0):
+             job=0, route="nvlink"):
         """A gradient message piece of ``bytes`` bytes from ``gpu`` to GPU ``peer`` (or
-        :data:`SWITCH_PORT`: an in-switch contribution), issued at ``time_ns``, of collective
-        ``algo`` (one of :data:`ALGOS`), bucket (switch slot) ``bucket`` and piece ``chunk``;
-        it waits for record ``dependency`` (a record id, or ``None``)."""
-        return cls(GRAD, op=_enum_index(ALGOS, "algo", algo), gpu=gpu, peer=peer, id=id,
+        :data:`SWITCH_PORT`: an in-switch contribution; :data:`IB_SWITCH_PORT`: a contribution
+        to the InfiniBand switches' reduction), issued at ``time_ns``, of collective ``algo``
+        (one of :data:`ALGOS`), bucket (switch slot) ``bucket`` and piece ``chunk``, crossing
+        ``route`` (one of :data:`ROUTES`); it waits for record ``dependency`` (a record id, or
+        ``None``)."""
+        return cls(GRAD, op=_enum_index(ALGOS, "algo", algo) | _route_bits(route), gpu=gpu,
+                   peer=peer, id=id,
                    time_ns=time_ns, a=bytes, slot=bucket, aux=chunk, b=_dep_field(dependency),
                    job=job)
 
@@ -275,7 +326,7 @@ class TraceRecord:
     def mem_op(self):
         """Mem: ``"read"`` or ``"write"``."""
         self._require((MEM,), "mem_op")
-        return MEM_OPS[self.op]
+        return MEM_OPS[self.op & _OP_MASK]
 
     @property
     def traffic(self):
@@ -306,13 +357,31 @@ class TraceRecord:
     def algo(self):
         """Grad: the collective algorithm, one of :data:`ALGOS`."""
         self._require((GRAD,), "algo")
-        return ALGOS[self.op]
+        return ALGOS[self.op & _OP_MASK]
 
     @property
     def to_switch(self):
         """Grad: whether the piece is an in-switch contribution (``peer`` is the switch)."""
         self._require((GRAD,), "to_switch")
         return self.peer == SWITCH_PORT
+
+    @property
+    def to_ib_switch(self):
+        """Grad: whether the piece is a contribution to the InfiniBand switches' reduction
+        (SHARP; ``peer`` is :data:`IB_SWITCH_PORT`)."""
+        self._require((GRAD,), "to_ib_switch")
+        return self.peer == IB_SWITCH_PORT
+
+    @property
+    def route(self):
+        """Mem and grad: the route, one of :data:`ROUTES` (``nvlink`` in versions 1 and 2)."""
+        self._require((MEM, GRAD), "route")
+        return ROUTES[self.op >> _ROUTE_SHIFT]
+
+    @property
+    def links(self):
+        """Mem and grad: the links the message crosses, in order (:data:`ROUTE_LINKS`)."""
+        return ROUTE_LINKS[self.route]
 
     # -- encoding ---------------------------------------------------------------------------
 
@@ -325,12 +394,19 @@ class TraceRecord:
         parts = [name]
         for key, attr in _TEXT_KEYS[self.rtype]:
             value = getattr(self, attr)
-            if (self.rtype, attr) in _ENUMS:
-                value = _ENUMS[(self.rtype, attr)][value]
+            if key == "route":
+                if not value >> _ROUTE_SHIFT:
+                    continue   # nvlink: the default, as versions 1 and 2 wrote it
+                value = ROUTES[value >> _ROUTE_SHIFT]
+            elif (self.rtype, attr) in _ENUMS:
+                names = _ENUMS[(self.rtype, attr)]
+                value = names[value & _OP_MASK if self.rtype in (MEM, GRAD) else value]
             elif attr == "b" and key == "dep":
                 value = "none" if value == NO_DEP else value
             elif attr == "peer" and value == SWITCH_PORT:
                 value = "switch"
+            elif attr == "peer" and value == IB_SWITCH_PORT and self.rtype == GRAD:
+                value = "ibswitch"
             elif self.rtype == MEM and key == "traffic":
                 if value & 0xFF == 0:
                     continue   # "other": the default, as version 2 wrote it
@@ -351,34 +427,79 @@ def _where(path, index, field, problem):
     return TraceError(f"{path}:{index}: {field}: {problem}")
 
 
+def _meta_int(meta, key):
+    value = meta.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 class _Validator:
-    def __init__(self, path, meta):
+    """Checks records one by one against the rules of ``version`` and the trace's metadata
+    (its GPUs; in version 3, its nodes, which fix every message's route)."""
+
+    def __init__(self, path, meta, version=VERSION):
         self.path = path
         self.gpus = meta["gpus"]
         self.ids = set()
+        self.version = version
+        self.algos = ALGOS if version >= 3 else ALGOS[:_ALGOS_V2]
+        self.nodes = meta.get("nodes", 1) if version >= 3 else 1
+        self.per_node = meta.get("gpus_per_node", self.gpus) if self.nodes > 1 else self.gpus
+        self.per_leaf = meta.get("nodes_per_leaf", 1) if self.nodes > 1 else 1
+
+    def expected_route(self, src, dst):
+        """The route from GPU ``src`` to GPU ``dst`` (or to a switch) in this trace's nodes."""
+        if dst == SWITCH_PORT:
+            return "nvlink"
+        if dst == IB_SWITCH_PORT and self.nodes > 1:   # at the leaf, or a spine above them
+            return ROUTES[3] if self.nodes <= self.per_leaf else ROUTES[4]
+        a, b = src // self.per_node, dst // self.per_node
+        if a == b:
+            return "nvlink"
+        return ROUTES[1] if a // self.per_leaf == b // self.per_leaf else ROUTES[2]
 
     def check(self, index, rec):
         where = lambda field, problem: _where(self.path, index, field, problem)
         if rec.rtype not in TYPE_NAMES:
             raise where("type", f"unknown record type {rec.rtype}")
-        if (rec.rtype, "op") in _ENUMS and rec.op >= len(_ENUMS[(rec.rtype, "op")]):
-            raise where("op", f"{rec.op} is not one of "
-                              f"{', '.join(_ENUMS[(rec.rtype, 'op')])}")
+        if rec.rtype == KERNEL:
+            if rec.op >= len(PHASES):
+                raise where("op", f"{rec.op} is not one of {', '.join(PHASES)}")
+        else:
+            names = MEM_OPS if rec.rtype == MEM else self.algos
+            op, route = rec.op, 0
+            if self.version >= 3:
+                op, route = rec.op & _OP_MASK, rec.op >> _ROUTE_SHIFT
+            if op >= len(names):
+                raise where("op", f"{op} is not one of {', '.join(names)}")
+            if route >= len(ROUTES):
+                raise where("route", f"{route} is not one of {', '.join(ROUTES)}")
         if rec.gpu >= self.gpus:
             raise where("gpu", f"{rec.gpu} is out of range (trace has {self.gpus} GPUs)")
         if rec.id in self.ids:
             raise where("id", f"{rec.id} is used twice")
         if rec.rtype in (MEM, GRAD):
             switch_ok = rec.rtype == GRAD
-            if not (rec.peer < self.gpus or (switch_ok and rec.peer == SWITCH_PORT)):
+            ib_ok = switch_ok and self.nodes > 1
+            if not (rec.peer < self.gpus or (switch_ok and rec.peer == SWITCH_PORT) or
+                    (ib_ok and rec.peer == IB_SWITCH_PORT)):
                 raise where("peer", f"{rec.peer} is out of range (trace has {self.gpus} GPUs"
-                                    f"{', or the switch' if switch_ok else ''})")
+                                    f"{', or the switch' if switch_ok else ''}"
+                                    f"{' or the InfiniBand switch' if ib_ok else ''})")
             if rec.peer == rec.gpu:
                 raise where("peer", "a GPU does not send to itself")
+            if rec.peer == IB_SWITCH_PORT and ALGOS[rec.op & _OP_MASK] != "sharp":
+                raise where("peer", "only sharp sends to the InfiniBand switch")
             if rec.b != NO_DEP and rec.b not in self.ids:
                 raise where("dep", f"{rec.b} does not name an earlier record")
             if rec.a == 0:
                 raise where("bytes", "must be positive")
+            if self.version >= 3:
+                want = self.expected_route(rec.gpu, rec.peer)
+                if rec.route != want:
+                    to = {SWITCH_PORT: "the switch", IB_SWITCH_PORT: "the InfiniBand switch"}
+                    node = lambda g: f"GPU {g} (node {g // self.per_node})"   # noqa: E731
+                    raise where("route", f"{rec.route} is not the route from {node(rec.gpu)} "
+                                         f"to {to.get(rec.peer) or node(rec.peer)}: {want}")
         if rec.rtype == MEM and ((rec.aux & 0xFF) >= len(TRAFFIC) or rec.aux & 0x7F00):
             raise where("traffic", f"{rec.aux & 0x7FFF} is not one of "
                                    f"{', '.join(TRAFFIC)}")
@@ -414,8 +535,8 @@ def _read_binary(path, handle):
 
 
 def _read_binary_v1(path, handle, meta_len):
-    meta = _parse_meta(path, handle.read(meta_len).decode("utf-8", errors="replace"))
-    validator = _Validator(path, meta)
+    meta = _parse_meta(path, handle.read(meta_len).decode("utf-8", errors="replace"), 1)
+    validator = _Validator(path, meta, 1)
 
     def records():
         index = 0
@@ -442,7 +563,7 @@ def _read_binary_v2(path, handle, header):
     header_size = _HEADER.size + _CRC.size
     if len(header) < header_size:
         raise _truncated(path, 0, "header", len(header), header_size)
-    _magic, _version, _reserved, meta_len, block, count = _HEADER.unpack_from(header)
+    _magic, version, _reserved, meta_len, block, count = _HEADER.unpack_from(header)
     if zlib.crc32(header[:_HEADER.size]) != _CRC.unpack_from(header, _HEADER.size)[0]:
         raise _checksum_mismatch(path, 0, "header")
     if not 1 <= block <= MAX_BLOCK_RECORDS:
@@ -458,8 +579,8 @@ def _read_binary_v2(path, handle, header):
         meta_text = meta_bytes.decode("utf-8")
     except UnicodeDecodeError:
         raise _where(path, 0, "metadata", "not UTF-8") from None
-    meta = _parse_meta(path, meta_text)
-    validator = _Validator(path, meta)
+    meta = _parse_meta(path, meta_text, version)
+    validator = _Validator(path, meta, version)
 
     # The file's length follows from the header: refuse a short or long one before reading on.
     start = header_size + meta_len + _CRC.size
@@ -496,7 +617,9 @@ def _read_binary_v2(path, handle, header):
     return meta, records(), block
 
 
-def _parse_meta(path, text):
+def _parse_meta(path, text, version=VERSION):
+    """The metadata JSON, checked: ``gpus``; in version 3 the nodes (``nodes``,
+    ``gpus_per_node`` with nodes x gpus_per_node = gpus, ``nodes_per_leaf``) when given."""
     try:
         meta = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -508,6 +631,21 @@ def _parse_meta(path, text):
         raise _where(path, 0, "gpus", f"must be a positive integer, not {gpus!r}")
     if gpus > 0xFFFF:
         raise _where(path, 0, "gpus", f"{gpus} exceeds 65535")
+    if version < 3 or "nodes" not in meta:
+        return meta
+    if gpus > IB_SWITCH_PORT:   # GPU ids stay below the two switch ids
+        raise _where(path, 0, "gpus", f"{gpus} exceeds {IB_SWITCH_PORT}")
+    nodes = _meta_int(meta, "nodes")
+    if nodes is None or nodes < 1:
+        raise _where(path, 0, "nodes", f"must be a positive integer, not {meta['nodes']!r}")
+    if nodes > 1:
+        per_node, per_leaf = _meta_int(meta, "gpus_per_node"), _meta_int(meta, "nodes_per_leaf")
+        if per_node is None or per_node * nodes != gpus:
+            raise _where(path, 0, "gpus_per_node", f"must be gpus / nodes = {gpus} / {nodes}, "
+                                                   f"not {meta.get('gpus_per_node')!r}")
+        if per_leaf is None or per_leaf < 1:
+            raise _where(path, 0, "nodes_per_leaf", f"must be a positive integer, not "
+                                                    f"{meta.get('nodes_per_leaf')!r}")
     return meta
 
 
@@ -519,6 +657,7 @@ def _parse_text_record(path, lineno, line):
     rtype = types[words[0]]
     keys = dict(_TEXT_KEYS[rtype])
     values = {}
+    route = 0
     for word in words[1:]:
         key, sep, text = word.partition("=")
         if not sep:
@@ -527,6 +666,11 @@ def _parse_text_record(path, lineno, line):
             raise _where(path, lineno, key, f"not a field of a {words[0]} record "
                                             f"({', '.join(keys)})")
         attr = keys[key]
+        if key == "route":
+            if text not in ROUTES:
+                raise _where(path, lineno, key, f"{text!r} is not one of {', '.join(ROUTES)}")
+            route = ROUTES.index(text)
+            continue
         if (rtype, attr) in _ENUMS:
             choices = _ENUMS[(rtype, attr)]
             if text not in choices:
@@ -538,6 +682,9 @@ def _parse_text_record(path, lineno, line):
             continue
         if key == "peer" and text == "switch":
             values[attr] = SWITCH_PORT
+            continue
+        if key == "peer" and text == "ibswitch" and rtype == GRAD:
+            values[attr] = IB_SWITCH_PORT
             continue
         if rtype == MEM and key == "traffic":
             if text not in TRAFFIC:
@@ -558,10 +705,12 @@ def _parse_text_record(path, lineno, line):
         values[attr] = number
     missing = [k for k, attr in _TEXT_KEYS[rtype] if attr not in values and k not in
                ("job", "tag", "dep", "slot", "chunk", "hbm_kib", "sms", "traffic",
-                "critical")]
+                "critical", "route")]
     if missing:
         raise _where(path, lineno, missing[0], "missing")
     values.setdefault("b", NO_DEP if rtype in (MEM, GRAD) else 0)
+    if route:
+        values["op"] = values.get("op", 0) | route << _ROUTE_SHIFT
     return TraceRecord(rtype, **values)
 
 
@@ -575,8 +724,8 @@ def _read_text(path, handle):
     if version not in map(str, READ_VERSIONS):
         raise _where(path, 1, "version", f"{version!r} is not supported (this reader: "
                                          f"{', '.join(map(str, READ_VERSIONS))})")
-    meta = _parse_meta(path, meta_text)
-    validator = _Validator(path, meta)
+    meta = _parse_meta(path, meta_text, int(version))
+    validator = _Validator(path, meta, int(version))
 
     def records():
         for lineno, line in enumerate(handle, start=2):
@@ -725,26 +874,39 @@ def _write_text(out, meta_bytes, records, validator):
 def trace_summary(path):
     """Read (and so validate) a whole trace and summarise it: record counts per type and GPU,
     bytes, span, and the file's ``version``, ``form`` and ``checksums`` (what they cover, or
-    ``none (version 1)`` / ``none (text form)``)."""
+    ``none (version 1)`` / ``none (text form)``). ``route_bytes``: the bytes of the mem and
+    grad records by route (:data:`ROUTES`, those with any); ``link_bytes``: by link kind, a
+    message's bytes counted once for every kind of link its route crosses (``nvlink``,
+    ``pcie``, ``nic``, ``leaf``, ``spine``: what leaves the sender on that kind of link)."""
     meta, records, layout = _open(path)
     counts = {name: 0 for name in TYPE_NAMES.values()}
     grad_bytes = mem_bytes = 0
     kernel_ns = 0
     first, last = None, 0
     per_gpu = [0] * meta["gpus"]
+    route_bytes = {}
     for rec in records:
         counts[TYPE_NAMES[rec.rtype]] += 1
         per_gpu[rec.gpu] += 1
         end = rec.end_ns if rec.rtype == KERNEL else rec.time_ns
         first = rec.time_ns if first is None else min(first, rec.time_ns)
         last = max(last, end)
+        if rec.rtype == KERNEL:
+            kernel_ns += rec.duration_ns
+            continue
         if rec.rtype == GRAD:
             grad_bytes += rec.bytes
-        elif rec.rtype == MEM:
-            mem_bytes += rec.bytes
         else:
-            kernel_ns += rec.duration_ns
+            mem_bytes += rec.bytes
+        route_bytes[rec.route] = route_bytes.get(rec.route, 0) + rec.bytes
+    link_bytes = {}
+    for route in ROUTES:
+        for link in dict.fromkeys(ROUTE_LINKS[route]):
+            if route in route_bytes:
+                link_bytes[link] = link_bytes.get(link, 0) + route_bytes[route]
     return {"file": str(path), **layout, "metadata": meta, "records": sum(counts.values()),
             "by_type": counts, "records_per_gpu": per_gpu, "grad_bytes": grad_bytes,
             "mem_bytes": mem_bytes, "kernel_ns": kernel_ns,
+            "route_bytes": {r: route_bytes[r] for r in ROUTES if r in route_bytes},
+            "link_bytes": link_bytes,
             "span_ns": (last - first) if first is not None else 0}
