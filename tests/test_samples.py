@@ -20,13 +20,13 @@ def test_sample_validates(path):
     assert trace_summary(path)["version"] == (1 if path.stem.endswith("_v1") else VERSION)
 
 
-def test_version_1_sample_reads_as_its_version_2_regeneration():
-    """The ring sample as version 1 wrote it (no checksums) and as version 2 writes it hold the
+def test_version_1_sample_reads_as_its_regeneration():
+    """The ring sample as version 1 wrote it (no checksums) and as version 3 writes it hold the
     same metadata (but the format version, and the configuration keys trace gen has recorded
     since) and the same records."""
     old_meta, old = read_trace(TRACES / "resnet50_a100x4_ring_v1.itr")
     new_meta, new = read_trace(TRACES / "resnet50_a100x4_ring.itr")
-    assert old_meta.pop("format_version") == 1 and new_meta.pop("format_version") == 2
+    assert old_meta.pop("format_version") == 1 and new_meta.pop("format_version") == VERSION
     added = {key: new_meta.pop(key) for key in set(new_meta) - set(old_meta)}
     assert added == {"bucketing": "ddp", "first_bucket_bytes": 1 << 20,
                      "fusion_bytes": 64 * 10**6, "fusion_cycle_s": 5e-3, "overlap": True,

@@ -4,8 +4,10 @@ from dataclasses import replace
 
 from sim.gpu.collectives import SWITCH, expand_collective
 from sim.gpu.iteration import IterationConfig, optimizer_bytes, simulate_iteration
+from sim.gpu.multinode_messages import IB_SWITCH, multinode_messages
+from sim.gpu.nodes import message_path
 from sim.gpu.presets import MAX_BYTES, ModelInputError, check_count, check_real
-from sim.trace.format import PHASES, SWITCH_PORT, TraceRecord
+from sim.trace.format import IB_SWITCH_PORT, PHASES, SWITCH_PORT, TraceRecord, route_of
 from sim.trace.traffic import TRAFFIC_KINDS, contending_traffic, count_traffic
 
 __all__ = ["MAX_FIELD", "generate_trace"]
@@ -39,14 +41,22 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
     ``n_gpus`` must be ``n_gpus``; without one, the default configuration with ``algo`` and
     buckets of ``bucket_mb`` MiB (``algo`` and ``bucket_mb`` are not used with a ``config``).
 
+    Across nodes (``config.nodes`` > 1; ``n_gpus`` is then per node), the trace holds the
+    ``nodes × n_gpus`` ranks, numbered node by node, and the collective's messages are those of
+    :func:`sim.gpu.multinode_messages.multinode_messages` (ring, tree or sharp, with the links
+    each crosses), timed by the same iteration as ``innet model iteration --nodes``. Every mem
+    and grad record carries its route (docs/trace-format.md, version 3).
+
     The metadata records the whole configuration, units in the key names: ``gpus``, ``gpu``,
     ``model``, ``batch`` (samples per GPU), ``algo``, ``bucketing``, ``first_bucket_bytes``,
     ``bucket_cap_bytes``, ``fusion_bytes`` and ``fusion_cycle_s`` (Horovod), ``overlap``,
     ``grad_accum_microbatches``, ``straggler_speed_factors`` (GPU → factor; the GPUs not
     named run at 1.0), ``channels_sms`` (asked for; null: NCCL's default) and
     ``collective_sms`` (what the collectives used), ``optimizer_bytes_per_param``,
-    ``chunk_bytes``, ``p2p_bytes``, ``traffic`` (only when given), ``job``; and the result, ``iteration_s``, and the
-    ``generator``.
+    ``chunk_bytes``, ``p2p_bytes``, ``traffic`` (only when given), ``job``; and the result,
+    ``iteration_s``, and the ``generator``. Across nodes also ``nodes``, ``gpus_per_node``,
+    ``node_preset`` (its name), ``nodes_per_leaf`` (the fabric's leaf down-ports) and
+    ``nic_gbits``.
 
     Returns ``(metadata, records, result)``.
 
@@ -61,7 +71,7 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
         than ``max_records`` records (when given), counted before any record is made; and
         whatever :meth:`IterationConfig.validate_for` raises.
     """
-    if n_gpus < 2:
+    if n_gpus < 2 and (config is None or config.nodes < 2):
         raise ModelInputError(f"a data-parallel trace needs at least 2 GPUs, not {n_gpus}")
     check_count("chunk_bytes", chunk_bytes, 1, MAX_BYTES, "at most 2^50")
     check_count("p2p_bytes", p2p_bytes, 0, MAX_BYTES, "at most 2^50")
@@ -79,9 +89,23 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
                               f"{n_gpus}")
     result = simulate_iteration(workload, gpu, config, record=True)
     gpus_of_class = [result.classes[key] for key in result.classes]
+    per_node, ranks = n_gpus, config.ranks
+    node = config.node_for(gpu) if config.nodes > 1 else None
+
+    def messages(nbytes):
+        """The bucket's messages with the links each crosses."""
+        if node is not None:
+            return multinode_messages(node, config.nodes, per_node, config.algo, nbytes)
+        return [(m, ("nvlink",)) for m in expand_collective(config.algo, per_node, nbytes)]
+
+    def route(src, dst):
+        if node is None:
+            return "nvlink"
+        return route_of(message_path(node, config.nodes, per_node, src, dst))
+
+    n_gpus = ranks   # from here on: every GPU of the trace
     if max_records is not None:
-        count = _count_records(result, gpus_of_class, config.algo, n_gpus, chunk_bytes,
-                               p2p_bytes)
+        count = _count_records(result, gpus_of_class, messages, n_gpus, chunk_bytes, p2p_bytes)
         count += count_traffic(traffic, workload, result, gpus_of_class, n_gpus, chunk_bytes)
         if count > max_records:
             raise ModelInputError(
@@ -130,24 +154,31 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
                 for g in gpus_of_class[ci]:
                     for k in range(-(-p2p_bytes // chunk_bytes)):
                         size = min(chunk_bytes, p2p_bytes - k * chunk_bytes)
-                        records.append(TraceRecord.mem(gpu=g, peer=(g + 1) % n_gpus, id=new_id(),
+                        peer = (g + 1) % n_gpus
+                        records.append(TraceRecord.mem(gpu=g, peer=peer, id=new_id(),
                                                        time_ns=boundary_ns, bytes=size,
                                                        op="write", tag=k & 0xFFFF, job=job,
-                                                       critical=True))
+                                                       critical=True, route=route(g, peer)))
     if traffic:
         _check_piece(chunk_bytes)
-        records += contending_traffic(traffic, workload, result, gpus_of_class, n_gpus,
-                                      chunk_bytes, job=job)
+        more = contending_traffic(traffic, workload, result, gpus_of_class, n_gpus,
+                                  chunk_bytes, job=job)
+        if node is not None:   # the route is in op's high bits (format.py, version 3)
+            more = [TraceRecord.mem(gpu=r.gpu, peer=r.peer, id=r.id, time_ns=r.time_ns,
+                                    bytes=r.bytes, op=r.mem_op, tag=r.tag, job=r.job,
+                                    traffic=r.traffic, critical=r.critical,
+                                    route=route(r.gpu, r.peer)) for r in more]
+        records += more
     records.sort(key=lambda r: (r.time_ns, r.gpu))
     records = [replace(r, id=i) for i, r in enumerate(records)]   # ids in time order
     next_id = len(records)
 
     for bucket, nbytes in enumerate(result.bucket_bytes):
         begin, end = comm_windows.get(bucket, (0.0, 0.0))
-        messages = expand_collective(config.algo, n_gpus, nbytes)
-        steps = max(m.step for m in messages) + 1
+        bucket_messages = messages(nbytes)
+        steps = max(m.step for m, _ in bucket_messages) + 1
         piece_ids = []   # per message: ids of its pieces
-        for m in messages:
+        for m, links in bucket_messages:
             if m.src == SWITCH:
                 # Results are the switch's output, not a GPU's: a replay produces them.
                 piece_ids.append([])
@@ -166,12 +197,13 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
                     dep = dep_pieces[min(k, len(dep_pieces) - 1)] if dep_pieces else None
                 rid = new_id()
                 ids.append(rid)
-                peer = SWITCH_PORT if m.dst == SWITCH else m.dst
+                peer = {SWITCH: SWITCH_PORT, IB_SWITCH: IB_SWITCH_PORT}.get(m.dst, m.dst)
                 records.append(TraceRecord.grad(gpu=m.src, peer=peer, id=rid, time_ns=issue_ns,
                                                 bytes=size, algo=config.algo,
                                                 bucket=bucket & 0xFFFF,
                                                 chunk=(m.chunk * 4096 + k) & 0xFFFF,
-                                                dependency=dep, job=job))
+                                                dependency=dep, job=job,
+                                                route=route_of(links)))
             piece_ids.append(ids)
     meta = {"gpus": n_gpus, "model": workload.name, "batch": workload.batch, "gpu": gpu.name,
             "algo": config.algo, "bucket_cap_bytes": config.bucket_cap_bytes,
@@ -190,6 +222,10 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
             "job": job}
     if traffic:
         meta["traffic"] = list(traffic)
+    if node is not None:
+        meta.update({"nodes": config.nodes, "gpus_per_node": per_node,
+                     "node_preset": node.name, "nodes_per_leaf": node.fabric.leaf_down_ports,
+                     "nic_gbits": node.nic_gbits})
     return meta, records, result
 
 
@@ -200,12 +236,13 @@ def _check_piece(nbytes):
                               f"record's bytes field (at most {MAX_FIELD}): use smaller pieces")
 
 
-def _count_records(result, gpus_of_class, algo, n_gpus, chunk_bytes, p2p_bytes):
-    """How many records :func:`generate_trace` makes of ``result``, without making them."""
+def _count_records(result, gpus_of_class, messages, n_gpus, chunk_bytes, p2p_bytes):
+    """How many records :func:`generate_trace` makes of ``result``, without making them
+    (``messages(nbytes)``: a bucket's messages with their links)."""
     count = sum(len(gpus_of_class[e[0]]) for e in result.timeline)
     if p2p_bytes > 0 and any(e[1] == "compute" and e[5] == "bwd" for e in result.timeline):
         count += n_gpus * -(-p2p_bytes // chunk_bytes)
     for nbytes in result.bucket_bytes:
-        count += sum(-(-m.nbytes // chunk_bytes) for m in expand_collective(algo, n_gpus, nbytes)
+        count += sum(-(-m.nbytes // chunk_bytes) for m, _ in messages(nbytes)
                      if m.src != SWITCH)
     return count
