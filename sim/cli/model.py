@@ -447,7 +447,15 @@ def _cmd_trace_gen(args):
     from sim.trace.format import write_trace
     from sim.trace.generate import generate_trace
     gpu = _gpu(args.gpu)
-    _check_algo(args.algo)
+    node = None
+    if args.nodes > 1 or args.algo == "sharp":   # across nodes: sim/cli/multinode.py
+        from sim.cli import multinode
+        node = multinode.check_nodes(args)
+        if args.channels is not None:
+            raise UsageError("--channels applies to one node only (NCCL sets the multi-node "
+                             "channels from the NICs)")
+    else:
+        _check_algo(args.algo)
     if args.algo == "nvls":   # the trace format records ring, tree, direct, inswitch
         raise UsageError("--algo nvls has no trace form (a trace records ring, tree, direct or "
                          "inswitch); use --algo inswitch for an in-switch reduction")
@@ -464,15 +472,16 @@ def _cmd_trace_gen(args):
     meta, records, result = generate_trace(
         workload, gpu, args.gpus, args.algo,
         chunk_bytes=_bytes_option("--chunk-kb", args.chunk_kb, 1024, "KiB"),
-        config=_iteration_config(args),
+        config=_iteration_config(args, node),
         p2p_bytes=_bytes_option("--p2p-mb", args.p2p_mb, MiB, "MiB"),
         max_records=MAX_TRACE_RECORDS, traffic=tuple(dict.fromkeys(args.traffic)))
     # The model's options as given (null: the model's own default).
     meta.update({"seq_tokens": args.seq, "hidden_features": args.hidden,
                  "layers": args.layers})
     count = write_trace(out, meta, records, args.format)
+    where = f"{args.nodes} x {args.gpus} GPUs" if node else f"{args.gpus} GPUs"
     _print(args, {"file": str(out), "records": count, **meta},
-           [f"wrote {out}: {count} records, {args.gpus} GPUs, {workload.name}, {args.algo}, "
+           [f"wrote {out}: {count} records, {where}, {workload.name}, {args.algo}, "
             f"iteration {result.iteration_s * 1e3:.2f} ms"])
 
 
@@ -489,15 +498,37 @@ def _cmd_trace_info(args):
         f"  records: {summary['records']} ("
         + ", ".join(f"{k} {v}" for k, v in summary["by_type"].items()) + ")",
         f"  gradient bytes {summary['grad_bytes']}, memory bytes {summary['mem_bytes']}, "
-        f"span {summary['span_ns'] / 1e6:.3f} ms"])
+        f"span {summary['span_ns'] / 1e6:.3f} ms",
+        *_route_lines(summary)])
+
+
+def _route_lines(summary):
+    """The bytes by route and by kind of link of a trace summary (``innet trace info``)."""
+    meta = summary["metadata"]
+    lines = []
+    if meta.get("nodes", 1) > 1:
+        lines.append(f"  nodes: {meta['nodes']} x {meta.get('gpus_per_node')} GPUs "
+                     f"({meta.get('node_preset', 'unnamed node')}), ranks numbered node by node")
+    lines.append("  bytes by route: " + (", ".join(f"{route} {nbytes}" for route, nbytes
+                                                   in summary["route_bytes"].items()) or "none"))
+    lines.append("  bytes by link (each message once per kind of link it crosses): "
+                 + (", ".join(f"{link} {nbytes}" for link, nbytes
+                              in summary["link_bytes"].items()) or "none"))
+    return lines
 
 
 def _cmd_trace_validate(args):
-    from sim.trace.format import read_trace
-    meta, records = read_trace(args.file)
-    count = sum(1 for _ in records)
-    _print(args, {"file": args.file, "valid": True, "records": count, "gpus": meta["gpus"]},
-           [f"{args.file}: valid ({count} records, {meta['gpus']} GPUs)"])
+    from sim.trace.format import trace_summary
+    summary = trace_summary(args.file)   # reads, and so validates, every record
+    meta, count = summary["metadata"], summary["records"]
+    nodes = meta.get("nodes", 1)
+    _print(args, {"file": args.file, "valid": True, "records": count, "gpus": meta["gpus"],
+                  "nodes": nodes, "route_bytes": summary["route_bytes"],
+                  "link_bytes": summary["link_bytes"]},
+           [f"{args.file}: valid ({count} records, {meta['gpus']} GPUs"
+            f"{f' on {nodes} nodes' if nodes > 1 else ''}; bytes by link: "
+            + (", ".join(f"{k} {v}" for k, v in summary["link_bytes"].items()) or "none")
+            + ")"])
 
 
 # -- registration --------------------------------------------------------------------------
@@ -574,6 +605,9 @@ def register(sub, parser_class, positive):
     tsub = trace.add_subparsers(dest="action", required=True, parser_class=parser_class)
     gen = tsub.add_parser("gen", help="simulate an iteration and write its trace")
     _iteration_arguments(gen, positive, gpus_min=2)
+    gen.add_argument("--nodes", type=positive("--nodes", 1), default=1,
+                     help="nodes (DGX presets: a100, h100); --gpus is then per node, --algo "
+                          "ring, tree or sharp; every message records its route")
     gen.add_argument("--chunk-kb", type=real_number("--chunk-kb", 0, exclusive=True),
                      default=64.0,
                      help="largest gradient message piece, KiB (default 64)")
