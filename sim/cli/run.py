@@ -50,7 +50,13 @@ def _cmd_replay(args):
     if not path.is_file():
         raise UsageError(f"{path}: no such trace file")
     meta, records = read_trace(path)
-    records = list(records)
+    # innet's switch is one node's NVSwitch: of a multi-node trace, replay one node
+    # (sim/trace/nodes.py); what leaves the node is left out and said so.
+    from sim.trace.nodes import NodeSliceError, node_slice
+    try:
+        meta, records, left_out = node_slice(meta, records, args.node or 0)
+    except NodeSliceError as exc:
+        raise UsageError(str(exc)) from None
     from sim.gpu.presets import PRESETS
     # The trace names its GPU by preset key or by the preset's full name (innet trace gen).
     gpu_name = str(meta.get("gpu", ""))
@@ -98,6 +104,9 @@ def _cmd_replay(args):
                             expected_cycles=expected)
     summary = result.summary()
     summary.update({"trace": str(path), "switch": cfg.as_dict(), "cycle_ns": cfg.cycle_ns})
+    nodes = meta.get("nodes_of_trace", 1)
+    if nodes > 1:
+        summary["node"] = {"node": args.node or 0, "nodes": nodes, "left_out": left_out}
     summary["timeline"] = str(_write_timeline(args, path, records, result, cfg))
     if args.backend == "model":
         summary["model_core"] = result.extra["core"]
@@ -122,6 +131,13 @@ def _cmd_replay(args):
              f"{summary['slot_occupancy']['mean']}",
              "  errors: " + (", ".join(f"{k}={v}" for k, v in summary["errors"].items() if v)
                              or "none" if summary["errors"] else "n/a (model)")]
+    if nodes > 1:
+        routes = ", ".join(f"{route} {nbytes}" for route, nbytes
+                           in left_out["leaving_by_route"].items()) or "none"
+        lines.insert(1, f"  node {args.node or 0} of {nodes} ({meta['gpus']} GPUs, its NVLink "
+                        f"messages); left out: {left_out['leaving_bytes']} bytes leaving the "
+                        f"node ({routes}) and {left_out['other_nodes_bytes']} bytes of the "
+                        f"other nodes")
     if args.waves and args.backend == "rtl":
         lines.append(f"  waveform in {result.extra['build_dir']}")
     lines.append(f"  timeline (Chrome trace events, Perfetto UI): {summary['timeline']}")
@@ -456,6 +472,10 @@ def register(sub, parser_class, positive):
     rep.add_argument("--link-latency-ns", type=real_number("--link-latency-ns", 0),
                      default=None, help="one-way GPU<->switch hop, ns (default: the trace "
                                         "GPU's, 350 ns for an A100; 0 if the GPU is unknown)")
+    rep.add_argument("--node", type=int, default=None,
+                     help="of a multi-node trace, the node whose NVSwitch the switch is "
+                          "(default 0): its GPUs' messages inside the node are replayed, what "
+                          "leaves the node is left out and counted")
     rep.add_argument("--verbose", action="store_true", help="show the simulator's output")
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(func=_cmd_replay)
