@@ -264,3 +264,23 @@ def test_replay_takes_one_node(tmp_path):
     proc = run_cli("replay", str(tmp_path / "n.itr"), "--node", "1")
     assert proc.returncode == 2 and proc.stderr.strip() == \
         "innet: error: --node must be in [0, 0] (the trace has 1 node), not 1"
+
+
+def test_replay_cli_says_what_it_left_out(tmp_path):
+    out = tmp_path / "s.itr"
+    assert run_cli("trace", "gen", "--model", "resnet50", "--batch", "8", "--gpu", "a100",
+                   "--gpus", "2", "--nodes", "2", "--algo", "sharp", "--chunk-kb", "16384",
+                   "-o", str(out)).returncode == 0
+    _, records = read_trace(out)
+    leaving = sum(r.bytes for r in records if r.rtype == 3 and r.gpu >= 2 and r.to_ib_switch)
+    proc = run_cli("replay", str(out), "--node", "1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    node = json.loads(proc.stdout)["node"]
+    assert (node["node"], node["nodes"], node["left_out"]["leaving_bytes"]) == (1, 2, leaving)
+    text = run_cli("replay", str(out), "--node", "1").stdout.splitlines()
+    assert text[1] == (f"  node 1 of 2 (2 GPUs, its NVLink messages); left out: {leaving} bytes "
+                       f"leaving the node (pcie-nic-leaf {leaving}) and "
+                       f"{node['left_out']['other_nodes_bytes']} bytes of the other nodes")
+    proc = run_cli("replay", str(out), "--node", "2")
+    assert proc.returncode == 2 and proc.stderr.strip() == \
+        "innet: error: --node must be in [0, 1] (the trace has 2 nodes), not 2"

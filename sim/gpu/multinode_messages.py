@@ -32,8 +32,8 @@ sender must have received (or, for :data:`IB_SWITCH`, sent and had summed) first
 from dataclasses import replace
 
 from sim.gpu.collectives import Message, expand_collective
-from sim.gpu.multinode import ring_messages
 from sim.gpu.multinode import _check as _check_multinode
+from sim.gpu.multinode import ring_messages
 from sim.gpu.nodes import message_path
 
 __all__ = ["IB_SWITCH", "channel_sizes", "multinode_messages", "sharp_path"]
