@@ -54,6 +54,10 @@ def test_every_shipped_scenario_validates():
      "[pipeline] micro_batches: must be at most the batch (4)"),
     ('[scenario]\nkind = "pipeline"\n[pipeline]\nschedules = ["pipedream"]\n',
      "[pipeline] schedules: 'pipedream' is not one of"),
+    ('[scenario]\nkind = "offload"\nworkload = "resnet50"\n',
+     "[scenario] workload: needs a transformer"),
+    ('[scenario]\nkind = "offload"\nworkload = "gpt2_xl"\n[offload]\noffload = ["zero"]\n',
+     "[offload] offload: 'zero' is not one of"),
 ])
 def test_bad_scenario_is_one_line(tmp_path, capsys, text, message):
     bad = tmp_path / "bad.toml"
@@ -202,3 +206,41 @@ bubble_sweep = [1, 4]
         assert point["reduce_alone_ms"][str(big)] == pytest.approx(line_ms, rel=0.05)
         assert point["step_shared_ms"] >= point["step_alone_ms"] * (1 - 1e-9)
     assert (out / "pipeline_bubble.png").is_file() and (out / "pipeline_schedule.png").is_file()
+
+
+def test_offload_saves_what_it_moves(tmp_path):
+    """Optimizer offload moves 12 of 16 bytes per parameter to the host (the model state 4x
+    smaller) and streams 24 bytes per parameter over PCIe each step; the GPU memory saved is
+    exactly the bytes offloaded."""
+    payload, out = _run(tmp_path, """
+[scenario]
+kind = "offload"
+workload = "bert_large"
+batch = 4
+gpu = "v100"
+algorithms = ["ring", "inswitch"]
+rtl = false
+[offload]
+tensor = 2
+stages = 2
+micro_batches = 2
+""")
+    sec = payload["sections"]["Offload"]
+    points = {(p["algo"], p["offload"]): p for p in sec["points"]}
+    wl = build_workload("bert_large", batch=4)
+    from sim.scenarios.pipeline import split_stages
+    ranges = split_stages(wl, gpu_preset("v100"), 2)
+    params = [sum(layer.params for layer in wl.layers[a:b]) / 2 for a, b in ranges]
+    for algo in ("ring", "inswitch"):
+        none, opt, act = (points[(algo, m)] for m in ("none", "optimizer", "activations"))
+        for stage, n in enumerate(params):
+            saved = none["per_stage"][stage]["gpu_bytes"] - opt["per_stage"][stage]["gpu_bytes"]
+            assert saved == pytest.approx(12 * n) == opt["per_stage"][stage]["offloaded_bytes"]
+            assert none["per_stage"][stage]["gpu_bytes"] - act["per_stage"][stage]["gpu_bytes"] \
+                == pytest.approx(act["per_stage"][stage]["offloaded_bytes"])
+        assert opt["pcie_bytes"] == pytest.approx(24 * max(params))
+        assert opt["state_ratio"] == 4.0
+        assert opt["slowdown"] >= 0 and act["slowdown"] >= 0
+    nv = sec["nvlink_host"]
+    assert all(nv[a]["with"] >= nv[a]["alone"] for a in ("ring", "inswitch"))
+    assert (out / "offload_memory.png").is_file()
