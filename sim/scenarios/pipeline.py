@@ -130,6 +130,9 @@ class _Pipe:
         self.st = stage_times(ctx.workload, ctx.gpu, self.ranges, c.micro_batches)
         self.fwd = [s["fwd_s"] for s in self.st]
         self.bwd = [s["bwd_s"] for s in self.st]
+        #: The stage with the most gradients: its first all-reduce is bucket 0, the window
+        #: the RTL replays.
+        self.big = max(range(self.p), key=lambda s: self.st[s]["grad_bytes"])
 
     def send_model(self, direction, s, i):
         return collective_cost(self.gpu, 2, self.st[s if direction == "fwd" else s - 1]
@@ -172,7 +175,7 @@ def _trace(pipe, timeline, rcfg, algo, messages=True, groups=()):
             continue
         first = len(b.records)
         b.collective(algo, "allreduce", [j * p + s for j in range(r)],
-                     pipe.st[s]["grad_bytes"], start * 1e9, bucket=k * p + s)
+                     pipe.st[s]["grad_bytes"], start * 1e9, bucket=k * p + (s - pipe.big) % p)
         ids[("reduce", s, k)] = list(range(first, len(b.records)))
     return b, ids
 
@@ -226,6 +229,12 @@ def _switch_case(ctx, pipe, schedule, timeline, rcfg, algo, policy, cache):
             out[name + "_one_unit"] = pipe.run(schedule, algo, send,
                                                reduce if pipe.r > 1 else None, True)
     out["replays"] = shared
+    msgs = [k for k in t_alone if k[0] == "msg"]
+    out["message_delay_s"] = sum(t_shared[k] - t_alone[k] for k in msgs)
+    out["message_slowdown"] = max((t_shared[k] / t_alone[k] - 1 for k in msgs if t_alone[k]),
+                                  default=0.0)
+    out["reduce_slowdown"] = max((t_shared[k] / t_alone[k] - 1 for k in t_alone
+                                  if k[0] == "reduce" and t_alone[k]), default=0.0)
     out["reduce_alone_s"] = {key[1]: v for key, v in t_alone.items()   # step 0's
                              if key[0] == "reduce" and key[2] == 0}
     return out
@@ -289,7 +298,10 @@ def run(ctx):
                  "step_alone_ms": a.step_s * 1e3, "step_shared_ms": s.step_s * 1e3,
                  "critical_stage": crit, "critical_slowdown": slow,
                  "step_slowdown": s.step_s / a.step_s - 1, "bubble": s.bubble,
-                 "reduce_alone_ms": {st: v * 1e3 for st, v in case["reduce_alone_s"].items()}}
+                 "reduce_alone_ms": {st: v * 1e3 for st, v in case["reduce_alone_s"].items()},
+                 "message_delay_ms": case["message_delay_s"] * 1e3,
+                 "message_slowdown_max": case["message_slowdown"],
+                 "reduce_slowdown_max": case["reduce_slowdown"]}
         one = ""
         if "shared_one_unit" in case:
             u = case["shared_one_unit"]
@@ -298,7 +310,9 @@ def run(ctx):
         points.append(point)
         rows.append([sch, algo, policy, f"{a.step_s * 1e3:.2f}", f"{s.step_s * 1e3:.2f}",
                      f"{100 * point['step_slowdown']:+.1f} %", crit, f"{100 * slow:+.1f} %",
-                     one or "—"])
+                     one or "—", f"{case['message_delay_s'] * 1e3:.3f}",
+                     f"{100 * case['message_slowdown']:+.0f} %",
+                     f"{100 * case['reduce_slowdown']:+.0f} %"])
     lines += ["", "**Through the switch.** The schedule's boundary messages and all-reduces "
               "replayed through the fast switch model — the messages alone, the all-reduces "
               "alone, then together — and the schedule run again with each message's and "
@@ -306,17 +320,22 @@ def run(ctx):
               "*Critical stage*: the stage that finishes last with the links shared; its "
               "slowdown is its finishing time shared against alone. In-switch: each stage "
               "group reduces on a reduction unit of its own (the replay carries one in-switch "
-              "job); *one unit*: the groups' reductions one after another through one unit.",
-              ""]
+              "job); *one unit*: the groups' reductions one after another through one unit. "
+              "The last three columns: what sharing did to the messages (their added time "
+              "in the switch, summed; the largest relative slowdown of one) and to the "
+              "all-reduces (the largest relative slowdown of one), whether or not the "
+              "schedule's slack absorbed it.", ""]
     lines += table(["schedule", "all-reduce", "policy", "step alone (ms)", "step shared (ms)",
-                    "step", "critical stage", "its slowdown", "one unit (ms)"], rows)
+                    "step", "critical stage", "its slowdown", "one unit (ms)",
+                    "boundary messages' added time (ms)", "slowest message",
+                    "slowest all-reduce"], rows)
     dp_lines, dp = _against_dp(ctx, pipe, data)
     lines += dp_lines
     headline = _headline(c, data, p, m)
     if headline:
         lines += ["", headline]
-    # -- RTL: one in-switch shared replay ------------------------------------------------
-    rtl = next((case["replays"][0][0] for (sch, algo, _), case in data.items()
+    # -- RTL: the largest stage group's in-switch all-reduce among the boundary messages ----
+    rtl = next((case["replays"][pipe.big][0] for (sch, algo, _), case in data.items()
                 if algo in ("inswitch", "nvls")), None)
     if rtl is None and data:
         rtl = next(iter(data.values()))["replays"][0][0]
