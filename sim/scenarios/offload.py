@@ -252,6 +252,9 @@ def _nvlink_host(ctx, stage_info, st, data):
         a, w = out[algo]["alone"], out[algo]["with"]
         out[algo]["slowdown"] = w / a - 1
         rows.append([algo, f"{a:.3f}", f"{w:.3f}", f"{100 * (w / a - 1):+.1f} %"])
+    rtl = [r for name, r in ctx.replays.items() if name.endswith("_with_host_reads")]
+    if rtl:   # prefer the in-switch all-reduces among the host reads
+        ctx.rtl_window(next((r for r in rtl if "inswitch" in r.name), rtl[0]))
     lines = ["", "**Host memory over NVLink instead of PCIe** (Grace Hopper's): stage 0's "
              f"tensor all-reduces of one backward ({len(info['tp_sizes'])}, one after another) "
              "through the switch alone, and with the stashed activations read back at the "
