@@ -174,6 +174,11 @@ def test_schedules_meet_the_bubble_formula():
     t = simulate([1.0] * 4, [2.0] * 4, 2, "1f1b", reduce_s=lambda s, k: 5.0,
                  shared_reducer=True)
     assert t.stage_end == pytest.approx([29.0, 24.0, 19.0, 14.0])
+    # message-driven against lock-step, 2 stages, 2 micro-batches, F = 1, B = 2 (by hand):
+    # stage 1's F1 waits for a round to start at 4 instead of running at 2 -> 10 against 9
+    assert simulate([1.0] * 2, [2.0] * 2, 2, "1f1b").makespan == pytest.approx(9.0)
+    assert simulate([1.0] * 2, [2.0] * 2, 2, "1f1b", lockstep=True).makespan == \
+        pytest.approx(10.0)
 
 
 def test_pipeline_bubble_and_stage_reductions(tmp_path):
@@ -241,6 +246,7 @@ micro_batches = 2
         assert opt["pcie_bytes"] == pytest.approx(24 * max(params))
         assert opt["state_ratio"] == 4.0
         assert opt["slowdown"] >= 0 and act["slowdown"] >= 0
+        assert none["lockstep_ms"] >= none["step_ms"]
     nv = sec["nvlink_host"]
     assert all(nv[a]["with"] >= nv[a]["alone"] for a in ("ring", "inswitch"))
     assert (out / "offload_memory.png").is_file()

@@ -138,17 +138,19 @@ def run(ctx):
             if mode == "optimizer":
                 pcie_bytes = max(2 * OFFLOADED * i["params"] for i in stage_info)
             hbm_bytes = pcie_bytes   # DMA lands in (and leaves) HBM
-            timeline = simulate(fwd, bwd, m, "1f1b",
-                                send_s=lambda d, s, i: collective_cost(
-                                    gpu, 2, st[s if d == "fwd" else s - 1]["act_bytes"] / t,
-                                    "p2p", "ring").time_s,
-                                reduce_s=lambda s, k: opt[s])
+            sends = {s: collective_cost(gpu, 2, st[s]["act_bytes"] / t, "p2p", "ring").time_s
+                     for s in range(p - 1)}
+            args = dict(send_s=lambda d, s, i: sends[s if d == "fwd" else s - 1],
+                        reduce_s=lambda s, k: opt[s])
+            timeline = simulate(fwd, bwd, m, "1f1b", **args)
+            lockstep = simulate(fwd, bwd, m, "1f1b", lockstep=True, **args)
             mem = [memory_per_gpu(i["params"], [i["act_bytes"]] * i["in_flight"], mode)
                    for i in stage_info]
             flops = (wl.fwd_flops + wl.bwd_flops) / (p * t)
             peak = flops / timeline.step_s / (gpu.tensor_tflops * 1e12)
             data[(algo, mode)] = {
                 "step_ms": timeline.step_s * 1e3, "bubble": timeline.bubble,
+                "lockstep_ms": lockstep.step_s * 1e3,
                 "gpu_bytes": max(g for g, _ in mem), "offloaded_bytes": max(o for _, o in mem),
                 "per_stage": [{"gpu_bytes": g, "offloaded_bytes": o} for g, o in mem],
                 "pcie_bytes": pcie_bytes, "hbm_bytes": hbm_bytes,
@@ -161,7 +163,8 @@ def run(ctx):
         d["memory_ratio"] = base["gpu_bytes"] / d["gpu_bytes"]
         d["state_ratio"] = STATE_BYTES / (STATE_BYTES - (OFFLOADED if mode == "optimizer"
                                                          else 0))
-        rows.append([algo, mode, f"{d['step_ms']:.2f}", f"{100 * d['slowdown']:+.1f} %",
+        rows.append([algo, mode, f"{d['step_ms']:.2f}", f"{d['lockstep_ms']:.2f}",
+                     f"{100 * d['slowdown']:+.1f} %",
                      f"{100 * d['peak_fraction']:.1f} %", f"{d['pcie_bytes'] / 1e9:.2f}",
                      f"{100 * d['pcie_busy']:.0f} %", f"{100 * d['hbm_share']:.1f} %"])
     first = c.algorithms[0]
@@ -183,8 +186,10 @@ def run(ctx):
     lines += ["", "**Time and traffic** (GPU model; per step; PCIe and HBM bytes of the busiest "
               "GPU; PCIe busy: its transfer time over the step; HBM share: the DMA's bytes over "
               "the step against achievable HBM bandwidth; peak: the model's FLOPs per GPU "
-              "over the step against the tensor peak):", ""]
-    lines += table(["tensor all-reduce", "offload", "step (ms)", "slowdown", "of peak",
+              "over the step against the tensor peak; lock-step: the same 1F1B in global rounds, "
+              "a stage starting only when every stage ended its previous operation):", ""]
+    lines += table(["tensor all-reduce", "offload", "step (ms)", "lock-step (ms)", "slowdown",
+                    "of peak",
                     "PCIe (GB)", "PCIe busy", "HBM share"], rows)
     shared = _nvlink_host(ctx, stage_info, st, data)
     lines += shared[0]

@@ -91,13 +91,17 @@ class Timeline:
 
 
 def simulate(fwd_s, bwd_s, micro_batches, schedule="1f1b", steps=1, send_s=None,
-             reduce_s=None, shared_reducer=False):
+             reduce_s=None, shared_reducer=False, lockstep=False):
     """Run ``schedule`` (one of :data:`SCHEDULES`) on ``len(fwd_s)`` stages.
 
     ``fwd_s[s]``, ``bwd_s[s]``: one micro-batch's forward and backward on stage ``s``;
     ``send_s(direction, s, i)``: seconds for stage ``s``'s message of micro-batch ``i``
     (default 0); ``reduce_s(s, step)``: seconds of stage ``s``'s gradient reduction after
-    ``step`` (default none). Flushed schedules run one step (``steps`` must be 1)."""
+    ``step`` (default none). Flushed schedules run one step (``steps`` must be 1).
+
+    ``lockstep``: the same schedule in global rounds instead of on message arrival: a round
+    starts when every operation of the previous round has ended, and each stage runs its next
+    operation in it if that operation's input arrived by the round's start."""
     p = len(fwd_s)
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, not {schedule!r}")
@@ -110,9 +114,10 @@ def simulate(fwd_s, bwd_s, micro_batches, schedule="1f1b", steps=1, send_s=None,
     t = Timeline(p, micro_batches, steps)
     free, pos = [0.0] * p, [0] * p
     last_b = {}   # (stage, step) -> end of its last backward of that step
-    progress = True
+    progress, round_start = True, 0.0
     while progress:
         progress = False
+        round_end = round_start
         for s in range(p):
             while pos[s] < len(order[s]):
                 phase, i = order[s][pos[s]]
@@ -121,9 +126,9 @@ def simulate(fwd_s, bwd_s, micro_batches, schedule="1f1b", steps=1, send_s=None,
                 else:
                     ready = t.ops[(s, "F", i)][1] if s == p - 1 else \
                         t.messages.get(("bwd", s + 1, i), (0, None))[1]
-                if ready is None:
+                if ready is None or (lockstep and ready > round_start):
                     break
-                start = max(free[s], ready)
+                start = round_start if lockstep else max(free[s], ready)
                 end = start + (fwd_s[s] if phase == "F" else bwd_s[s])
                 t.ops[(s, phase, i)] = (start, end)
                 free[s] = end
@@ -136,6 +141,15 @@ def simulate(fwd_s, bwd_s, micro_batches, schedule="1f1b", steps=1, send_s=None,
                 if phase == "B":
                     k = i // micro_batches
                     last_b[(s, k)] = max(last_b.get((s, k), 0.0), end)
+                round_end = max(round_end, end)
+                if lockstep:
+                    break   # one operation per stage and round
+        if lockstep:
+            pending = [t.messages[key][1] for key in t.messages if t.messages[key][1] >
+                       round_end]
+            if not progress and pending:   # only messages in flight: wait for the next
+                progress, round_end = True, min(pending)
+            round_start = round_end
     if any(pos[s] < len(order[s]) for s in range(p)):   # cannot happen for these orders
         raise RuntimeError(f"schedule {schedule} deadlocked")
     t.compute_end = max(e for _, e in t.ops.values())
