@@ -8,7 +8,7 @@ Each GPU computes ``1/tensor`` of its stage's layers (Megatron's split) and all-
 output of every row-parallel GEMM (``attn_out``, ``ffn_out``) with its tensor group, forward
 and backward, on the critical path. The pipeline runs 1F1B driven by message arrival
 (:mod:`sim.scenarios.schedule`), flushed at the end of the step, the optimizer after each
-stage's last backward.
+stage's last backward; for comparison, the same 1F1B in lock-step (global rounds).
 
 Offload (``offload``):
 
@@ -114,16 +114,12 @@ def run(ctx):
         stage_info.append({"tp_sizes": tp_sizes, "params": params, "act_bytes": act,
                            "in_flight": min(p - s, m)})
     for algo in c.algorithms:
-        def tp_s(s):
-            if t < 2:
-                return 0.0
-            return sum(collective_cost(gpu, t, size, "allreduce", algo).time_s
-                       for size in stage_info[s]["tp_sizes"])
-        tp = [tp_s(s) for s in range(p)]
+        tp = [sum(collective_cost(gpu, t, size, "allreduce", algo).time_s
+                  for size in info["tp_sizes"]) if t > 1 else 0.0 for info in stage_info]
         for mode in c.offload:
             fwd = [st[s]["fwd_s"] / t + tp[s] for s in range(p)]
             bwd = [st[s]["bwd_s"] / t + tp[s] for s in range(p)]
-            pcie_bytes = hbm_bytes = 0.0
+            pcie_bytes = 0.0
             if mode == "activations":
                 for s in range(p):
                     read = stage_info[s]["act_bytes"] / pcie
@@ -140,8 +136,8 @@ def run(ctx):
             hbm_bytes = pcie_bytes   # DMA lands in (and leaves) HBM
             sends = {s: collective_cost(gpu, 2, st[s]["act_bytes"] / t, "p2p", "ring").time_s
                      for s in range(p - 1)}
-            args = dict(send_s=lambda d, s, i: sends[s if d == "fwd" else s - 1],
-                        reduce_s=lambda s, k: opt[s])
+            args = {"send_s": lambda d, s, i, sends=sends: sends[s if d == "fwd" else s - 1],
+                    "reduce_s": lambda s, k, opt=opt: opt[s]}
             timeline = simulate(fwd, bwd, m, "1f1b", **args)
             lockstep = simulate(fwd, bwd, m, "1f1b", lockstep=True, **args)
             mem = [memory_per_gpu(i["params"], [i["act_bytes"]] * i["in_flight"], mode)
@@ -193,7 +189,7 @@ def run(ctx):
                     "PCIe (GB)", "PCIe busy", "HBM share"], rows)
     shared = _nvlink_host(ctx, stage_info, st, data)
     lines += shared[0]
-    best = data[(first, "optimizer")] if (first, "optimizer") in data else None
+    best = data.get((first, "optimizer"))
     headline = ""
     if best:
         headline = (f"optimizer offload: model state {best['state_ratio']:.0f}x less, GPU "

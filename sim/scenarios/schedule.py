@@ -29,7 +29,7 @@ unit; see docs/scenarios.md)."""
 
 from dataclasses import dataclass, field
 
-__all__ = ["SCHEDULES", "stage_order", "simulate", "Timeline", "gpipe_bubble"]
+__all__ = ["SCHEDULES", "Timeline", "gpipe_bubble", "simulate", "stage_order"]
 
 SCHEDULES = ("gpipe", "1f1b", "async")
 
