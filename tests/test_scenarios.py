@@ -48,6 +48,16 @@ def test_every_shipped_scenario_validates():
     ('[scenario]\nkind = "elastic"\n[elastic]\nphases = [4, 4]\n', "[elastic] phases: two"),
     ('[scenario]\nkind = "easgd"\nalgorithms = ["nvls"]\n', "[scenario] algorithms: nvls"),
     ('[scenario]\nkind = "easgd"\n[swich]\n', "[swich]: unknown section"),
+    ('[scenario]\nkind = "pipeline"\n[pipeline]\nstages = 8\nreplicas = 9\n',
+     "[pipeline] replicas: stages x replicas must be at most 64"),
+    ('[scenario]\nkind = "pipeline"\nbatch = 4\n[pipeline]\nmicro_batches = 8\n',
+     "[pipeline] micro_batches: must be at most the batch (4)"),
+    ('[scenario]\nkind = "pipeline"\n[pipeline]\nschedules = ["pipedream"]\n',
+     "[pipeline] schedules: 'pipedream' is not one of"),
+    ('[scenario]\nkind = "offload"\nworkload = "resnet50"\n',
+     "[scenario] workload: needs a transformer"),
+    ('[scenario]\nkind = "offload"\nworkload = "gpt2_xl"\n[offload]\noffload = ["zero"]\n',
+     "[offload] offload: 'zero' is not one of"),
 ])
 def test_bad_scenario_is_one_line(tmp_path, capsys, text, message):
     bad = tmp_path / "bad.toml"
@@ -144,3 +154,99 @@ other_job = false
         assert w["exact"] == w["deliveries"] > 0 and w["mismatches"] == 0
         assert not any(w["errors"].values())
     assert [w["job_table_write_cycles"] for w in windows] == [0, 1, 1]
+
+
+def test_schedules_meet_the_bubble_formula():
+    """Equal stages, no messages: GPipe and 1F1B idle (p − 1)/(m + p − 1) of the time, async
+    (no flush over k steps) (p − 1)/(k·m + p − 1); one shared reduction unit serialises the
+    stages' reductions in the order their last backwards end."""
+    from sim.scenarios.schedule import simulate
+    for p, m in ((4, 2), (4, 8), (3, 5)):
+        for sch in ("gpipe", "1f1b"):
+            t = simulate([1.0] * p, [2.0] * p, m, sch)
+            assert t.bubble == pytest.approx((p - 1) / (m + p - 1))
+            assert t.makespan == pytest.approx((m + p - 1) * 3.0)
+        t = simulate([1.0] * p, [2.0] * p, m, "async", steps=3)
+        assert t.bubble == pytest.approx((p - 1) / (3 * m + p - 1))
+    # 1F1B, 4 stages, 2 micro-batches: stage s's last backward ends at 15 - 2s; reductions of 5
+    t = simulate([1.0] * 4, [2.0] * 4, 2, "1f1b", reduce_s=lambda s, k: 5.0)
+    assert t.stage_end == pytest.approx([20.0, 18.0, 16.0, 14.0])
+    t = simulate([1.0] * 4, [2.0] * 4, 2, "1f1b", reduce_s=lambda s, k: 5.0,
+                 shared_reducer=True)
+    assert t.stage_end == pytest.approx([29.0, 24.0, 19.0, 14.0])
+    # message-driven against lock-step, 2 stages, 2 micro-batches, F = 1, B = 2 (by hand):
+    # stage 1's F1 waits for a round to start at 4 instead of running at 2 -> 10 against 9
+    assert simulate([1.0] * 2, [2.0] * 2, 2, "1f1b").makespan == pytest.approx(9.0)
+    assert simulate([1.0] * 2, [2.0] * 2, 2, "1f1b", lockstep=True).makespan == \
+        pytest.approx(10.0)
+
+
+def test_pipeline_bubble_and_stage_reductions(tmp_path):
+    """A reduced PP × DP run (2 stages × 2 replicas): with one micro-batch every schedule idles
+    (p − 1)/p whatever the stages' times; the stages' gradients are the model's; a 2-GPU
+    all-reduce, ring or in the switch, moves each GPU's gradients once each way: the larger
+    stage's (thousands of flits) takes its bytes over the link rate."""
+    payload, out = _run(tmp_path, """
+[scenario]
+kind = "pipeline"
+workload = "resnet50"
+batch = 16
+algorithms = ["ring", "inswitch"]
+rtl = false
+[pipeline]
+stages = 2
+replicas = 2
+micro_batches = 2
+schedules = ["1f1b", "async"]
+steps = 2
+bubble_sweep = [1, 4]
+""")
+    sec = payload["sections"]["Pipeline × data parallelism"]
+    wl, gpu = build_workload("resnet50", batch=16), gpu_preset("a100")
+    assert sec["bubble"]["1f1b@1"] == pytest.approx(0.5)
+    assert sum(s["grad_bytes"] for s in sec["stages"]) == wl.params * wl.grad_bytes
+    big = max(range(2), key=lambda s: sec["stages"][s]["grad_bytes"])   # many flits: line rate
+    line_ms = sec["stages"][big]["grad_bytes"] / (gpu.link_gbps * 1e9) * 1e3
+    for point in sec["points"]:
+        assert point["reduce_alone_ms"][str(big)] == pytest.approx(line_ms, rel=0.05)
+        assert point["step_shared_ms"] >= point["step_alone_ms"] * (1 - 1e-9)
+    assert (out / "pipeline_bubble.png").is_file() and (out / "pipeline_schedule.png").is_file()
+
+
+def test_offload_saves_what_it_moves(tmp_path):
+    """Optimizer offload moves 12 of 16 bytes per parameter to the host (the model state 4x
+    smaller) and streams 24 bytes per parameter over PCIe each step; the GPU memory saved is
+    exactly the bytes offloaded."""
+    payload, out = _run(tmp_path, """
+[scenario]
+kind = "offload"
+workload = "bert_large"
+batch = 4
+gpu = "v100"
+algorithms = ["ring", "inswitch"]
+rtl = false
+[offload]
+tensor = 2
+stages = 2
+micro_batches = 2
+""")
+    sec = payload["sections"]["Offload"]
+    points = {(p["algo"], p["offload"]): p for p in sec["points"]}
+    wl = build_workload("bert_large", batch=4)
+    from sim.scenarios.pipeline import split_stages
+    ranges = split_stages(wl, gpu_preset("v100"), 2)
+    params = [sum(layer.params for layer in wl.layers[a:b]) / 2 for a, b in ranges]
+    for algo in ("ring", "inswitch"):
+        none, opt, act = (points[(algo, m)] for m in ("none", "optimizer", "activations"))
+        for stage, n in enumerate(params):
+            saved = none["per_stage"][stage]["gpu_bytes"] - opt["per_stage"][stage]["gpu_bytes"]
+            assert saved == pytest.approx(12 * n) == opt["per_stage"][stage]["offloaded_bytes"]
+            assert none["per_stage"][stage]["gpu_bytes"] - act["per_stage"][stage]["gpu_bytes"] \
+                == pytest.approx(act["per_stage"][stage]["offloaded_bytes"])
+        assert opt["pcie_bytes"] == pytest.approx(24 * max(params))
+        assert opt["state_ratio"] == 4.0
+        assert opt["slowdown"] >= 0 and act["slowdown"] >= 0
+        assert none["lockstep_ms"] >= none["step_ms"]
+    nv = sec["nvlink_host"]
+    assert all(nv[a]["with"] >= nv[a]["alone"] for a in ("ring", "inswitch"))
+    assert (out / "offload_memory.png").is_file()

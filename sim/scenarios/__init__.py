@@ -21,7 +21,7 @@ import importlib
 __all__ = ["KINDS", "kind_module"]
 
 #: The scenario kinds, one module each.
-KINDS = ("easgd", "elastic")
+KINDS = ("easgd", "elastic", "pipeline", "offload")
 
 
 def kind_module(kind):
