@@ -372,18 +372,24 @@ def _iteration_config(args, node=None):
                            speed=_straggler_speeds(args), channels=args.channels, **sizes)
 
 
-def _cmd_iteration(args):
-    from sim.gpu.iteration import simulate_iteration
-    gpu = _gpu(args.gpu)
-    node = None
-    if args.nodes > 1 or args.algo == "sharp":   # across nodes: sim/cli/multinode.py
+def _node(args):
+    """The node preset when ``--nodes`` > 1 or ``--algo sharp`` (checked by
+    sim/cli/multinode.py), else None after checking ``--algo`` for one node."""
+    if args.nodes > 1 or args.algo == "sharp":
         from sim.cli import multinode
         node = multinode.check_nodes(args)
         if args.channels is not None:
             raise UsageError("--channels applies to one node only (NCCL sets the multi-node "
                              "channels from the NICs)")
-    else:
-        _check_algo(args.algo)
+        return node
+    _check_algo(args.algo)
+    return None
+
+
+def _cmd_iteration(args):
+    from sim.gpu.iteration import simulate_iteration
+    gpu = _gpu(args.gpu)
+    node = _node(args)
     workload = _workload(args.model, args.batch, args)
     result = simulate_iteration(workload, gpu, _iteration_config(args, node), record=False)
     payload = {"model": workload.name, "batch_per_gpu": workload.batch, "gpu": gpu.name,
@@ -447,15 +453,7 @@ def _cmd_trace_gen(args):
     from sim.trace.format import write_trace
     from sim.trace.generate import generate_trace
     gpu = _gpu(args.gpu)
-    node = None
-    if args.nodes > 1 or args.algo == "sharp":   # across nodes: sim/cli/multinode.py
-        from sim.cli import multinode
-        node = multinode.check_nodes(args)
-        if args.channels is not None:
-            raise UsageError("--channels applies to one node only (NCCL sets the multi-node "
-                             "channels from the NICs)")
-    else:
-        _check_algo(args.algo)
+    node = _node(args)
     if args.algo == "nvls":   # the trace format records ring, tree, direct, inswitch
         raise UsageError("--algo nvls has no trace form (a trace records ring, tree, direct or "
                          "inswitch); use --algo inswitch for an in-switch reduction")
