@@ -166,13 +166,15 @@ def _run(args, config, jobs, dask=None):
         if (out_dir / "results.json").exists():
             raise UsageError(f"{out_dir}: the run is complete (results.json); nothing to "
                              f"resume")
-        if config.rtl and config.sim not in available_simulators():
+        if (config.rtl or config.rtl_windows) and config.sim not in available_simulators():
             raise UsageError(f"{out_dir}: the run's RTL windows need {config.sim}, which is "
                              f"not installed")
     else:
         if args.no_rtl:
-            config = replace(config, rtl=False)
-        if config.rtl and config.sim not in available_simulators():
+            config = replace(config, rtl=False, rtl_windows=False)
+        if args.rtl_windows:
+            config = replace(config, rtl_windows=True)
+        if (config.rtl or config.rtl_windows) and config.sim not in available_simulators():
             raise UsageError(f"{config.source}: [experiment] sim: {config.sim} is not "
                              f"installed (or pass --no-rtl)")
         out_dir = _new_run_dir(args, config)
@@ -292,7 +294,8 @@ def _config(args):
     """The configuration of a new run; None with ``--resume`` (the run directory has it)."""
     if args.resume:
         given = [option for option, value in (("CONFIG", args.config), ("--name", args.name),
-                                              ("-o", args.output), ("--no-rtl", args.no_rtl))
+                                              ("-o", args.output), ("--no-rtl", args.no_rtl),
+                                              ("--rtl-windows", args.rtl_windows))
                  if value]
         if given:
             raise UsageError(f"--resume continues a run with its own configuration, name and "
@@ -320,7 +323,9 @@ def _cmd_print_config(args):
     from sim.experiment.config import to_toml
     config = _load(args.config)
     if args.no_rtl:
-        config = replace(config, rtl=False)
+        config = replace(config, rtl=False, rtl_windows=False)
+    if args.rtl_windows:
+        config = replace(config, rtl_windows=True)
     sys.stdout.write(to_toml(config))
     return 0
 
@@ -424,6 +429,9 @@ def register(sub, parser_class, positive):
                        default=1 if name == "run" else None,
                        help="worker processes")
         p.add_argument("--no-rtl", action="store_true", help="skip the RTL windows")
+        p.add_argument("--rtl-windows", action="store_true",
+                       help="also replay each point's first full bucket window at flit scale 1 "
+                            "through the RTL switch (minutes per point; docs/metrics.md)")
         p.add_argument("--quiet", action="store_true", help="no progress")
         p.add_argument("--json", action="store_true")
         p.add_argument("--print-config", action="store_true",
