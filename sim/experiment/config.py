@@ -26,7 +26,7 @@ workloads = ["bert_large"]
 gpu = "a100"
 gpus = 8
 algorithms = ["ring", "tree", "inswitch"]
-bucket_mb = [1.0, 25.0]  # in-switch's all-reduce beats ring's by 1.8x at 1 MiB, not at 25
+bucket_mb = [25.0]
 policies = ["rr", "prio"]
 p2p_mb = 16.0          # activation gradients per GPU crossing a pipeline-stage boundary
 traffic = ["dp", "fsdp"]  # contending traffic per point: dp, pp, tp, fsdp, offload
@@ -50,7 +50,7 @@ class ExperimentConfig:
     gpu: str = "a100"
     gpus: int = 8
     algorithms: tuple = ("ring", "tree", "inswitch")
-    bucket_mb: tuple = (1.0, 25.0)
+    bucket_mb: tuple = (25.0,)
     policies: tuple = ("rr", "prio")
     p2p_mb: float = 16.0
     traffic: tuple = ("dp", "fsdp")

@@ -213,16 +213,13 @@ def _validate_window(config, meta, records, rcfg, result, rtl_dir):
 
 
 def _full_bucket(result, bucket_mb):
-    """The first bucket of full size (DDP's first bucket is smaller): the first at least
-    ``bucket_mb`` MiB, else the largest."""
+    """A full bucket: the first of the size closest to ``bucket_mb`` MiB (DDP's first bucket
+    is smaller, and a bucket holding one large tensor, an embedding, is larger)."""
     sizes = list(result.bucket_bytes)
     if not sizes:
         return None
     cap = bucket_mb * MiB
-    for b, size in enumerate(sizes):
-        if size >= cap:
-            return b
-    return max(range(len(sizes)), key=lambda b: sizes[b])
+    return min(range(len(sizes)), key=lambda b: (abs(sizes[b] - cap), b))
 
 
 def full_window_records(records, result, replay, records_by_id, rcfg, bucket_mb):
