@@ -31,6 +31,7 @@ algorithms = ["ring", "inswitch"]
 bucket_mb = [25, 100]
 policies = ["rr", "prio"]
 p2p_mb = 512
+traffic = ["dp"]
 rtl = false
 """
 
