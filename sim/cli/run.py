@@ -307,7 +307,63 @@ def _config(args):
 
 
 def _cmd_run(args):
+    scenario = _scenario(args)
+    if scenario is not None:
+        return _run_scenario(args, scenario)
     return _run(args, _config(args), args.jobs)
+
+
+def _scenario(args):
+    """The scenario ``args.config`` holds (a file with a ``[scenario]`` table), else None."""
+    from sim.scenarios.config import is_scenario, load_scenario
+    if args.config is None or args.resume or not Path(args.config).is_file():
+        return None
+    try:
+        text = Path(args.config).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None   # _load reports it
+    return load_scenario(text, args.config) if is_scenario(text) else None
+
+
+def _run_scenario(args, config):
+    """``innet run SCENARIO.toml``: one scenario (docs/scenarios.md) into a new run directory
+    (written whole or not at all; a scenario runs in seconds, so there is no --resume)."""
+    import shutil
+    from dataclasses import replace
+
+    from sim.cosim.runner import available_simulators
+    from sim.scenarios.run import run_scenario
+
+    if args.no_rtl:
+        config = replace(config, rtl=False)
+    if config.rtl and config.sim not in available_simulators():
+        raise UsageError(f"{config.source}: [scenario] sim: {config.sim} is not installed "
+                         f"(or pass --no-rtl)")
+    out_dir = _new_run_dir(args, config)
+    command = "innet " + " ".join(shlex.quote(a) for a in sys.argv[1:]) \
+        if sys.argv and sys.argv[0].endswith("innet") else f"innet run {args.config}"
+    made_root = not out_dir.parent.exists()
+    try:
+        out_dir.mkdir(parents=True)
+    except OSError as exc:
+        raise UsageError(f"-o {out_dir.parent}: cannot create: {exc.strerror}") from None
+    show = None if args.quiet or args.json else (lambda text: print(f"... {text}",
+                                                                     file=sys.stderr))
+    try:
+        payload, files = run_scenario(config, out_dir, command, progress=show)
+    except BaseException:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        _remove_empty(out_dir.parent, made_root)
+        raise
+    payload["output_dir"] = str(out_dir)
+    lines = [payload["title"]]
+    for title, values in payload["sections"].items():
+        headline = values.get("headline")
+        if headline:
+            lines.append(f"  {title}: {headline}")
+    lines.append(f"wrote {out_dir}/report.md ({payload['wall_s']:.1f} s)")
+    _emit(args, payload, lines)
+    return 0
 
 
 def _cmd_sweep(args):

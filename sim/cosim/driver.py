@@ -468,17 +468,20 @@ class ReplayDriver:
 
 
 async def replay_dut(dut, driver, max_cycles=MAX_REPLAY_CYCLES, watchdog=100_000,
-                     progress=None):
+                     progress=None, configure=True):
     """Run ``driver`` against an exported switch ``dut`` (``innet export switch``) until every
     message is delivered. Raises AssertionError if nothing leaves the switch for ``watchdog``
-    cycles while packets are outstanding (a deadlock), or on a scoreboard mismatch."""
+    cycles while packets are outstanding (a deadlock), or on a scoreboard mismatch.
+    ``configure=False``: the switch is running and configured already (the clock started,
+    the job written, as between the phases of :mod:`sim.cosim.tb_elastic`)."""
     from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
     N = driver.N
     pins = SwitchPins(dut, N)
     pins.idle()
     pins.set_ready([1] * N)
-    await configure_replay(dut, driver.cfg, driver.plan.members, driver.dtype)
+    if configure:
+        await configure_replay(dut, driver.cfg, driver.plan.members, driver.dtype)
 
     quiet = 0
     rising, read_only = RisingEdge(dut.clk), ReadOnly()

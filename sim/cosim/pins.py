@@ -6,7 +6,8 @@ from hw.spec import Policy
 from hw.switch import DROP_CAUSES
 from sim.replay.config import REPLAY_JOB
 
-__all__ = ["SwitchPins", "counter_pins", "read_counters", "arbiter_defaults", "configure_replay"]
+__all__ = ["SwitchPins", "counter_pins", "read_counters", "arbiter_defaults", "configure_replay",
+           "write_job"]
 
 
 def counter_pins():
@@ -109,13 +110,23 @@ async def configure_replay(dut, cfg, members, dtype):
     await RisingEdge(dut.clk)
     dut.rst.value = 0
     if members:
-        dut.cfg_valid.value = 1
-        dut.cfg_job.value = REPLAY_JOB
-        dut.cfg_enable.value = 1
-        dut.cfg_members.value = members
-        dut.cfg_dtype.value = dtype.value
-        dut.cfg_saturate.value = 0
-        dut.cfg_slot_base.value = 0
-        dut.cfg_slot_count.value = 0      # one tenant: the whole slot pool
-        await RisingEdge(dut.clk)
-        dut.cfg_valid.value = 0
+        await write_job(dut, members, dtype)
+
+
+async def write_job(dut, members, dtype):
+    """One job-table write (one clock cycle on the ``cfg_*`` pins): the replay's job with the
+    ``members`` bitmap and element type ``dtype`` over the whole slot pool. Between chunks it
+    changes the job's device set; chunks already claimed keep the members they were claimed
+    with (hw/reduce.py). Returns after the write's clock edge."""
+    from cocotb.triggers import RisingEdge
+
+    dut.cfg_valid.value = 1
+    dut.cfg_job.value = REPLAY_JOB
+    dut.cfg_enable.value = 1
+    dut.cfg_members.value = members
+    dut.cfg_dtype.value = dtype.value
+    dut.cfg_saturate.value = 0
+    dut.cfg_slot_base.value = 0
+    dut.cfg_slot_count.value = 0      # one tenant: the whole slot pool
+    await RisingEdge(dut.clk)
+    dut.cfg_valid.value = 0

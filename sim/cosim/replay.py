@@ -14,8 +14,8 @@ from sim.cosim.build import switch_build
 from sim.cosim.runner import run_cocotb
 from sim.replay.backend import ReplayBackend
 
-__all__ = ["RtlPlayer", "RtlDriver", "replay_rtl", "bare_clock_rate", "position_writer",
-           "report_position"]
+__all__ = ["RtlPlayer", "RtlDriver", "replay_rtl", "replay_rtl_phases", "bare_clock_rate",
+           "position_writer", "report_position"]
 
 _log = logging.getLogger("innet.cosim")
 #: Seconds between progress reports of a running RTL replay.
@@ -88,6 +88,28 @@ def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall
     result.extra.update(build_dir=str(build_dir), total_wall_s=time.perf_counter() - began,
                         driver="player" if player else "python")
     return result
+
+
+def replay_rtl_phases(plans, sim="verilator", build_dir=None, seed=1):
+    """Replay ``plans`` (one switch configuration, each its own job members) one after the
+    other through one exported RTL switch without a reset, the job table written between
+    them (:mod:`sim.cosim.tb_elastic`, the per-cycle driver). Returns a list of
+    ``(ReplayResult, job-table write cycles before it)``."""
+    config = plans[0].config
+    if any(p.config != config for p in plans):
+        raise ValueError("the phases of one RTL run share one switch configuration")
+    with switch_build(config.switch, sim, build_dir, False, False) as (
+            verilog, module, build_dir, scratch):
+        plans_file, result_file = scratch / "plans.pkl", scratch / "result.pkl"
+        plans_file.write_bytes(pickle.dumps(plans))
+        run_cocotb(verilog, module, "sim.cosim.tb_elastic", sim=sim, build_dir=build_dir,
+                   env={"INNET_PLANS": plans_file, "INNET_RESULT": result_file,
+                        "INNET_SEED": seed},
+                   log_file=build_dir / "elastic.log", optimize=False)
+        out = pickle.loads(result_file.read_bytes())
+    for result, _ in out:
+        result.backend = f"rtl-{sim}"
+    return out
 
 
 def position_writer(path):

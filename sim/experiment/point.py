@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, replace
 from sim.experiment import metrics
 from sim.experiment.config import MiB
 
-__all__ = ["PointResult", "run_point", "rtl_config", "rtl_switch_label", "real_switch"]
+__all__ = ["PointResult", "run_point", "rtl_config", "rtl_switch_label", "real_switch",
+           "validate_window"]
 
 
 @dataclass
@@ -292,3 +293,8 @@ def _validate_full_window(config, meta, window, bucket, rcfg, rtl_dir):
             "real_us": rtl.cycles * real.cycle_ns / 1e3, "rtl_wall_s": rtl.wall_s,
             "model_wall_s": model.wall_s, "errors": rtl.errors, "mismatches": rtl.mismatches,
             **agreement}
+
+
+#: The RTL window of a point, for other runs that replay traces of their own (the scenarios of
+#: sim/scenarios): ``config`` needs ``policies`` and ``sim``.
+validate_window = _validate_window
