@@ -290,8 +290,16 @@ def _stopped(args, journal, exc, seconds, remove):
         print(f"innet: {what}", file=sys.stderr)
 
 
+def _check_rtl_flags(args):
+    """``--no-rtl`` skips every RTL window, ``--rtl-windows`` asks for more of them: not both."""
+    if getattr(args, "no_rtl", False) and getattr(args, "rtl_windows", False):
+        raise UsageError("--no-rtl and --rtl-windows contradict each other: --no-rtl skips "
+                         "every RTL window, --rtl-windows adds the full bucket windows; drop one")
+
+
 def _config(args):
     """The configuration of a new run; None with ``--resume`` (the run directory has it)."""
+    _check_rtl_flags(args)
     if args.resume:
         given = [option for option, value in (("CONFIG", args.config), ("--name", args.name),
                                               ("-o", args.output), ("--no-rtl", args.no_rtl),
@@ -307,6 +315,7 @@ def _config(args):
 
 
 def _cmd_run(args):
+    _check_rtl_flags(args)
     scenario = _scenario(args)
     if scenario is not None:
         return _run_scenario(args, scenario)
@@ -377,6 +386,7 @@ def _cmd_print_config(args):
     from dataclasses import replace
 
     from sim.experiment.config import to_toml
+    _check_rtl_flags(args)
     config = _load(args.config)
     if args.no_rtl:
         config = replace(config, rtl=False, rtl_windows=False)
