@@ -503,7 +503,16 @@ def _caveats(config, rows, ref):
         text.append(f"The RTL switch replayed only the first bucket window of each point "
                     f"({packets} packets; {exact} of {len(windows)} windows equal to the model "
                     "delivery for delivery).")
-    else:
+    full = [r for r in rows if r.get("rtl_full_packets")]
+    if full:
+        exact = sum(r["rtl_full_exact_fraction"] == 1 for r in full)
+        text.append(f"The RTL switch replayed each point's full bucket window at flit scale 1 "
+                    f"({_span([r['rtl_full_packets'] for r in full], '{:,}')} packets over "
+                    f"{_span([r['rtl_full_cycles'] for r in full], '{:,}')} cycles, "
+                    f"{_span([r['rtl_full_us'] for r in full], '{:,.0f}')} µs real; "
+                    f"{exact} of {len(full)} windows equal to the model delivery for "
+                    "delivery; table \"RTL full bucket windows\").")
+    if not windows and not full:
         text.append("No RTL window ran (rtl = false or --no-rtl): the switch timing is the "
                     "fast model's, which is cycle-exact against the RTL on the stress traces "
                     "of tests/test_cosim.py.")
@@ -577,7 +586,10 @@ def setup(config, rows):
                      f"switch ({config.sim})" + (f"; the {and_list(shared)} windows on the prio "
                                                  "build with equal priorities" if shared
                                                  else "") + ".")
-    else:
+    if any(r.get("rtl_full_packets") for r in rows):
+        lines.append(f"- **RTL full windows**: each point's full bucket window at flit scale 1 "
+                     f"through the RTL switch ({config.sim}; `rtl_windows`).")
+    elif not any(r.get("rtl_window_packets") for r in rows):
         lines.append("- **RTL**: none in this run.")
     return lines
 

@@ -25,9 +25,15 @@ def point_row(point):
     row = {"workload": point.workload, "bucket_mb": point.bucket_mb, "algo": point.algo,
            "policy": point.policy, "traffic": getattr(point, "traffic", "dp")}
     row.update(point.metrics)
-    if point.validation:
-        row["rtl_window_packets"] = point.validation.get("packets")
-        row.update(rtl_agreement(point.validation))
+    v = point.validation or {}
+    if "packets" in v:   # rtl: the first bucket window at the run's flit scale
+        row["rtl_window_packets"] = v["packets"]
+        row.update(rtl_agreement(v))
+    full = v.get("full_window")
+    if full:             # rtl_windows: the full bucket window at flit scale 1
+        row.update({"rtl_full_packets": full["packets"], "rtl_full_cycles": full["rtl_cycles"],
+                    "rtl_full_us": full["real_us"],
+                    "rtl_full_exact_fraction": rtl_agreement(full)["rtl_exact_fraction"]})
     return row
 
 
