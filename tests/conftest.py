@@ -15,6 +15,7 @@ gpus = 4
 algorithms = ["ring", "inswitch"]
 bucket_mb = [25, 100]
 policies = ["rr"]
+traffic = ["dp"]
 rtl = false
 [switch]
 target_flits = 4000

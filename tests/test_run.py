@@ -57,7 +57,7 @@ def test_bad_config_is_one_line(tmp_path, capsys, text, message):
 
 def test_default_config_is_valid():
     config = load_config()
-    assert config.workloads == ("resnet50", "bert_large") and config.gpus == 8
+    assert config.workloads == ("bert_large",) and config.gpus == 8
     with pytest.raises(ConfigError):
         load_config("[experiment]\ngpu = 'tpu'\n", "x.toml")
 

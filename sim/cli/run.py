@@ -182,13 +182,15 @@ def _run(args, config, jobs, dask=None):
         if (out_dir / "results.json").exists():
             raise UsageError(f"{out_dir}: the run is complete (results.json); nothing to "
                              f"resume")
-        if config.rtl and config.sim not in available_simulators():
+        if (config.rtl or config.rtl_windows) and config.sim not in available_simulators():
             raise UsageError(f"{out_dir}: the run's RTL windows need {config.sim}, which is "
                              f"not installed")
     else:
         if args.no_rtl:
-            config = replace(config, rtl=False)
-        if config.rtl and config.sim not in available_simulators():
+            config = replace(config, rtl=False, rtl_windows=False)
+        if args.rtl_windows:
+            config = replace(config, rtl_windows=True)
+        if (config.rtl or config.rtl_windows) and config.sim not in available_simulators():
             raise UsageError(f"{config.source}: [experiment] sim: {config.sim} is not "
                              f"installed (or pass --no-rtl)")
         out_dir = _new_run_dir(args, config)
@@ -304,11 +306,20 @@ def _stopped(args, journal, exc, seconds, remove):
         print(f"innet: {what}", file=sys.stderr)
 
 
+def _check_rtl_flags(args):
+    """``--no-rtl`` skips every RTL window, ``--rtl-windows`` asks for more of them: not both."""
+    if getattr(args, "no_rtl", False) and getattr(args, "rtl_windows", False):
+        raise UsageError("--no-rtl and --rtl-windows contradict each other: --no-rtl skips "
+                         "every RTL window, --rtl-windows adds the full bucket windows; drop one")
+
+
 def _config(args):
     """The configuration of a new run; None with ``--resume`` (the run directory has it)."""
+    _check_rtl_flags(args)
     if args.resume:
         given = [option for option, value in (("CONFIG", args.config), ("--name", args.name),
-                                              ("-o", args.output), ("--no-rtl", args.no_rtl))
+                                              ("-o", args.output), ("--no-rtl", args.no_rtl),
+                                              ("--rtl-windows", args.rtl_windows))
                  if value]
         if given:
             raise UsageError(f"--resume continues a run with its own configuration, name and "
@@ -320,6 +331,7 @@ def _config(args):
 
 
 def _cmd_run(args):
+    _check_rtl_flags(args)
     scenario = _scenario(args)
     if scenario is not None:
         return _run_scenario(args, scenario)
@@ -390,9 +402,12 @@ def _cmd_print_config(args):
     from dataclasses import replace
 
     from sim.experiment.config import to_toml
+    _check_rtl_flags(args)
     config = _load(args.config)
     if args.no_rtl:
-        config = replace(config, rtl=False)
+        config = replace(config, rtl=False, rtl_windows=False)
+    if args.rtl_windows:
+        config = replace(config, rtl_windows=True)
     sys.stdout.write(to_toml(config))
     return 0
 
@@ -500,6 +515,9 @@ def register(sub, parser_class, positive):
                        default=1 if name == "run" else None,
                        help="worker processes")
         p.add_argument("--no-rtl", action="store_true", help="skip the RTL windows")
+        p.add_argument("--rtl-windows", action="store_true",
+                       help="also replay each point's first full bucket window at flit scale 1 "
+                            "through the RTL switch (minutes per point; docs/metrics.md)")
         p.add_argument("--quiet", action="store_true", help="no progress")
         p.add_argument("--json", action="store_true")
         p.add_argument("--print-config", action="store_true",

@@ -243,6 +243,9 @@ def answer(config, rows):
                               f"{best['exposed_comm_ms']:.2f} ms of it exposed")
                     weak.append(s)
         out.append("**In-switch reduction.** " + " ".join(text))
+        size = _size_effect(config, rows, baselines)
+        if size:
+            out.append(size)
         if weak:
             sentence = "; ".join(weak)
             out.append(f"**Where it does not pay** (iteration under {100 * NO_GAIN:.0f} % "
@@ -391,6 +394,79 @@ def traffic_paragraphs(config, rows):
     return out
 
 
+def crossover_bytes(gpu, n, switch, algo="ring", low=1024, high=1 << 34):
+    """The message size above which one all-reduce on ``switch`` (in-switch) is no faster than
+    ``algo`` (GPU model, :func:`sim.gpu.collectives.collective_cost`), by bisection; None when
+    in-switch is faster at every size up to ``high``, 0 when at none from ``low``."""
+    from sim.gpu.collectives import collective_cost
+
+    def wins(size):
+        ins = collective_cost(gpu, n, size, "allreduce", "inswitch", switch=switch).time_s
+        return ins < collective_cost(gpu, n, size, "allreduce", algo).time_s
+    if not wins(low):
+        return 0
+    if wins(high):
+        return None
+    while high - low > max(1, low // 1000):
+        mid = (low + high) // 2
+        low, high = (mid, high) if wins(mid) else (low, mid)
+    return high
+
+
+def _size_effect(config, rows, baselines):
+    """The limited all-reduce size effect, as a paragraph: the slot pool's rate against the
+    round trip (real size), the size where in-switch stops beating ring, and the run's full
+    bucket windows at flit scale 1."""
+    from sim.experiment.point import real_switch
+    from sim.gpu.in_switch import switch_timing
+    from sim.gpu.presets import gpu_preset
+
+    if "ring" not in baselines:
+        return ""
+    gpu = gpu_preset(config.gpu)
+    spec = real_switch(config)
+    timing = switch_timing(gpu, spec)
+    cross = crossover_bytes(gpu, config.gpus, spec)
+    need = timing.bdp_bytes / timing.chunk_bytes
+    s = (f"**Where it stops paying off** (the limited all-reduce size effect). The switch's "
+         f"{spec.slots} slots × {timing.chunk_bytes} B chunks move at most "
+         f"{timing.window_bytes / 1024:,.0f} KiB per slot round trip of "
+         f"{timing.round_trip_s * 1e9:,.0f} ns (two 350 ns hops and the switch), "
+         f"{timing.rate_gbps:.0f} GB/s of the {timing.line_gbps:.0f} GB/s line; ")
+    if cross is None:
+        s += "so one in-switch all-reduce beats ring at every size."
+    elif cross == 0:
+        s += "so one in-switch all-reduce is slower than ring at every size."
+    else:
+        s += (f"so one in-switch all-reduce beats ring (GPU model, real sizes) only below "
+              f"{cross / MiB_:.1f} MiB: below it ring's 2(N−1) dependent steps make it "
+              f"latency-bound, above it in-switch streams at its pool's "
+              f"{timing.rate_gbps:.0f} GB/s where ring sends 2(N−1)/N of the bytes at line "
+              "rate.")
+    if timing.slot_limited:
+        s += (f" Keeping the reduction at line rate needs the link's bandwidth-delay product, "
+              f"{timing.bdp_bytes / 1024:,.0f} KiB per port ({need:,.0f} slots of "
+              f"{timing.chunk_bytes} B).")
+    windows = {}
+    for r in rows:
+        if r.get("window_allreduce_us") and r["algo"] in ("ring", "inswitch"):
+            windows.setdefault((r["workload"], r["bucket_mb"]), {})[r["algo"]] = r
+    for (w, b), by in windows.items():
+        if len(by) == 2:
+            ring, ins = by["ring"], by["inswitch"]
+            s += (f" Replayed at flit scale 1 (the switch's real flits, chunks and slots) by "
+                  f"the fast model, {w}'s {ring['window_bucket_mb']:.1f} MiB bucket "
+                  f"all-reduces in {ins['window_allreduce_us']:,.0f} µs in-switch against "
+                  f"{ring['window_allreduce_us']:,.0f} µs ring (GPU model "
+                  f"{ins['window_gpu_model_us']:,.0f} and {ring['window_gpu_model_us']:,.0f} "
+                  "µs).")
+            break
+    return s
+
+
+MiB_ = 1 << 20
+
+
 def _caveats(config, rows, ref):
     from sim.experiment.config import MiB
     from sim.experiment.point import _replay_config
@@ -427,7 +503,16 @@ def _caveats(config, rows, ref):
         text.append(f"The RTL switch replayed only the first bucket window of each point "
                     f"({packets} packets; {exact} of {len(windows)} windows equal to the model "
                     "delivery for delivery).")
-    else:
+    full = [r for r in rows if r.get("rtl_full_packets")]
+    if full:
+        exact = sum(r["rtl_full_exact_fraction"] == 1 for r in full)
+        text.append(f"The RTL switch replayed each point's full bucket window at flit scale 1 "
+                    f"({_span([r['rtl_full_packets'] for r in full], '{:,}')} packets over "
+                    f"{_span([r['rtl_full_cycles'] for r in full], '{:,}')} cycles, "
+                    f"{_span([r['rtl_full_us'] for r in full], '{:,.0f}')} µs real; "
+                    f"{exact} of {len(full)} windows equal to the model delivery for "
+                    "delivery; table \"RTL full bucket windows\").")
+    if not windows and not full:
         text.append("No RTL window ran (rtl = false or --no-rtl): the switch timing is the "
                     "fast model's, which is cycle-exact against the RTL on the stress traces "
                     "of tests/test_cosim.py.")
@@ -501,7 +586,10 @@ def setup(config, rows):
                      f"switch ({config.sim})" + (f"; the {and_list(shared)} windows on the prio "
                                                  "build with equal priorities" if shared
                                                  else "") + ".")
-    else:
+    if any(r.get("rtl_full_packets") for r in rows):
+        lines.append(f"- **RTL full windows**: each point's full bucket window at flit scale 1 "
+                     f"through the RTL switch ({config.sim}; `rtl_windows`).")
+    elif not any(r.get("rtl_window_packets") for r in rows):
         lines.append("- **RTL**: none in this run.")
     return lines
 

@@ -22,21 +22,22 @@ DEFAULT_CONFIG = """\
 # innet run: the default experiment. Every key is optional; these are the defaults.
 [experiment]
 name = "default"
-workloads = ["resnet50", "bert_large"]
+workloads = ["bert_large"]
 gpu = "a100"
 gpus = 8
 algorithms = ["ring", "tree", "inswitch"]
 bucket_mb = [25.0]
 policies = ["rr", "prio"]
 p2p_mb = 16.0          # activation gradients per GPU crossing a pipeline-stage boundary
-traffic = ["dp"]       # contending traffic per point: dp, pp, tp, fsdp, offload
-rtl = true             # RTL switch in the loop for the first bucket window of each point
+traffic = ["dp", "fsdp"]  # contending traffic per point: dp, pp, tp, fsdp, offload
+rtl = false            # RTL switch in the loop for the first bucket window of each point
+rtl_windows = false    # RTL replays each point's first full bucket window at flit scale 1 (minutes)
 sim = "verilator"
 
 [switch]
-lanes = 2              # with the flit scale, lanes only set bytes per flit; 2 builds fast
-slots = 16
-chunk_flits = 4
+lanes = 8              # 32 B flits at flit scale 1
+slots = 256            # 256 x 256 B per 703 ns round trip = 93 GB/s, under ring's 171
+chunk_flits = 8        # 256 B chunks
 mtu_flits = 64
 target_flits = 4000    # simulated gradient flits per GPU per iteration (sets the flit scale)
 """
@@ -45,19 +46,20 @@ target_flits = 4000    # simulated gradient flits per GPU per iteration (sets th
 @dataclass(frozen=True)
 class ExperimentConfig:
     name: str = "default"
-    workloads: tuple = ("resnet50", "bert_large")
+    workloads: tuple = ("bert_large",)
     gpu: str = "a100"
     gpus: int = 8
     algorithms: tuple = ("ring", "tree", "inswitch")
     bucket_mb: tuple = (25.0,)
     policies: tuple = ("rr", "prio")
     p2p_mb: float = 16.0
-    traffic: tuple = ("dp",)
-    rtl: bool = True
+    traffic: tuple = ("dp", "fsdp")
+    rtl: bool = False
+    rtl_windows: bool = False
     sim: str = "verilator"
-    lanes: int = 2
-    slots: int = 16
-    chunk_flits: int = 4
+    lanes: int = 8
+    slots: int = 256
+    chunk_flits: int = 8
     mtu_flits: int = 64
     target_flits: int = 4000
     source: str = "<default>"
@@ -69,7 +71,7 @@ class ExperimentConfig:
 _SECTIONS = {
     "experiment": {"name": str, "workloads": list, "gpu": str, "gpus": int,
                    "algorithms": list, "bucket_mb": list, "policies": list, "p2p_mb": float,
-                   "traffic": list, "rtl": bool, "sim": str},
+                   "traffic": list, "rtl": bool, "rtl_windows": bool, "sim": str},
     "switch": {"lanes": int, "slots": int, "chunk_flits": int, "mtu_flits": int,
                "target_flits": int},
 }

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, replace
 from sim.experiment import metrics
 from sim.experiment.config import MiB
 
-__all__ = ["PointResult", "run_point", "rtl_config", "rtl_switch_label", "validate_window"]
+__all__ = ["PointResult", "run_point", "rtl_config", "rtl_switch_label", "real_switch",
+           "validate_window"]
 
 
 @dataclass
@@ -44,11 +45,25 @@ class PointResult:
 
 
 def _replay_config(config, policy, gpu, flit_scale):
+    """The replay's switch: the experiment's [switch] with ``flit_scale`` real flits per
+    simulated one, the GPUs one NVLink hop (the GPU model's ``link_latency_s``) away."""
     from sim.replay.config import ReplayConfig
     return ReplayConfig(ports=config.gpus, lanes=config.lanes, slots=config.slots,
                         chunk_flits=config.chunk_flits, policy=policy,
                         mtu_flits=config.mtu_flits, link_gbps=gpu.link_gbps,
-                        flit_scale=flit_scale, dtype="fp32")
+                        flit_scale=flit_scale, dtype="fp32",
+                        link_latency_ns=gpu.link_latency_s * 1e9)
+
+
+def real_switch(config):
+    """The experiment's [switch] at its real size (flit scale 1: ``4 × lanes``-byte flits,
+    ``slots`` chunks of ``chunk_flits`` flits), one port per GPU: the switch the GPU model
+    times the ``inswitch`` collectives on (:func:`sim.gpu.in_switch.switch_timing`), so that
+    the GPU model and the replay describe one switch. The replay's is the same one with its
+    flits scaled (:func:`_replay_config`), which multiplies its slot memory by the flit
+    scale: the slot pool's limit (slots × chunk per round trip) shows at flit scale 1 only."""
+    from sim.gpu.in_switch import make_switch
+    return make_switch(config.gpus, config.slots, config.chunk_flits, config.lanes)
 
 
 def run_point(config, workload_name, bucket_mb, algo, policy, traffic="dp", rtl_dir=None):
@@ -66,7 +81,8 @@ def run_point(config, workload_name, bucket_mb, algo, policy, traffic="dp", rtl_
     n = config.gpus
     p2p_bytes = int(config.p2p_mb * MiB) if traffic == "dp" else 0
     kinds = () if traffic == "dp" else (traffic,)
-    it_config = IterationConfig(n_gpus=n, algo=algo, bucket_cap_bytes=int(bucket_mb * MiB))
+    it_config = IterationConfig(n_gpus=n, algo=algo, bucket_cap_bytes=int(bucket_mb * MiB),
+                                switch=real_switch(config))
     alone = simulate_iteration(workload, gpu, it_config)
     # The gradient bytes one GPU puts on its link in the iteration set the flit scale; the
     # point-to-point traffic does not, so a sweep over p2p_mb keeps one time resolution
@@ -124,10 +140,21 @@ def run_point(config, workload_name, bucket_mb, algo, policy, traffic="dp", rtl_
     timeline = point_events(result, gpu, workload, replay,
                             metrics.bucket_windows_cycles(replay, records_by_id), cycle_ns,
                             critical)
+    bucket, window = full_window_records(records, result, replay, records_by_id, rcfg,
+                                         bucket_mb)
+    if window:
+        values.update(_full_window(config, gpu, meta, window, bucket, rcfg, result, algo))
     validation = {}
     if config.rtl:
         validation = _validate_window(config, meta, records, rcfg, result, rtl_dir)
         values["rtl_errors"] = metrics.rtl_errors(validation.get("errors", {}))
+    if config.rtl_windows and window:
+        full = _validate_full_window(config, meta, window, bucket, rcfg, rtl_dir)
+        if full:
+            validation = {**validation, "full_window": full} if validation else \
+                {"full_window": full}
+            values["rtl_errors"] = values.get("rtl_errors", 0) + \
+                metrics.rtl_errors(full.get("errors", {}))
     return PointResult(workload_name, bucket_mb, algo, policy, values, timeline, validation,
                        traffic)
 
@@ -184,6 +211,88 @@ def _validate_window(config, meta, records, rcfg, result, rtl_dir):
             "model_cycles": model.cycles, "rtl_wall_s": rtl.wall_s,
             "model_wall_s": model.wall_s, "errors": rtl.errors,
             "mismatches": rtl.mismatches, **agreement}
+
+
+def _full_bucket(result, bucket_mb):
+    """A full bucket: the first of the size closest to ``bucket_mb`` MiB (DDP's first bucket
+    is smaller, and a bucket holding one large tensor, an embedding, is larger)."""
+    sizes = list(result.bucket_bytes)
+    if not sizes:
+        return None
+    cap = bucket_mb * MiB
+    return min(range(len(sizes)), key=lambda b: (abs(sizes[b] - cap), b))
+
+
+def full_window_records(records, result, replay, records_by_id, rcfg, bucket_mb):
+    """The records of a point's first full bucket window, for a replay at flit scale 1: that
+    bucket's gradient messages and every memory message issued from its first gradient issue
+    to the end of its all-reduce in the point's (flit-scaled) replay, times shifted to start
+    at 0, dependencies outside the window dropped (already satisfied). Returns
+    ``(bucket, records)`` or ``(None, [])``."""
+    from sim.trace.format import GRAD, MEM
+
+    bucket = _full_bucket(result, bucket_mb)
+    grads = [r for r in records if r.rtype == GRAD and r.bucket == bucket]
+    if not grads:
+        return None, []
+    begin = min(r.time_ns for r in grads)
+    end = max(r.time_ns for r in grads)
+    window = metrics.bucket_windows_cycles(replay, records_by_id).get(bucket)
+    if window:
+        end = max(end, window[1] * rcfg.cycle_ns)
+    mem = [r for r in records if r.rtype == MEM and begin <= r.time_ns <= end]
+    keep = {r.id for r in grads} | {r.id for r in mem}
+    chosen = sorted(grads + mem, key=lambda r: r.id)
+    chosen = [r if r.dependency is None or r.dependency in keep else r.with_dependency(None)
+              for r in chosen]
+    return bucket, [replace(r, time_ns=r.time_ns - begin) for r in chosen]
+
+
+def _full_window(config, gpu, meta, window, bucket, rcfg, result, algo):
+    """The first full bucket window replayed by the fast model at flit scale 1 (the switch's
+    real flits, chunks and slot memory, the 350 ns hop in whole cycles), where the slot pool's
+    bandwidth-delay product shows; and the GPU model's time for one all-reduce of that
+    bucket on the same switch. Metrics ``window_*`` (docs/metrics.md)."""
+    from sim.gpu.collectives import collective_cost
+    from sim.model.switch import replay_model
+    from sim.replay.plan import build_plan
+
+    real = replace(rcfg, flit_scale=1)
+    plan = build_plan(meta, window, real)
+    model = replay_model(plan)
+    by_id = {r.id: r for r in window}
+    size = result.bucket_bytes[bucket]
+    gpu_model = collective_cost(gpu, config.gpus, size, "allreduce", algo,
+                                switch=real_switch(config) if algo == "inswitch" else None)
+    return {"window_bucket": bucket, "window_bucket_mb": size / MiB,
+            "window_packets": int(plan.packets), "window_cycles": int(model.cycles),
+            "window_us": model.cycles * real.cycle_ns / 1e3,
+            "window_allreduce_us": 1e3 * metrics.allreduce_ms(model, by_id, real.cycle_ns),
+            "window_gpu_model_us": gpu_model.time_s * 1e6,
+            "window_model_wall_s": model.wall_s}
+
+
+def _validate_full_window(config, meta, window, bucket, rcfg, rtl_dir):
+    """``rtl_windows``: the first full bucket window at flit scale 1 through the RTL switch
+    and the fast model, compared delivery for delivery."""
+    from sim.cosim.replay import replay_rtl
+    from sim.model.switch import replay_model
+    from sim.replay.plan import build_plan
+    from sim.replay.result import compare
+
+    real = replace(rcfg, flit_scale=1)
+    plan = build_plan(meta, window, real)
+    rtl_cfg = rtl_config(real, config.policies)
+    rtl_plan = plan if rtl_cfg == real else build_plan(meta, window, rtl_cfg)
+    rtl = replay_rtl(rtl_plan, config.sim, build_dir=rtl_dir, quiet=True, optimize=False)
+    model = replay_model(plan)
+    agreement = compare(rtl, model)
+    return {"window": f"bucket {bucket}", "flit_scale": 1, "rtl_policy": rtl_cfg.policy,
+            "rtl_switch": rtl_switch_label(rtl_cfg, real), "packets": plan.packets,
+            "rtl_cycles": rtl.cycles, "model_cycles": model.cycles,
+            "real_us": rtl.cycles * real.cycle_ns / 1e3, "rtl_wall_s": rtl.wall_s,
+            "model_wall_s": model.wall_s, "errors": rtl.errors, "mismatches": rtl.mismatches,
+            **agreement}
 
 
 #: The RTL window of a point, for other runs that replay traces of their own (the scenarios of

@@ -86,7 +86,7 @@ def _report(config, results, wall_s, command, plot_names):
     lines += ["## Setup", ""] + setup(config, rows) + [""]
     lines += ["## Backprop slowdown and its causes", "", markdown_table(rows), ""]
     lines += ["## Metrics", ""] + glossary() + [""]
-    checked = [r for r in results if r.validation]
+    checked = [r for r in results if "packets" in r.validation]
     shared = ""
     if any(r.validation["rtl_policy"] != r.policy for r in checked):
         shared = (". Round-robin windows run on the priority build with every priority equal, "
@@ -106,6 +106,26 @@ def _report(config, results, wall_s, command, plot_names):
                          f"{v['rtl_cycles']} | {v['exact']}/{v['deliveries']} | "
                          f"{v['mae_fraction']:.3%} | {v['makespan_error']:.3%} | "
                          f"{sum(v['errors'].values())} |")
+        lines.append("")
+    full = [r for r in results if r.validation.get("full_window")]
+    if full:
+        lines += ["## RTL full bucket windows", "",
+                  "Each point's full bucket window (the first bucket of the size closest to "
+                  "bucket_mb, with the memory traffic issued while it is under way) at flit "
+                  f"scale 1, replayed through the RTL switch ({config.sim}) and the fast model "
+                  "(`rtl_windows`, docs/metrics.md):", "",
+                  "| point | bucket | RTL switch | packets | RTL cycles | model cycles | "
+                  "real µs | exact deliveries | makespan error | RTL errors | RTL wall s |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in full:
+            v = r.validation["full_window"]
+            lines.append(f"| {r.workload} {r.algo} {r.traffic} {r.policy} | "
+                         f"{r.metrics.get('window_bucket_mb', 0):.1f} MiB | "
+                         f"{v['rtl_switch']} | {v['packets']:,} | {v['rtl_cycles']:,} | "
+                         f"{v['model_cycles']:,} | {v['real_us']:,.1f} | "
+                         f"{v.get('exact', 0)}/{v.get('deliveries', 0)} | "
+                         f"{v.get('makespan_error', 0):.3%} | {sum(v['errors'].values())} | "
+                         f"{v['rtl_wall_s']:.1f} |")
         lines.append("")
     lines += ["## Plots", ""] + [f"![{n}]({n})" for n in plot_names] + [""]
     return "\n".join(lines)

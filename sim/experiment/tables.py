@@ -4,8 +4,8 @@ results share one, ``rr=prio``), as Markdown for report.md and as an aligned tab
 
 from sim.experiment.metrics import rtl_agreement
 
-__all__ = ["COLUMNS", "TERMINAL_COLUMNS", "TRAFFIC_COLUMN", "with_traffic", "summary_table", "merge_policies", "markdown_table",
-           "point_row", "and_list", "arbiter_label"]
+__all__ = ["COLUMNS", "TERMINAL_COLUMNS", "TRAFFIC_COLUMN", "with_traffic", "summary_table",
+           "merge_policies", "markdown_table", "point_row", "and_list", "arbiter_label"]
 
 
 #: The table columns (key, heading, format), in report order.
@@ -25,9 +25,15 @@ def point_row(point):
     row = {"workload": point.workload, "bucket_mb": point.bucket_mb, "algo": point.algo,
            "policy": point.policy, "traffic": getattr(point, "traffic", "dp")}
     row.update(point.metrics)
-    if point.validation:
-        row["rtl_window_packets"] = point.validation.get("packets")
-        row.update(rtl_agreement(point.validation))
+    v = point.validation or {}
+    if "packets" in v:   # rtl: the first bucket window at the run's flit scale
+        row["rtl_window_packets"] = v["packets"]
+        row.update(rtl_agreement(v))
+    full = v.get("full_window")
+    if full:             # rtl_windows: the full bucket window at flit scale 1
+        row.update({"rtl_full_packets": full["packets"], "rtl_full_cycles": full["rtl_cycles"],
+                    "rtl_full_us": full["real_us"],
+                    "rtl_full_exact_fraction": rtl_agreement(full)["rtl_exact_fraction"]})
     return row
 
 
@@ -96,17 +102,18 @@ def _pct(x):
 
 
 #: The terminal table's columns (key, heading, format, right-aligned), chosen to fit 100
-#: columns: the backward time overlapped and the link utilization are in report.md only.
+#: columns with the traffic column: the backward time overlapped and the link utilization are
+#: in report.md only, and the units are in the legend, not the headings.
 TERMINAL_COLUMNS = [
     ("workload", "workload", str, False), ("bucket_mb", "MiB", "{:g}".format, True),
     ("algo", "algo", str, False), ("policy", "policy", str, False),
-    ("backprop_alone_ms", "bwd ms", "{:.2f}".format, True),
-    ("backprop_slowdown", "slow %", lambda x: f"{100 * x:+.1f}", True),
+    ("backprop_alone_ms", "bwd", "{:.2f}".format, True),
+    ("backprop_slowdown", "slow", lambda x: f"{100 * x:+.1f}", True),
     ("slowdown_sm", "SM", _pct, True), ("slowdown_hbm", "HBM", _pct, True),
     ("slowdown_l2", "L2", _pct, True), ("slowdown_link", "link", _pct, True),
-    ("allreduce_ms", "AR ms", "{:.2f}".format, True),
-    ("exposed_comm_ms", "exp ms", "{:.2f}".format, True),
-    ("iteration_ms", "iter ms", "{:.2f}".format, True),
+    ("allreduce_ms", "AR", "{:.2f}".format, True),
+    ("exposed_comm_ms", "exp", "{:.2f}".format, True),
+    ("iteration_ms", "iter", "{:.2f}".format, True),
 ]
 
 
@@ -141,9 +148,9 @@ def summary_table(results):
 
     lines = [line(cells[0]), "  ".join("-" * w for w in widths)]
     lines += [line(values) for values in cells[1:]]
-    lines += ["bwd: backward pass alone; slow: its slowdown with the all-reduce overlapped, %;",
+    lines += ["bwd: backward pass alone, ms; slow: its slowdown with the all-reduce overlapped, %;",
               "SM, HBM, L2, link: the slowdown's causes (they add up to it), % points;",
-              ("AR: all-reduce time; exp: exposed communication; iter: iteration time "
+              ("AR: all-reduce time; exp: exposed communication; iter: iteration time; ms "
                "(docs/metrics.md).")]
     for policies in sorted({p for _, p in merged if len(p) > 1}):
         lines.append(f"{labels[policies]}: {and_list(policies)} gave identical results at that "

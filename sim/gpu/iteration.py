@@ -116,6 +116,10 @@ class IterationConfig:
     bucket_cpu_s : float
         CPU time DDP's reducer spends per bucket (its hook, the ``ProcessGroupNCCL`` call and
         the NCCL launch).
+    switch : hw.spec.SwitchSpec, optional
+        ``inswitch`` in one node: innet's switch the collectives are timed on (its lanes,
+        slots and chunk set the slot pool's rate against the round trip); default
+        :func:`sim.gpu.in_switch.default_switch`, a pool that covers the round trip.
     """
 
     n_gpus: int = 8
@@ -138,6 +142,7 @@ class IterationConfig:
     gradient_as_bucket_view: bool = False
     op_cpu_s: float = OP_CPU_S
     bucket_cpu_s: float = BUCKET_CPU_S
+    switch: object = None
 
     def validate(self):
         """Check every parameter against its range.
@@ -233,8 +238,9 @@ class IterationConfig:
         if self.nodes > 1:
             node, nodes, per_node, algo = self.node_for(gpu), self.nodes, self.n_gpus, self.algo
             return lambda nbytes, op: multinode_cost(node, nodes, per_node, nbytes, op, algo)
-        n, algo, channels = self.n_gpus, self.algo, self.channels
-        return lambda nbytes, op: collective_cost(gpu, n, nbytes, op, algo, channels)
+        n, algo, channels, switch = self.n_gpus, self.algo, self.channels, self.switch
+        return lambda nbytes, op: collective_cost(gpu, n, nbytes, op, algo, channels,
+                                                  switch=switch)
 
     def validate_for(self, workload, gpu):
         """:meth:`validate`, then what depends on the workload and the GPU.
