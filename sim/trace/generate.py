@@ -10,7 +10,7 @@ from sim.gpu.presets import MAX_BYTES, ModelInputError, check_count, check_real
 from sim.trace.format import IB_SWITCH_PORT, PHASES, SWITCH_PORT, TraceRecord, route_of
 from sim.trace.traffic import TRAFFIC_KINDS, contending_traffic, count_traffic
 
-__all__ = ["MAX_FIELD", "generate_trace"]
+__all__ = ["MAX_FIELD", "collective_records", "generate_trace"]
 
 MiB = 1 << 20
 #: Largest value of a record's 32-bit fields: a piece's bytes, a kernel's duration in ns, an id.
@@ -175,36 +175,10 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
 
     for bucket, nbytes in enumerate(result.bucket_bytes):
         begin, end = comm_windows.get(bucket, (0.0, 0.0))
-        bucket_messages = messages(nbytes)
-        steps = max(m.step for m, _ in bucket_messages) + 1
-        piece_ids = []   # per message: ids of its pieces
-        for m, links in bucket_messages:
-            if m.src == SWITCH:
-                # Results are the switch's output, not a GPU's: a replay produces them.
-                piece_ids.append([])
-                continue
-            count = max(1, -(-m.nbytes // chunk_bytes))
-            _check_piece(min(chunk_bytes, m.nbytes))   # the first piece is the largest
-            issue_ns = int(round((begin + (end - begin) * m.step / steps) * 1e9))
-            ids = []
-            for k in range(count):
-                size = min(chunk_bytes, m.nbytes - k * chunk_bytes) if m.nbytes else 0
-                if size <= 0:
-                    continue
-                dep = None
-                if m.dep >= 0:
-                    dep_pieces = piece_ids[m.dep]
-                    dep = dep_pieces[min(k, len(dep_pieces) - 1)] if dep_pieces else None
-                rid = new_id()
-                ids.append(rid)
-                peer = {SWITCH: SWITCH_PORT, IB_SWITCH: IB_SWITCH_PORT}.get(m.dst, m.dst)
-                records.append(TraceRecord.grad(gpu=m.src, peer=peer, id=rid, time_ns=issue_ns,
-                                                bytes=size, algo=config.algo,
-                                                bucket=bucket & 0xFFFF,
-                                                chunk=(m.chunk * 4096 + k) & 0xFFFF,
-                                                dependency=dep, job=job,
-                                                route=route_of(links)))
-            piece_ids.append(ids)
+        more = collective_records(messages(nbytes), chunk_bytes, begin, end, next_id,
+                                  config.algo, bucket, job)
+        records += more
+        next_id += len(more)
     meta = {"gpus": n_gpus, "model": workload.name, "batch": workload.batch, "gpu": gpu.name,
             "algo": config.algo, "bucket_cap_bytes": config.bucket_cap_bytes,
             "chunk_bytes": chunk_bytes, "iteration_s": result.iteration_s,
@@ -227,6 +201,48 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
                      "node_preset": node.name, "nodes_per_leaf": node.fabric.leaf_down_ports,
                      "nic_gbits": node.nic_gbits})
     return meta, records, result
+
+
+def collective_records(messages, chunk_bytes, begin_s, end_s, first_id, algo, bucket=0, job=0):
+    """The grad records of one collective: each of ``messages`` (``(Message, links)`` pairs,
+    as :func:`sim.gpu.collectives.expand_collective` or
+    :func:`sim.gpu.multinode_messages.multinode_messages` give them, with the links each
+    crosses) cut into pieces of at most ``chunk_bytes``, ids from ``first_id`` on.
+
+    Piece k of a message depends on piece k of the message it waited for (its last piece
+    when that one has fewer), so a replay pipelines the pieces as the hardware does: ring step
+    s+1's first piece may leave once step s's first piece arrived. A message of step s is
+    issued at ``begin_s + (end_s − begin_s) × s / steps`` (seconds; the open-loop time the GPU
+    model's kernel reaches that step); ``begin_s = end_s`` issues them all at once, so that
+    only the dependencies pace them. Results from the switch (``src`` the switch) make no
+    record: a replay produces them."""
+    steps = max((m.step for m, _ in messages), default=0) + 1
+    records, piece_ids, next_id = [], [], first_id
+    for m, links in messages:
+        if m.src == SWITCH:
+            piece_ids.append([])
+            continue
+        count = max(1, -(-m.nbytes // chunk_bytes))
+        _check_piece(min(chunk_bytes, m.nbytes))   # the first piece is the largest
+        issue_ns = int(round((begin_s + (end_s - begin_s) * m.step / steps) * 1e9))
+        ids = []
+        for k in range(count):
+            size = min(chunk_bytes, m.nbytes - k * chunk_bytes) if m.nbytes else 0
+            if size <= 0:
+                continue
+            dep = None
+            if m.dep >= 0:
+                dep_pieces = piece_ids[m.dep]
+                dep = dep_pieces[min(k, len(dep_pieces) - 1)] if dep_pieces else None
+            ids.append(next_id)
+            peer = {SWITCH: SWITCH_PORT, IB_SWITCH: IB_SWITCH_PORT}.get(m.dst, m.dst)
+            records.append(TraceRecord.grad(gpu=m.src, peer=peer, id=next_id, time_ns=issue_ns,
+                                            bytes=size, algo=algo, bucket=bucket & 0xFFFF,
+                                            chunk=(m.chunk * 4096 + k) & 0xFFFF,
+                                            dependency=dep, job=job, route=route_of(links)))
+            next_id += 1
+        piece_ids.append(ids)
+    return records
 
 
 def _check_piece(nbytes):
