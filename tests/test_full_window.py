@@ -150,3 +150,55 @@ def test_rtl_windows_key_is_a_bool(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "[experiment] rtl_windows: expected bool" in err
     assert load_config("[experiment]\nrtl_windows = true\n", "x.toml").rtl_windows is True
+
+
+def test_ring_window_is_released_by_its_dependencies(windows):
+    """The window's ring is the all-reduce alone, paced only by its dependencies, in pieces of
+    one real MTU that pipeline step to step: every GPU streams its 2(n−1)/n·B link bytes at one
+    flit per cycle, plus at most one round trip (two hops) and a packet of fill. (The trace's
+    own pieces, one flit-scaled MTU each, made every step store-and-forward, and its issue
+    times paced the steps by the contended iteration's kernel.)"""
+    config, m = windows
+    w = m["ring"]
+    gpu = gpu_preset("a100")
+    flit = config.lanes * 4
+    n, size = config.gpus, 1 * MiB
+    cycle_ns = flit / gpu.link_gbps
+    hop = round(gpu.link_latency_s * 1e9 / cycle_ns)
+    stream = 2 * (n - 1) * size / n / flit
+    allreduce_cycles = w["window_allreduce_us"] * 1e3 / cycle_ns
+    assert stream <= allreduce_cycles + 1 <= stream + 2 * hop + config.mtu_flits
+
+
+def test_one_ring_all_reduce_replays_at_the_gpu_models_time_less_nccls_costs():
+    """One 20 MiB ring all-reduce on 8 A100s alone through the fast switch model at flit scale
+    1 (256 B chunks, 2 KiB packets, the 350 ns hop), built as the experiment's window builds
+    it. The switch model has no NCCL in it: its GPUs stream the link bytes at the raw 300 GB/s
+    and pay no per-step latency. The GPU model (NCCL's pipeline, LL128 at this size) pays
+    NCCL's base latency (14.0 µs) and 2(n−1) per-step latencies (1.9 µs, tuning.cc) and
+    streams at 12 links × 20 GB/s × 0.92 (LL128's 120 of 128 bytes). So the two differ by
+    exactly those, to within the replay's pipeline fill: one round trip and a packet."""
+    from sim.gpu.collectives import collective_cost, expand_collective
+    from sim.model.switch import replay_model
+    from sim.replay.config import ReplayConfig
+    from sim.replay.plan import build_plan
+    from sim.trace.generate import collective_records
+    from sim.experiment import metrics
+
+    gpu, n, size = gpu_preset("a100"), 8, 20 * MiB
+    cfg = ReplayConfig(ports=n, lanes=8, slots=256, chunk_flits=8, policy="rr", mtu_flits=64,
+                       link_gbps=gpu.link_gbps, flit_scale=1, dtype="fp32",
+                       link_latency_ns=gpu.link_latency_s * 1e9)
+    messages = [(msg, ("nvlink",)) for msg in expand_collective("ring", n, size)]
+    records = collective_records(messages, cfg.flit_bytes * cfg.mtu_flits, 0.0, 0.0, 0, "ring")
+    replay = replay_model(build_plan({"gpus": n}, records, cfg))
+    replay_s = metrics.allreduce_ms(replay, {r.id: r for r in records}, cfg.cycle_ns) / 1e3
+    link_bytes = 2 * (n - 1) * size / n
+    fill_s = 2 * gpu.link_latency_s + cfg.flit_bytes * cfg.mtu_flits / (gpu.link_gbps * 1e9)
+    assert replay_s == pytest.approx(link_bytes / (gpu.link_gbps * 1e9), abs=fill_s)
+    cost = collective_cost(gpu, n, size, "allreduce", "ring")
+    assert cost.protocol == "LL128"
+    nccl_latency_s = (14.0 + 2 * (n - 1) * 1.9) * 1e-6
+    nccl_rate = 12 * 20e9 * 0.92
+    gap = nccl_latency_s + link_bytes * (1 / nccl_rate - 1 / (gpu.link_gbps * 1e9))
+    assert cost.time_s - replay_s == pytest.approx(gap, abs=fill_s)

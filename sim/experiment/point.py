@@ -141,7 +141,7 @@ def run_point(config, workload_name, bucket_mb, algo, policy, traffic="dp", rtl_
                             metrics.bucket_windows_cycles(replay, records_by_id), cycle_ns,
                             critical)
     bucket, window = full_window_records(records, result, replay, records_by_id, rcfg,
-                                         bucket_mb)
+                                         bucket_mb, n)
     if window:
         values.update(_full_window(config, gpu, meta, window, bucket, rcfg, result, algo))
     validation = {}
@@ -223,13 +223,27 @@ def _full_bucket(result, bucket_mb):
     return min(range(len(sizes)), key=lambda b: (abs(sizes[b] - cap), b))
 
 
-def full_window_records(records, result, replay, records_by_id, rcfg, bucket_mb):
+def full_window_records(records, result, replay, records_by_id, rcfg, bucket_mb, gpus):
     """The records of a point's first full bucket window, for a replay at flit scale 1: that
-    bucket's gradient messages and every memory message issued from its first gradient issue
-    to the end of its all-reduce in the point's (flit-scaled) replay, times shifted to start
-    at 0, dependencies outside the window dropped (already satisfied). Returns
-    ``(bucket, records)`` or ``(None, [])``."""
+    bucket's all-reduce and every memory message issued from its first gradient issue to the
+    end of its all-reduce in the point's (flit-scaled) replay, times shifted to start at 0,
+    memory dependencies outside the window dropped (already satisfied). Returns
+    ``(bucket, records)`` or ``(None, [])``. ``gpus``: the GPUs of the one-node all-reduce.
+
+    The bucket's gradient messages are made again (:func:`sim.trace.generate.
+    collective_records`), not taken from the trace, for two reasons. Their pieces: the trace's
+    are one MTU of the flit-scaled switch (tens of megabytes, a whole ring step in one piece),
+    which at flit scale 1 would make every ring step and tree level store-and-forward; here
+    they are one MTU of the real switch, so they pipeline as NCCL's chunks do. Their issue
+    times: the trace spreads a ring's 2(n−1) steps over the iteration's collective kernel,
+    slowed by backprop's SM and HBM contention (BERT-large's 20 MiB ring: 351.8 µs against
+    207.0 µs alone), and the replay waits for each step's time, so it would only echo that
+    kernel. Here they all leave at 0 and only their dependencies pace them, as the in-switch
+    contributions (one step) always did: the window times the switch's all-reduce alone, the
+    one the GPU model's ``window_gpu_model_us`` times."""
+    from sim.gpu.collectives import expand_collective
     from sim.trace.format import GRAD, MEM
+    from sim.trace.generate import collective_records
 
     bucket = _full_bucket(result, bucket_mb)
     grads = [r for r in records if r.rtype == GRAD and r.bucket == bucket]
@@ -241,11 +255,20 @@ def full_window_records(records, result, replay, records_by_id, rcfg, bucket_mb)
     if window:
         end = max(end, window[1] * rcfg.cycle_ns)
     mem = [r for r in records if r.rtype == MEM and begin <= r.time_ns <= end]
-    keep = {r.id for r in grads} | {r.id for r in mem}
-    chosen = sorted(grads + mem, key=lambda r: r.id)
-    chosen = [r if r.dependency is None or r.dependency in keep else r.with_dependency(None)
-              for r in chosen]
-    return bucket, [replace(r, time_ns=r.time_ns - begin) for r in chosen]
+    keep = {r.id for r in mem}
+    mem = [replace(r if r.dependency is None or r.dependency in keep else
+                   r.with_dependency(None), time_ns=r.time_ns - begin) for r in mem]
+    messages = expand_collective(grads[0].algo, gpus, result.bucket_bytes[bucket])
+    piece = replace(rcfg, flit_scale=1).flit_bytes * rcfg.mtu_flits
+    if grads[0].to_switch:
+        # the replay groups contributions by (bucket, chunk field), which holds a piece's
+        # index in 16 bits: whole MTUs enough for at most 65,536 pieces per contribution
+        largest = max(m.nbytes for m in messages)
+        piece *= max(1, -(-largest // (65536 * piece)))
+    first_id = max(r.id for r in records) + 1
+    chosen = collective_records([(m, ("nvlink",)) for m in messages], piece, 0.0, 0.0,
+                                first_id, grads[0].algo, bucket, grads[0].job)
+    return bucket, sorted(mem, key=lambda r: r.id) + chosen
 
 
 def _full_window(config, gpu, meta, window, bucket, rcfg, result, algo):
