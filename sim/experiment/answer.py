@@ -459,7 +459,9 @@ def _size_effect(config, rows, baselines):
                   f"all-reduces in {ins['window_allreduce_us']:,.0f} µs in-switch against "
                   f"{ring['window_allreduce_us']:,.0f} µs ring (GPU model "
                   f"{ins['window_gpu_model_us']:,.0f} and {ring['window_gpu_model_us']:,.0f} "
-                  "µs).")
+                  "µs; the switch replay's ring streams at the raw link rate without NCCL's "
+                  "per-step latency and protocol overhead, which the GPU model's ring pays, "
+                  "docs/metrics.md \"Full bucket window\").")
             break
     return s
 
