@@ -9,26 +9,33 @@
  * same order (arbitrate stands for ArbiterModel.step, loop_* for ClosedLoop's methods). This
  * file only changes the data structures:
  *
- *   - a packet is an index (pid) into flat arrays; an ingress's packets are one growing list of
- *     pids, its FIFO (Python's fifo[k]) the tail [fifo_head, n) and its history (hist[k])
- *     [hist_head, fifo_head);
+ *   - a packet is an index (pid) into the plan's flat arrays; an ingress's packets are numbered
+ *     by position i in the order they entered (ing_n[k] so far), its FIFO (Python's fifo[k])
+ *     the positions [fifo_head, ing_n) and its history (hist[k]) [hist_head, fifo_head). The
+ *     switch's per-packet state (pk.j0, pk.grant, pk.visible) lives in the ingress's ring of
+ *     InPkt, which holds only the live positions [hist_head, ing_n): a whole iteration is
+ *     tens of millions of packets, a few dozen of which are live, and per-pid arrays that
+ *     size cost more in first-touched memory than the events;
  *   - a result packet is its number r at its egress: egress d's table rtabs[d] (an RTab) holds
  *     its fields and, packet r owning result flits [r*P, (r+1)*P), each flit's issue and read
  *     cycles; Python's result_q[d] is rtabs[d] from rq_head, result_hist[d] from rh_head, and
  *     result_count[d] is rtabs[d].n * P. The table keeps only packets from
  *     min(rq_head, rh_head) on (nothing older is read again): a whole iteration makes tens
  *     of millions of result packets, a few dozen of which are live;
- *   - the visible heads are head_mem (per egress, per ingress) and head_res (per egress), where
- *     Python has one table heads with the results at heads[d][d];
+ *   - the visible heads are head_mem (per egress, per ingress: a position at that ingress) and
+ *     head_res (per egress), where Python has one table heads with the results at heads[d][d];
  *   - the chunk being issued is eng_r (its result packets, one per member) with eng_nissues
  *     and eng_last_issue standing for the length and last entry of Python's issues list;
  *   - ClosedLoop's active list, scanned in (issue, id) order for the first message whose next
  *     packet may start, is split: memory messages (always eligible) in active[port], and
  *     contributions by their next chunk's credit — eligible ones in ready[port], ones whose
  *     credit returns at a known later cycle in the heap pend[port], ones whose credit is not
- *     back yet nowhere (loop_result finds them by chunk_msg). The first of active and ready
+ *     back yet nowhere (loop_result finds them by chunk_owner). The first of active and ready
  *     is the message the scan would find, without visiting every contribution waiting for a
  *     credit (thousands of messages per port when a slot pool holds the reduction back);
+ *   - ClosedLoop's result_at[(port, seq)] is the output results[port * chunks + seq] (the same
+ *     cycle, written at the same moment; -1 until then), and its chunk_msg the contribution
+ *     messages of each port sorted by first chunk (con_off, con_first, con_mid);
  *   - "None" is NONE (INT64_MIN).
  *
  * Built by sim/model/switch_core.py with the system C compiler and called through ctypes.
@@ -152,6 +159,14 @@ static void rtab_reserve(RTab *t, i64 keep) {
     t->cap = cap;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* An ingress's live packets: position i at v[i & mask]. */
+
+typedef struct { i64 pid, j0, flits, grant, visible; } InPkt;
+typedef struct { InPkt *v; i64 mask; } Ring;
+
+#define ING(k, i) (&s->ring[k].v[(i) & s->ring[k].mask])
+
 #define R_(d, f, r) (s->rtabs[d].f[(r) - s->rtabs[d].base])
 #define R_ISSUE(d, n) (s->rtabs[d].issue[(n) - s->rtabs[d].base * s->P])
 #define R_READ(d, n) (s->rtabs[d].read[(n) - s->rtabs[d].base * s->P])
@@ -175,8 +190,10 @@ static void rtab_reserve(RTab *t, i64 keep) {
     X(i64 *, m_src) X(i64 *, m_dst) X(i64 *, m_issue) X(i64 *, m_kind)                         \
     X(i64 *, m_resp_flits) X(i64 *, m_resp_to) X(const i64 *, m_dep)                           \
     X(i64 *, m_pk_off) X(i64 *, m_pk_len)                                                      \
-    /* dependants of each message (offsets: messages + 1); contribution per (port, chunk) */   \
-    X(const i64 *, wait_off) X(const i64 *, wait_list) X(const i64 *, chunk_msg)               \
+    /* dependants of each message (offsets: messages + 1); each port's contribution        */ \
+    /* messages (offsets: ports + 1), sorted by their first chunk: that chunk, the message   */ \
+    X(const i64 *, wait_off) X(const i64 *, wait_list)                                         \
+    X(const i64 *, con_off) X(const i64 *, con_first) X(const i64 *, con_mid)                  \
     /* outputs: per packet, per (port, chunk), per message, per port; counters[4] */           \
     X(i64 *, inject) X(i64 *, deliver) X(i64 *, results) X(i64 *, done_at)                     \
     X(i64 *, out_flits) X(i64 *, in_flits) X(i64 *, stall) X(i64 *, counters)
@@ -208,7 +225,8 @@ typedef struct {
     /* plan: messages */
     i64 nmsg, nmsg0, msg_cap, *m_src, *m_dst, *m_issue, *m_kind, *m_resp_flits, *m_resp_to;
     i64 *m_pk_off, *m_pk_len;
-    const i64 *wait_off, *wait_list, *chunk_msg;
+    const i64 *wait_off, *wait_list, *con_off, *con_first, *con_mid;
+    i64 *con_hint;   /* per port, two lookups: the last message chunk_owner found */
     /* outputs */
     i64 *inject, *deliver, *results, *done_at, *out_flits, *in_flits, *stall;
     i64 started;
@@ -216,13 +234,13 @@ typedef struct {
     tvec *future, *active, *ready, *pend;
     i64 *con_state, *con_at;   /* contributions: CON_* and, while pending, the cycle */
     i64 *act_key;              /* the issue key a message became active with */
-    i64 *next_index, *remaining, *result_at;
+    i64 *next_index, *remaining;
     vec woken;
-    /* packet state */
-    i64 *j0, *grant, *visible;   /* a0 is the output inject (-1 while unknown) */
+    /* packet state: a0 is the output inject (-1 while unknown) */
     i64 *src_start;              /* per ingress: the pending packet's start (Python's pk.start) */
-    /* ingress state */
-    vec *ing;
+    /* ingress state: the live packets, positions [hist_head, ing_n) */
+    Ring *ring;
+    i64 *ing_n;
     i64 *fifo_head, *hist_head, *written, *prev_last_read, *src_busy, *src_free, *pending;
     vec *src_tries;
     /* egress state */
@@ -263,8 +281,8 @@ static void con_place(SwitchRun *s, i64 port, i64 mid, i64 cycle) {
     if (q < s->S) {
         from = cycle;
     } else {
-        i64 got = s->result_at[port * s->chunks + (q - s->S)];
-        if (got != NONE) from = got + s->rt + 1;
+        i64 got = s->results[port * s->chunks + (q - s->S)];
+        if (got >= 0) from = got + s->rt + 1;
     }
     if (from == NONE) {
         s->con_state[mid] = CON_BLOCKED;
@@ -370,19 +388,45 @@ static void loop_delivered(SwitchRun *s, i64 pid, i64 cycle) {
     }
 }
 
+/* The contribution message of `port` that sends chunk `seq`, or -1: the last of the port's
+ * messages starting at or before seq, if it reaches seq. Lookup `which` (0: the credit's
+ * owner, 1: the result's own message) starts from where its last one ended: results come
+ * back nearly in chunk order. */
+static i64 chunk_owner(SwitchRun *s, i64 port, i64 seq, int which) {
+    i64 lo = s->con_off[port], hi = s->con_off[port + 1], *hint = &s->con_hint[2 * port + which];
+    i64 h = *hint;
+    if (!(h >= lo && h < hi && s->con_first[h] <= seq && (h + 1 == hi || s->con_first[h + 1] > seq))) {
+        if (h >= lo && h + 1 < hi && s->con_first[h + 1] <= seq &&
+            (h + 2 == hi || s->con_first[h + 2] > seq)) {
+            h++;
+        } else {
+            i64 a = lo, b = hi;   /* the first index whose first chunk is above seq */
+            while (a < b) {
+                i64 mid = (a + b) / 2;
+                if (s->con_first[mid] <= seq) a = mid + 1; else b = mid;
+            }
+            if (a == lo) return -1;
+            h = a - 1;
+        }
+        *hint = h;
+    }
+    i64 mid = s->con_mid[h];
+    return seq < s->con_first[h] + s->m_pk_len[mid] ? mid : -1;
+}
+
+/* The result's cycle is already in results[port * chunks + seq] (ClosedLoop's result_at). */
 static void loop_result(SwitchRun *s, i64 port, i64 seq, i64 cycle) {
     s->woken.n = 0;
-    s->result_at[port * s->chunks + seq] = cycle;
     /* The credit for chunk seq + S: a contribution blocked on it is eligible a round trip on. */
     if (seq + s->S < s->chunks) {
-        i64 owner = s->chunk_msg[port * s->chunks + seq + s->S];
+        i64 owner = chunk_owner(s, port, seq + s->S, 0);
         if (owner >= 0 && s->con_state[owner] == CON_BLOCKED && next_seq(s, owner) == seq + s->S) {
             s->con_state[owner] = CON_PENDING;
             s->con_at[owner] = cycle + s->rt + 1;
             heap_push(&s->pend[port], (trip){s->con_at[owner], owner, 0});
         }
     }
-    i64 mid = s->chunk_msg[port * s->chunks + seq];
+    i64 mid = chunk_owner(s, port, seq, 1);
     push(&s->woken, port);
     if (--s->remaining[mid] == 0) loop_done(s, mid, cycle);
 }
@@ -496,50 +540,70 @@ static void arm_engine(SwitchRun *s) {
     arm_engine_at(s, max64(lo, s->engine_free));
 }
 
+/* A new position at ingress k; the ring doubles when the live packets fill it. */
+static i64 ring_push(SwitchRun *s, i64 k) {
+    Ring *g = &s->ring[k];
+    i64 lo = s->hist_head[k], n = s->ing_n[k];
+    if (n - lo == g->mask + 1) {
+        i64 cap = 2 * (g->mask + 1);
+        InPkt *v = malloc((size_t)cap * sizeof(InPkt));
+        if (!v) longjmp(oom, 1);
+        for (i64 i = lo; i < n; i++) v[i & (cap - 1)] = g->v[i & g->mask];
+        free(g->v);
+        g->v = v;
+        g->mask = cap - 1;
+    }
+    return s->ing_n[k]++;
+}
+
 static i64 read_time(SwitchRun *s, i64 k, i64 j) {
     if (j < 0) return -1;
-    vec *ing = &s->ing[k];
-    for (i64 i = ing->n - 1; i >= s->hist_head[k]; i--) {
-        i64 p = ing->v[i];
-        if (s->j0[p] <= j && j < s->j0[p] + s->pk_flits[p])
-            return i >= s->fifo_head[k] ? NONE : s->grant[p] + (j - s->j0[p]);
+    for (i64 i = s->ing_n[k] - 1; i >= s->hist_head[k]; i--) {
+        InPkt *e = ING(k, i);
+        if (e->j0 <= j && j < e->j0 + e->flits)
+            return i >= s->fifo_head[k] ? NONE : e->grant + (j - e->j0);
     }
     return -1;
 }
 
 static void update_visible(SwitchRun *s, i64 k);
 
+/* pending[k]: the position of the packet being written, or -1. */
 static void resolve_writes(SwitchRun *s, i64 k) {
-    i64 p = s->pending[k];
-    if (p < 0) return;
+    i64 i = s->pending[k];
+    if (i < 0) return;
+    InPkt *e = ING(k, i);
+    i64 p = e->pid, j0 = e->j0, flits = e->flits;
     if (s->inject[p] < 0) {
-        i64 r = read_time(s, k, s->j0[p] - s->D);
+        i64 r = read_time(s, k, j0 - s->D);
         if (r == NONE) return;
         s->inject[p] = max64(s->src_start[k], r + 1);
         update_visible(s, k);
-        if (s->pending[k] != p) return;
+        if (s->pending[k] != i) return;
     }
-    i64 r = read_time(s, k, s->j0[p] + s->pk_flits[p] - 1 - s->D);
+    i64 r = read_time(s, k, j0 + flits - 1 - s->D);
     if (r == NONE) return;
-    i64 a_last = max64(s->inject[p] + s->pk_flits[p] - 1, r + 1);
-    s->stall[k] += a_last - (s->src_start[k] + s->pk_flits[p] - 1);
+    i64 a_last = max64(s->inject[p] + flits - 1, r + 1);
+    s->stall[k] += a_last - (s->src_start[k] + flits - 1);
     s->pending[k] = -1;
     s->src_free[k] = a_last + 1;
     s->src_busy[k] = 0;
     try_source(s, k, a_last + 1);
 }
 
-static void leave_fifo(SwitchRun *s, i64 k, i64 p) {
-    s->prev_last_read[k] = s->grant[p] + s->pk_flits[p] - 1;
+static void leave_fifo(SwitchRun *s, i64 k, i64 i) {
+    InPkt *e = ING(k, i);
+    s->prev_last_read[k] = e->grant + e->flits - 1;
     s->fifo_head[k]++;
     update_visible(s, k);
     resolve_writes(s, k);
 }
 
-static void grant_contribution(SwitchRun *s, i64 k, i64 p) {
-    s->grant[p] = s->visible[p];
-    s->in_flits[k] += s->pk_flits[p];
-    i64 last = s->grant[p] + s->pk_flits[p] - 1, seq = s->pk_seq[p];
+static void grant_contribution(SwitchRun *s, i64 k, i64 i) {
+    InPkt *e = ING(k, i);
+    e->grant = e->visible;
+    s->in_flits[k] += e->flits;
+    i64 last = e->grant + e->flits - 1, seq = s->pk_seq[e->pid];
     i64 left = s->arrivals[seq] - 1;
     s->arrived_at[seq] = max64(s->arrived_at[seq], last);
     s->arrivals[seq] = left;
@@ -547,19 +611,21 @@ static void grant_contribution(SwitchRun *s, i64 k, i64 p) {
         tpush(&s->engine, (trip){s->arrived_at[seq] + s->pick_latency, seq % s->S, seq});
         arm_engine(s);
     }
-    leave_fifo(s, k, p);
+    leave_fifo(s, k, i);
 }
 
 static void update_visible(SwitchRun *s, i64 k) {
-    if (s->fifo_head[k] == s->ing[k].n) return;
-    i64 p = s->ing[k].v[s->fifo_head[k]];
-    if (s->visible[p] != NONE || s->inject[p] < 0) return;
-    s->visible[p] = max64(s->inject[p] + s->ingress_latency, s->prev_last_read[k] + 1);
+    i64 i = s->fifo_head[k];
+    if (i == s->ing_n[k]) return;
+    InPkt *e = ING(k, i);
+    i64 p = e->pid;
+    if (e->visible != NONE || s->inject[p] < 0) return;
+    e->visible = max64(s->inject[p] + s->ingress_latency, s->prev_last_read[k] + 1);
     if (s->pk_dst[p] < 0) {
-        grant_contribution(s, k, p);
+        grant_contribution(s, k, i);
     } else {
-        s->head_mem[s->pk_dst[p] * s->N + k] = p;
-        arm_egress(s, s->pk_dst[p], s->visible[p]);
+        s->head_mem[s->pk_dst[p] * s->N + k] = i;
+        arm_egress(s, s->pk_dst[p], e->visible);
     }
 }
 
@@ -705,7 +771,7 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
     }
     i64 N = s->N, *valid = s->valid, *hm = s->head_mem + d * N, any = 0, nxt = NONE;
     for (i64 k = 0; k < N; k++) {
-        i64 vis = k != d ? (hm[k] >= 0 ? s->visible[hm[k]] : NONE)
+        i64 vis = k != d ? (hm[k] >= 0 ? ING(k, hm[k])->visible : NONE)
                          : (s->head_res[d] >= 0 ? R_(d, visible, s->head_res[d]) : NONE);
         valid[k] = vis != NONE && vis <= t;
         any |= valid[k];
@@ -717,7 +783,7 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
     }
     i64 sel = arbitrate(s, d, valid);
     if (sel == NONE) return;
-    i64 flits = sel == d ? s->P : s->pk_flits[hm[sel]], *deficit = s->arb_deficit + d * N;
+    i64 flits = sel == d ? s->P : ING(sel, hm[sel])->flits, *deficit = s->arb_deficit + d * N;
     if (s->policy == DRR && flits > 1) set_deficit(s, deficit, sel, deficit[sel] - (flits - 1));
     if (sel == d) {
         i64 r = s->head_res[d];
@@ -729,18 +795,20 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
         stream_result(s, d);
         return;
     }
-    i64 p = hm[sel];
+    i64 i = hm[sel];
     hm[sel] = -1;
-    s->grant[p] = t;
-    i64 last = t + s->pk_flits[p] - 1;
+    InPkt *e = ING(sel, i);
+    i64 p = e->pid;
+    e->grant = t;
+    i64 last = t + flits - 1;
     s->egress_free[d] = last + 1;
-    s->out_flits[d] += s->pk_flits[p];
-    s->in_flits[sel] += s->pk_flits[p];
+    s->out_flits[d] += flits;
+    s->in_flits[sel] += flits;
     s->deliver[p] = last;
     loop_delivered(s, p, last);
     /* wake() never touches the loop's woken list, so iterate it in place */
-    for (i64 i = 0; i < s->woken.n; i++) wake(s, s->woken.v[i]);
-    leave_fifo(s, sel, p);
+    for (i64 w = 0; w < s->woken.n; w++) wake(s, s->woken.v[w]);
+    leave_fifo(s, sel, i);
     arm_egress(s, d, last + 1);
 }
 
@@ -757,20 +825,20 @@ static void source(SwitchRun *s, i64 k, i64 t) {
         wake(s, k);
         return;
     }
-    s->j0[p] = s->written[k];
+    i64 j0 = s->written[k], flits = s->pk_flits[p];
     s->src_start[k] = t;
-    vec *ing = &s->ing[k];
     while (s->hist_head[k] < s->fifo_head[k]) {
-        i64 h = ing->v[s->hist_head[k]];
-        if (s->j0[h] + s->pk_flits[h] > s->j0[p] - s->D) break;
+        InPkt *h = ING(k, s->hist_head[k]);
+        if (h->j0 + h->flits > j0 - s->D) break;
         s->hist_head[k]++;
     }
-    s->written[k] += s->pk_flits[p];
-    push(ing, p);
+    s->written[k] += flits;
+    i64 i = ring_push(s, k);
+    *ING(k, i) = (InPkt){p, j0, flits, NONE, NONE};
     s->src_busy[k] = 1;
-    s->pending[k] = p;
+    s->pending[k] = i;
     resolve_writes(s, k);
-    if (ing->n - s->fifo_head[k] == 1) update_visible(s, k);
+    if (s->ing_n[k] - s->fifo_head[k] == 1) update_visible(s, k);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -838,7 +906,8 @@ int innet_switch_run(const SwitchArgs *a) {
     s->m_src = a->m_src, s->m_dst = a->m_dst, s->m_issue = a->m_issue, s->m_kind = a->m_kind;
     s->m_resp_flits = a->m_resp_flits, s->m_resp_to = a->m_resp_to;
     s->m_pk_off = a->m_pk_off, s->m_pk_len = a->m_pk_len;
-    s->wait_off = a->wait_off, s->wait_list = a->wait_list, s->chunk_msg = a->chunk_msg;
+    s->wait_off = a->wait_off, s->wait_list = a->wait_list;
+    s->con_off = a->con_off, s->con_first = a->con_first, s->con_mid = a->con_mid;
     s->inject = a->inject, s->deliver = a->deliver, s->results = a->results;
     s->done_at = a->done_at;
     s->out_flits = a->out_flits, s->in_flits = a->in_flits, s->stall = a->stall;
@@ -853,12 +922,14 @@ int innet_switch_run(const SwitchArgs *a) {
     ZALLOC(s->act_key, s->msg_cap);
     ZALLOC(s->next_index, s->msg_cap);
     ZALLOC(s->remaining, s->msg_cap);
-    ALLOC(s->result_at, N * C, NONE);
-    ALLOC(s->j0, s->pk_cap, NONE);
     ZALLOC(s->src_start, N);
-    ALLOC(s->grant, s->pk_cap, NONE);
-    ALLOC(s->visible, s->pk_cap, NONE);
-    ZALLOC(s->ing, N);
+    ZALLOC(s->ring, N);
+    for (i64 k = 0; k < N; k++) {
+        ALLOC(s->ring[k].v, 16, ((InPkt){-1, NONE, 0, NONE, NONE}));
+        s->ring[k].mask = 15;
+    }
+    ZALLOC(s->ing_n, N);
+    ZALLOC(s->con_hint, 2 * N);
     ZALLOC(s->fifo_head, N);
     ZALLOC(s->hist_head, N);
     ZALLOC(s->written, N);
@@ -914,12 +985,12 @@ int innet_switch_run(const SwitchArgs *a) {
     status = 0;
 
 fail:
-    for (i64 k = 0; s->ing && k < N; k++) {
+    for (i64 k = 0; s->ring && k < N; k++) {
         if (s->future) free(s->future[k].v);
         if (s->active) free(s->active[k].v);
         if (s->ready) free(s->ready[k].v);
         if (s->pend) free(s->pend[k].v);
-        free(s->ing[k].v);
+        free(s->ring[k].v);
         if (s->src_tries) free(s->src_tries[k].v);
         if (s->rtabs) {
 #define FREE(f) free(s->rtabs[k].f);
@@ -934,8 +1005,8 @@ fail:
     free(s->engine.v);
     free(s->events.v);
     void *ps[] = {s->future, s->active, s->ready, s->pend, s->con_state, s->con_at, s->act_key,
-                  s->next_index, s->remaining, s->result_at, s->j0,
-                  s->src_start, s->grant, s->visible, s->ing, s->fifo_head,
+                  s->next_index, s->remaining, s->con_hint,
+                  s->src_start, s->ring, s->ing_n, s->fifo_head,
                   s->hist_head, s->written, s->prev_last_read, s->src_busy, s->src_free,
                   s->pending, s->src_tries, s->egress_free, s->egress_armed, s->head_mem,
                   s->head_res, s->streaming, s->result_last_read, s->rtabs, s->rq_head,

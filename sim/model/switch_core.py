@@ -48,7 +48,7 @@ PARAMS = ("ports", "depth", "result_lag", "result_depth", "chunk_flits", "slots"
 #: The entry point's int64 arrays, in ``SwitchArgs`` order after the parameters.
 ARRAYS = ("priority", "weight", "pk_flits", "pk_dst", "pk_seq", "pk_msg",
           "m_src", "m_dst", "m_issue", "m_kind", "m_resp_flits", "m_resp_to", "m_dep",
-          "m_pk_off", "m_pk_len", "wait_off", "wait_list", "chunk_msg",
+          "m_pk_off", "m_pk_len", "wait_off", "wait_list", "con_off", "con_first", "con_mid",
           "inject", "deliver", "results", "done_at", "out_flits", "in_flits", "stall",
           "counters")
 K_OTHER, K_READ_REQ, K_READ_RESP = 0, 1, 2
@@ -208,6 +208,25 @@ def _message_arrays(plan):
     }, m_cap, p_cap
 
 
+def _contributions(plan, arrays, m0, ports):
+    """Each port's contribution messages sorted by their first chunk (a message sends the
+    consecutive chunks ``first, first + 1, …``): ``con_off`` (per port, offsets into the
+    others; ``ports + 1``), ``con_first`` (first chunk), ``con_mid`` (message id). The core
+    finds the message sending chunk ``seq`` of a port there (ClosedLoop's ``chunk_msg``)."""
+    offs, lens = arrays["m_pk_off"][:m0], arrays["m_pk_len"][:m0]
+    mids = np.nonzero(lens > 0)[0]
+    mids = mids[plan.seq[offs[mids]] >= 0]
+    first = plan.seq[offs[mids]]
+    if np.any(plan.seq[offs[mids] + lens[mids] - 1] != first + lens[mids] - 1):
+        raise ValueError("a contribution message's chunks are not consecutive")
+    src = arrays["m_src"][mids]
+    order = np.lexsort((first, src))
+    counts = np.bincount(src, minlength=ports)
+    return {"con_off": np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+            "con_first": np.ascontiguousarray(first[order], dtype=np.int64),
+            "con_mid": np.ascontiguousarray(mids[order], dtype=np.int64)}
+
+
 def _pack(values):
     """``values`` (every :class:`SwitchArgs` field by name: an int, or a C-contiguous int64
     array) as a :class:`SwitchArgs`."""
@@ -239,9 +258,7 @@ def run_core(model, plan):
 
     pk = {"pk_flits": _padded(plan.flits, p_cap), "pk_dst": _padded(plan.dst, p_cap),
           "pk_seq": _padded(plan.seq, p_cap, -1), "pk_msg": _padded(plan.msg, p_cap)}
-    chunk_msg = np.full(N * C, -1, dtype=np.int64)
-    contrib = np.nonzero(plan.seq >= 0)[0]
-    chunk_msg[plan.src[contrib] * C + plan.seq[contrib]] = plan.msg[contrib]
+    con = _contributions(plan, arrays, m0, N)
     arb = model.arbiters[0]
     values = {"ports": N, "depth": model.depth, "result_lag": model.result_lag,
               "result_depth": model.result_depth, "chunk_flits": cfg.chunk_flits,
@@ -259,8 +276,7 @@ def run_core(model, plan):
     # Per egress, per requester (requester d of egress d: the reduction results).
     priority = np.array([a.priority for a in model.arbiters], np.int64)
     weight = np.array([a.weight for a in model.arbiters], np.int64)
-    args = _pack(values | {"priority": priority, "weight": weight, "chunk_msg": chunk_msg}
-                 | pk | arrays | out)
+    args = _pack(values | {"priority": priority, "weight": weight} | con | pk | arrays | out)
     status = lib.innet_switch_run(ctypes.byref(args))
     if status:
         raise MemoryError("the switch model's C core ran out of memory")

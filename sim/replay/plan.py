@@ -200,27 +200,62 @@ def build_plan(meta, records, config, path="trace"):
     first[c_mids] = ends[len(mem_mids):] - c_count
     n_mem = int(mem_count.sum())
     n_con = int(c_count.sum())
+    # Each array is allocated once and filled in place: at this size first-touching memory
+    # costs more than the arithmetic, so no temporaries of a packet array's length.
+    n = n_mem + n_con
+    mem, con = slice(0, n_mem), slice(n_mem, n)
+    src = np.empty(n, dtype=i64)
+    _repeat_into(src[mem], m_src[mem_mids], mem_count)
+    _repeat_into(src[con], m_src[c_mids], c_count)
+    dst = np.empty(n, dtype=i64)
+    _repeat_into(dst[mem], m_dst[mem_mids], mem_count)
+    dst[con] = -1
+    kind = np.empty(n, dtype=i64)
+    _repeat_into(kind[mem], m_kind[mem_mids], mem_count)
+    kind[con] = Kind.REDUCE_CONTRIB.value
     # memory packets: every one a full MTU but the last of its message
-    msg_m = np.repeat(mem_mids, mem_count)
-    flits_m = np.full(n_mem, mtu, dtype=i64)
-    last = first[mem_mids] + mem_count - 1
-    flits_m[last] = m_flits[mem_mids] - (mem_count - 1) * mtu
+    flits = np.empty(n, dtype=i64)
+    flits[mem] = mtu
+    flits[first[mem_mids] + mem_count - 1] = m_flits[mem_mids] - (mem_count - 1) * mtu
+    flits[con] = config.chunk_flits
     # contributions: chunk seq c_base + k is packet k of its message
-    msg_c = np.repeat(c_mids, c_count)
-    seq_c = np.arange(n_con, dtype=i64)
-    seq_c -= np.repeat(first[c_mids] - n_mem - np.asarray(c_base, dtype=i64), c_count)
-    cat = np.concatenate
-    src = cat([np.repeat(m_src[mem_mids], mem_count), np.repeat(m_src[c_mids], c_count)])
-    dst = cat([np.repeat(m_dst[mem_mids], mem_count), np.full(n_con, -1, dtype=i64)])
-    kind = cat([np.repeat(m_kind[mem_mids], mem_count),
-                np.full(n_con, Kind.REDUCE_CONTRIB.value, dtype=i64)])
-    flits = cat([flits_m, np.full(n_con, config.chunk_flits, dtype=i64)])
-    seq = cat([np.full(n_mem, -1, dtype=i64), seq_c])
-    msg = cat([msg_m, msg_c])
+    seq = np.empty(n, dtype=i64)
+    seq[mem] = -1
+    _ramp_into(seq[con], np.asarray(c_base, dtype=i64), c_count)
+    msg = np.empty(n, dtype=i64)
+    _repeat_into(msg[mem], mem_mids, mem_count)
+    _repeat_into(msg[con], c_mids, c_count)
     for m, f, n in zip(messages, first.tolist(), count.tolist()):
         m.packets = range(f, f + n)
     return Plan(config, gpus, messages, src, dst, kind, flits, msg, seq, members, chunks,
                 dict(meta))
+
+
+def _repeat_into(out, values, counts):
+    """``out[:] = np.repeat(values, counts)`` without a temporary of ``out``'s length: the
+    changes between consecutive values at each run's start, summed in place."""
+    keep = counts > 0
+    values, counts = values[keep], counts[keep]
+    if not len(values):
+        return
+    out[:] = 0
+    out[np.cumsum(counts) - counts] = np.diff(values, prepend=0)
+    np.cumsum(out, out=out)
+
+
+def _ramp_into(out, firsts, counts):
+    """``out[:] = concatenate([arange(f, f + c) for f, c in zip(firsts, counts)])`` in place,
+    as :func:`_repeat_into`: every step is +1 but at a run's start, which jumps to its
+    first value."""
+    keep = counts > 0
+    firsts, counts = firsts[keep], counts[keep]
+    if not len(firsts):
+        return
+    out[:] = 1
+    jump = firsts.copy()
+    jump[1:] -= firsts[:-1] + counts[:-1] - 1
+    out[np.cumsum(counts) - counts] = jump
+    np.cumsum(out, out=out)
 
 
 def scale_for(total_bytes, lanes, target_flits):

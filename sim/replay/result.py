@@ -187,10 +187,12 @@ def slot_occupancy(plan, inject, results):
     an upper bound on the slots held."""
     if not plan.chunks:
         return 0, 0.0
-    start = np.full(plan.chunks, np.iinfo(np.int64).max, dtype=np.int64)
+    # Every packet at once, the others (seq -1) into a spare last entry: selecting the
+    # contributions first would copy tens of millions of entries.
+    start = np.full(plan.chunks + 1, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(start, plan.seq, np.asarray(inject, dtype=np.int64))
+    start = start[:-1]
     end = np.full(plan.chunks, -1, dtype=np.int64)
-    contrib = np.nonzero(plan.seq >= 0)[0]
-    np.minimum.at(start, plan.seq[contrib], inject[contrib])
     if isinstance(results, ResultCycles):
         if results.cycles.size:
             end = results.cycles.max(axis=0)   # the last port's result, per chunk
