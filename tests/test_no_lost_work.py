@@ -377,3 +377,32 @@ def test_ctrl_c_at_the_terminal(tmp_path, command):
     line = one_line(err)
     assert line.startswith("innet: interrupted: ") and "points kept in results/c" in line
     assert line.endswith(f"resume with: innet {command[0]} --resume results/c")
+
+
+def test_sigterm_is_handled_as_ctrl_c(tmp_path):
+    """``kill`` (SIGTERM) to innet alone, not to its process group: the finished points are
+    kept and the line says how to resume, exit status 143 (128 + SIGTERM), no traceback; and
+    the children it waits for (the pool's workers, a simulator) do not outlive it."""
+    config = tmp_path / "big.toml"
+    config.write_text('[experiment]\nname = "big"\nbucket_mb = [5, 25, 100]\n'
+                      'policies = ["rr", "prio", "wrr"]\nrtl = false\n')
+    proc = _innet("sweep", "--jobs", "2", str(config), "--name", "t", "--quiet", cwd=tmp_path,
+                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    kept = tmp_path / "results" / "t" / "points"
+    deadline = time.monotonic() + 120
+    while not (kept.is_dir() and any(kept.glob("[0-9]*.json"))):
+        assert proc.poll() is None and time.monotonic() < deadline, "no point finished"
+        time.sleep(0.05)
+    proc.terminate()
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    assert proc.returncode == 143
+    line = one_line(err)
+    assert line.startswith("innet: terminated: ") and "points kept in results/t" in line
+    deadline = time.monotonic() + 30   # the pool's workers go with it
+    while subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).returncode == 0:
+        assert time.monotonic() < deadline, "a child of innet outlived it"
+        time.sleep(0.2)

@@ -11,9 +11,11 @@ import argparse
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -478,6 +480,22 @@ def build_parser():
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a job scheduler's stop): handled as Ctrl-C is — finished points kept,
+    one line — so that ``subprocess.run`` kills the simulator it waits for (a SIGTERM to innet
+    alone, unlike Ctrl-C, does not reach its process group), but with 128 + SIGTERM."""
+
+
+def _terminate(signum, frame):
+    if os.getpgrp() == os.getpid():
+        # innet leads its process group (a shell job, a scheduler's session): pass the signal
+        # on, as Ctrl-C reaches the whole group, so that a Verilator build's compilers and the
+        # pool's workers stop with it instead of running on as orphans.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.killpg(os.getpgrp(), signal.SIGTERM)
+    raise Terminated()
+
+
 def main(argv=None):
     parser = build_parser()
     try:
@@ -485,6 +503,8 @@ def main(argv=None):
     except SystemExit as exc:   # bad arguments (already reported in one line), or --help
         return exc.code
     show_progress(_progress(args) is not None)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         status = args.func(args)
         sys.stdout.flush()   # a closed pipe shows here, not in the interpreter's exit
@@ -500,8 +520,9 @@ def main(argv=None):
         # reports a process killed by it; no traceback.
         if sys.stderr.isatty():
             sys.stderr.write("\n")   # after the terminal's ^C or a progress line
-        print("innet: interrupted" + (f": {exc}" if str(exc) else ""), file=sys.stderr)
-        return 130
+        verb = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        print(f"innet: {verb}" + (f": {exc}" if str(exc) else ""), file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
     except BrokenPipeError:
         if not _stdout_closed():
             raise

@@ -301,7 +301,7 @@ def _stopped(args, journal, exc, seconds, remove):
         what = (f"{kept} of {len(points(journal.config))} points kept in {journal.path}; "
                 f"resume with: innet {args.command} --resume {shlex.quote(str(journal.path))}")
     if isinstance(exc, KeyboardInterrupt):
-        raise KeyboardInterrupt(what) from None
+        raise type(exc)(what) from None   # Ctrl-C or SIGTERM (sim.cli.main.Terminated)
     if kept:
         print(f"innet: {what}", file=sys.stderr)
 
