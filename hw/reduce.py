@@ -593,52 +593,84 @@ class ReductionUnit(wiring.Component):
 
     def _reduce_lane(self, m, leaves, stages, lane):
         """Reduce ``leaves`` ([(word, present)] in member order) through ``self._levels``
-        registered levels; returns ``(word at the last stage, saturated flag)``."""
+        registered levels; returns ``(word at the last stage, saturated flag)``.
+
+        An int32 level takes one cycle; a floating-point level takes ``adder_level_stages``
+        (pipelined adders), so with fp adders built the int32 root is delayed to meet the fp
+        roots at the result select."""
         dtypes = self._dtypes
+        k_fp = self._spec.adder_level_stages
         int_width = LANE_BITS + self._levels
-        # Each node carries: int (wide, signed), fp32 word, two bf16 halves, present.
-        nodes = []
-        for word, present in leaves:
-            nodes.append({"int": word.as_signed(), "f32": word, "b0": word[:16],
-                          "b1": word[16:], "p": present})
-        for level in range(self._levels):
-            nxt = []
-            for pair in range(0, len(nodes), 2):
-                a = nodes[pair]
-                b = nodes[pair + 1] if pair + 1 < len(nodes) else None
-                tag = f"l{lane}_v{level}_{pair // 2}"
-                node = {}
-                reg = lambda shape, name: Signal(shape, name=f"{tag}_{name}")  # noqa: E731
-                node["p"] = reg(1, "p")
-                if b is None:
-                    for key in ("int", "f32", "b0", "b1"):
-                        if key == "int" and "int32" not in dtypes:
-                            continue
-                        if key == "f32" and "fp32" not in dtypes:
-                            continue
-                        if key in ("b0", "b1") and "bf16" not in dtypes:
-                            continue
-                        node[key] = reg(signed(int_width) if key == "int" else len(a[key]), key)
-                        m.d.sync += node[key].eq(a[key])
-                    m.d.sync += node["p"].eq(a["p"])
+        fp_keys = [(key, fmt) for key, fmt, enabled in (
+            ("f32", FP32, "fp32" in dtypes), ("b0", BF16, "bf16" in dtypes),
+            ("b1", BF16, "bf16" in dtypes)) if enabled]
+
+        def delay(value, cycles, tag):
+            for c in range(cycles):
+                reg = Signal(len(value), name=f"{tag}_d{c}", reset_less=True)
+                m.d.sync += reg.eq(value)
+                value = reg
+            return value
+
+        # int32: one registered level per cycle; "p" marks a present member.
+        int_root = None
+        if "int32" in dtypes:
+            nodes = [{"int": word.as_signed(), "p": present} for word, present in leaves]
+            for level in range(self._levels):
+                nxt = []
+                for pair in range(0, len(nodes), 2):
+                    a = nodes[pair]
+                    b = nodes[pair + 1] if pair + 1 < len(nodes) else None
+                    tag = f"l{lane}_v{level}_{pair // 2}"
+                    node = {"int": Signal(signed(int_width), name=f"{tag}_int"),
+                            "p": Signal(name=f"{tag}_ip")}
+                    if b is None:
+                        m.d.sync += [node["int"].eq(a["int"]), node["p"].eq(a["p"])]
+                    else:
+                        m.d.sync += [node["int"].eq(Mux(a["p"], a["int"], 0) +
+                                                    Mux(b["p"], b["int"], 0)),
+                                     node["p"].eq(a["p"] | b["p"])]
                     nxt.append(node)
-                    continue
-                m.d.sync += node["p"].eq(a["p"] | b["p"])
-                if "int32" in dtypes:
-                    node["int"] = reg(signed(int_width), "int")
-                    m.d.sync += node["int"].eq(Mux(a["p"], a["int"], 0) + Mux(b["p"], b["int"], 0))
-                for key, fmt, enabled in (("f32", FP32, "fp32" in dtypes),
-                                          ("b0", BF16, "bf16" in dtypes),
-                                          ("b1", BF16, "bf16" in dtypes)):
-                    if not enabled:
+                nodes = nxt
+            int_root = delay(nodes[0]["int"], self._levels * (k_fp - 1),
+                             f"l{lane}_int_root").as_signed()
+
+        # fp32 / bf16: k_fp cycles per level. A node with both operands present is their sum;
+        # with one, that operand passes (its NaN payload too); the choice is registered with
+        # the adder's first stage and travels beside it.
+        fp_root = {}
+        if fp_keys:
+            nodes = []
+            for word, present in leaves:
+                nodes.append({"f32": word, "b0": word[:16], "b1": word[16:], "p": present})
+            for level in range(self._levels):
+                nxt = []
+                for pair in range(0, len(nodes), 2):
+                    a = nodes[pair]
+                    b = nodes[pair + 1] if pair + 1 < len(nodes) else None
+                    tag = f"l{lane}_v{level}_{pair // 2}"
+                    node = {}
+                    if b is None:
+                        for key, fmt in fp_keys:
+                            node[key] = delay(a[key], k_fp, f"{tag}_{key}")
+                        node["p"] = delay(a["p"], k_fp, f"{tag}_p")
+                        nxt.append(node)
                         continue
-                    total = float_add(m, a[key], b[key], fmt, prefix=f"{tag}_{key}")
-                    node[key] = reg(fmt.width, key)
-                    m.d.sync += node[key].eq(Mux(a["p"] & b["p"], total,
-                                                 Mux(a["p"], a[key], b[key])))
-                nxt.append(node)
-            nodes = nxt
-        root = nodes[0]
+                    both = delay(a["p"] & b["p"], k_fp - 1, f"{tag}_both")
+                    node["p"] = delay(a["p"] | b["p"], k_fp, f"{tag}_p")
+                    for key, fmt in fp_keys:
+                        total = float_add(m, a[key], b[key], fmt, prefix=f"{tag}_{key}",
+                                          stages=k_fp)
+                        passed = delay(Mux(a["p"], a[key], b[key]), k_fp - 1,
+                                       f"{tag}_{key}_pass")
+                        reg = Signal(fmt.width, name=f"{tag}_{key}")
+                        m.d.sync += reg.eq(Mux(both, total, passed))
+                        node[key] = reg
+                    nxt.append(node)
+                nodes = nxt
+            fp_root = nodes[0]
+        root = dict(fp_root)
+        root["int"] = int_root
         # Final stage: pick by element type; wrap or saturate int32 once.
         meta = stages[-2]
         out = Signal(LANE_BITS, name=f"lane{lane}_result")

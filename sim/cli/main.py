@@ -256,10 +256,12 @@ def _cmd_bench_arbiter(args):
 def _cmd_bench_reduce(args):
     from sim.bench.reduce import bench_reduce
 
+    dtypes = tuple(dict.fromkeys(args.dtype)) if args.dtype else ("int32",)
     result = bench_reduce(lanes=args.lanes, chunk_flits=args.chunk_flits, chunks=args.chunks,
-                          quick=args.quick, progress=_progress(args))
+                          quick=args.quick, progress=_progress(args), dtypes=dtypes)
     result["command"] = " ".join(["innet"] + sys.argv[1:])
-    lines = [f"reduction unit, {args.lanes} lanes, {args.chunk_flits}-flit chunks, "
+    lines = [f"reduction unit for {', '.join(dtypes)} ({dtypes[0]} contributions), "
+             f"{args.lanes} lanes, {args.chunk_flits}-flit chunks, "
              f"{args.chunks} chunks, every port contributing (Amaranth simulator)",
              f"{'ports':>5} {'slots':>5} {'skew':>4} {'order':>8} {'in f/c/p':>9} "
              f"{'out f/c/p':>9} {'latency':>8}"]
@@ -414,6 +416,9 @@ def build_parser():
     bred.add_argument("--lanes", type=_positive("--lanes"), default=8)
     bred.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=8)
     bred.add_argument("--chunks", type=_positive("--chunks", 4), default=96)
+    bred.add_argument("--dtype", action="append", choices=list(ELEMENT_TYPES),
+                      help="element types to build (repeatable; default int32); the first is "
+                           "the one contributed")
     bred.add_argument("--quick", action="store_true", help="a smaller sweep")
     bred.add_argument("--json", action="store_true")
     bred.set_defaults(func=_cmd_bench_reduce)
