@@ -121,6 +121,17 @@ def test_synth_yosys_only():
 
 
 @pytest.mark.slow
+def test_synth_gates_second_opinion():
+    """--flow gates: two-input gates and flip-flops counted apart, a gate-level depth that
+    halves when the fp adder is cut in three (137 gates with the single-cycle adder, docs/hw.md)."""
+    result = _synth("reduce", "--ports", "2", "--lanes", "1", "--slots", "2", "--chunk-flits",
+                    "2", "--jobs", "2", "--dtype", "fp32", "--flow", "gates")
+    assert result["flip_flops"] > 500 and sum(result["gates"].values()) > 1000
+    assert "DFF_P" not in result["gates"] and result["transistors"] > 10_000
+    assert 30 < result["longest_path_gates"] < 100
+
+
+@pytest.mark.slow
 def test_synth_8x8_arbiter():
     """The size at which Yosys 0.70's abc9 fails an assertion (the reason for the 0.69 pin).
     Its 8:1 output multiplexer alone takes several LUT4s per bit of the 256-bit payload."""

@@ -159,6 +159,7 @@ def _cmd_synth(args):
         _emit(args, result,
               f"{meta['module']}, two-input gates (Yosys {result['yosys_version']}, "
               f"{result['synth_s']} s): {sum(result['gates'].values()):,} gates, "
+              f"{result['flip_flops']:,} flip-flops, "
               f"{result['transistors'] or 0:,} transistors (CMOS estimate)\n"
               f"  longest register-to-register path: {result['longest_path_gates']} gates, "
               f"{path.get('from')} -> {path.get('to')}")

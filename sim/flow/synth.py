@@ -241,7 +241,8 @@ GATES = "AND,NAND,OR,NOR,XOR,XNOR,ANDNOT,ORNOT,MUX"
 def synthesize_gates(verilog_text, top, workdir, timeout=3600, progress=None):
     """A second opinion without an FPGA: Yosys's generic ``synth`` and ABC mapping to two-input
     gates (:data:`GATES`, unit delay each), as an ASIC flow would before a cell library.
-    Returns the gate count by type, Yosys's CMOS transistor estimate (``stat -tech cmos``) and
+    Returns the logic gates by type, the flip-flop count, Yosys's CMOS transistor estimate
+    (``stat -tech cmos``, flip-flops included) and
     the longest register-to-register path in gates (``ltp -noff``, memories removed: their
     read ports are registered). A path that is long here is the design's; one that is short
     here but limits the ECP5 is the FPGA's (LUT packing, carry chains, routing).
@@ -274,9 +275,12 @@ def synthesize_gates(verilog_text, top, workdir, timeout=3600, progress=None):
              re.findall(r"^\s+(\d+)\s+(?:[\d.]+\s+)?\$_(\w+?)_\s*$", stat, re.M)}
     transistors = re.search(r"Estimated number of transistors:\s+(\d+)", stat)
     path = longest_path((workdir / "ltp.txt").read_text())
+    flops = {kind: n for kind, n in gates.items() if "DFF" in kind or "DLATCH" in kind}
+    logic = {kind: n for kind, n in gates.items() if kind not in flops}
     return {"top": top, "flow": "yosys synth + abc -g " + GATES,
-            "yosys_version": _yosys_version(), "gates": dict(sorted(
-                gates.items(), key=lambda item: -item[1])),
+            "yosys_version": _yosys_version(),
+            "gates": dict(sorted(logic.items(), key=lambda item: -item[1])),
+            "flip_flops": sum(flops.values()),
             "transistors": int(transistors.group(1)) if transistors else None,
             "longest_path_gates": path["cells"] if path else None,
             "longest_path": path, "synth_s": round(time.monotonic() - began, 1)}
