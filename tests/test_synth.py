@@ -6,8 +6,7 @@ import sys
 
 import pytest
 
-from sim.flow.synth import (_nextpnr_failure, cell_counts, critical_path, longest_path,
-                            lut_breakdown)
+from sim.flow.synth import _nextpnr_failure, cell_counts, critical_path, longest_path, lut_breakdown
 
 # The shape of a nextpnr-ecp5 critical-path report (cell names shortened).
 NEXTPNR_REPORT = """\
