@@ -28,7 +28,7 @@ Priorities, weights and the quantum are inputs, sampled whenever a packet starts
 changed without re-synthesis.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -68,7 +68,8 @@ def bit_at(m, mask, index, name):
 
 
 def select(m, index, values, shape, name):
-    """``values[index]`` for a run-time ``index`` (a multiplexer with a full ``case``)."""
+    """``values[index]`` for a run-time ``index`` (a multiplexer with a full ``case``;
+    ``values[0]`` when ``index`` is out of range)."""
     out = Signal(shape, name=name)
     with m.Switch(index):
         for k, value in enumerate(values):
@@ -76,6 +77,26 @@ def select(m, index, values, shape, name):
                 m.d.comb += out.eq(value)
         with m.Default():
             m.d.comb += out.eq(values[0])
+    return out
+
+
+def select_tree(m, index, values, shape, name):
+    """:func:`select` as a binary tree of two-way multiplexers on the index bits (the same
+    values, ``values[0]`` out of range). Which maps to fewer LUT4s depends on the select
+    logic around it: a 64:1 read of the slot table by a registered index is smaller as a tree,
+    the arbiter's 8:1 output multiplexer (its index from the round-robin choice) is smaller
+    as a ``case`` (docs/hw.md, Synthesis)."""
+    out = Signal(shape, name=name)
+    n = len(values)
+    bits = max(1, (n - 1).bit_length())
+    level = [Value.cast(v) for v in values]
+    level += [level[0]] * ((1 << bits) - n)
+    for b in range(bits):
+        level = [Mux(index[b], level[2 * i + 1], level[2 * i]) for i in range(len(level) // 2)]
+    if n < (1 << bits) or len(index) > bits:
+        m.d.comb += out.eq(Mux(index < n, level[0], Value.cast(values[0])))
+    else:
+        m.d.comb += out.eq(level[0])
     return out
 
 

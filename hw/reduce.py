@@ -43,7 +43,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .arbiter import select
+from .arbiter import select_tree
 from .errors import ParameterTypeError
 from .fpadd import BF16, FP32, float_add
 from .packet import JOB_BITS, LANE_BITS, SEQ_BITS, SLOT_BITS, DType, Kind, flit_layout
@@ -299,9 +299,9 @@ class ReductionUnit(wiring.Component):
             slot_id, job_id = hdr.user.slot, hdr.user.job
             slot = Signal(range(max(S, 2)), name=f"p{k}_hslot_in")
             m.d.comb += slot.eq(Mux(slot_id < S, slot_id, 0))
-            members = select(m, job_id, job_members, N, f"p{k}_jmembers")
-            lo = select(m, job_id, job_lo, range(S + 1), f"p{k}_jlo")
-            hi = select(m, job_id, job_hi, range(S + 1), f"p{k}_jhi")
+            members = select_tree(m, job_id, job_members, N, f"p{k}_jmembers")
+            lo = select_tree(m, job_id, job_lo, range(S + 1), f"p{k}_jlo")
+            hi = select_tree(m, job_id, job_hi, range(S + 1), f"p{k}_jhi")
             whole = job_whole.bit_select(job_id[:jbits], 1)
             checks = [
                 hdr.user.kind != Kind.REDUCE_CONTRIB,
@@ -310,7 +310,7 @@ class ReductionUnit(wiring.Component):
                 slot_id >= S,
                 ~whole & ((slot < lo) | (slot >= hi)),   # (slot_range decides ids >= S)
                 ~members[k],
-                hdr.user.dtype.as_value() != select(m, job_id, job_dtype, 2, f"p{k}_jdtype"),
+                hdr.user.dtype.as_value() != select_tree(m, job_id, job_dtype, 2, f"p{k}_jdtype"),
             ]
             q_slot = Signal.like(slot, name=f"p{k}_hslot", reset_less=True)
             q_hot = Signal(S, name=f"p{k}_hslot_hot", reset_less=True)
@@ -367,9 +367,9 @@ class ReductionUnit(wiring.Component):
             v_members = Signal(N, name=f"p{k}_v_members")
             m.d.comb += [
                 v_valid.eq(slot_valid.bit_select(slot, 1) | forwarded),
-                v_job.eq(select(m, slot, slot_job, JOB_BITS, f"p{k}_sjob")),
-                v_seq.eq(select(m, slot, slot_seq, SEQ_BITS, f"p{k}_sseq")),
-                v_members.eq(select(m, slot, slot_members, N, f"p{k}_smembers")),
+                v_job.eq(select_tree(m, slot, slot_job, JOB_BITS, f"p{k}_sjob")),
+                v_seq.eq(select_tree(m, slot, slot_seq, SEQ_BITS, f"p{k}_sseq")),
+                v_members.eq(select_tree(m, slot, slot_members, N, f"p{k}_smembers")),
             ]
             for j in reversed(range(k)):   # the lowest claiming port wins (assigned last)
                 other = in_flit[j]
@@ -382,7 +382,7 @@ class ReductionUnit(wiring.Component):
                       ~members[k],     # the member set of the slot's chunk, once it has one
                       alone[6],
                       v_valid & ((v_job != job_id) | (v_seq != hdr.user.seq)),
-                v_valid & select(m, slot, slot_arrived, N, f"p{k}_sarrived")[k],
+                v_valid & select_tree(m, slot, slot_arrived, N, f"p{k}_sarrived")[k],
                 Const(0, 1),   # bad_length is found later
             ]
             bad = Signal(name=f"p{k}_bad")
@@ -438,24 +438,43 @@ class ReductionUnit(wiring.Component):
                                 m.d.comb += raw[n_checks].eq(1)
 
         # -- slot table updates ------------------------------------------------------------
+        claim_entry_layout = data.StructLayout({"job": JOB_BITS, "seq": SEQ_BITS, "members": N,
+                                                "dtype": 2, "sat": 1})
+        claim_entry = []     # what port k's claim stores in its slot
+        claim_hot = []       # port k claims slot s
+        for k in range(N):
+            entry = Signal(claim_entry_layout, name=f"p{k}_claim_entry")
+            hdr = in_flit[k]
+            m.d.comb += [entry.job.eq(hdr.user.job), entry.seq.eq(hdr.user.seq),
+                         entry.members.eq(job_m[k]), entry.dtype.eq(hdr.user.dtype.as_value()),
+                         entry.sat.eq(job_sat_k[k])]
+            claim_entry.append(entry)
+            hot = Signal(S, name=f"p{k}_claim_hot")
+            m.d.comb += hot.eq(Mux(claim[k], hslot_hot[k], 0))
+            claim_hot.append(hot)
         for s in range(S):
             set_bits = Signal(N, name=f"slot{s}_set")
             m.d.comb += set_bits.eq(Cat(arrive[k] & (arrive_slot[k] == s) for k in range(N)))
             claimed = Signal(name=f"slot{s}_claimed")
-            m.d.comb += claimed.eq(Cat(claim[k] & hslot_hot[k][s] for k in range(N)).any())
+            m.d.comb += claimed.eq(Cat(claim_hot[k][s] for k in range(N)).any())
             with m.If(slot_free_now[s]):
                 m.d.sync += [slot_valid[s].eq(0), slot_arrived[s].eq(0)]
             with m.Else():
                 m.d.sync += slot_arrived[s].eq(slot_arrived[s] | set_bits)
                 with m.If(claimed):
                     m.d.sync += slot_valid[s].eq(1)
-            for k in reversed(range(N)):   # the lowest claiming port's header is stored
-                hdr = in_flit[k]
-                with m.If(claim[k] & hslot_hot[k][s]):
-                    m.d.sync += [slot_job[s].eq(hdr.user.job), slot_seq[s].eq(hdr.user.seq),
-                                 slot_members[s].eq(job_m[k]),
-                                 slot_dtype[s].eq(hdr.user.dtype.as_value()),
-                                 slot_sat[s].eq(job_sat_k[k])]
+            # At most one port claims a slot in a cycle (the lowest that could; pass 2), so
+            # the claimer's header is chosen by its index through a multiplexer tree rather
+            # than by a chain of eight priority `If`s per bit (which cost about twice the
+            # LUTs: 64 entries × 35 bits).
+            writer = Signal(range(max(N, 2)), name=f"slot{s}_writer")
+            m.d.comb += writer.eq(Cat(Cat(claim_hot[k][s] for k in range(N) if k >> b & 1).any()
+                                      for b in range(len(writer))))
+            entry = select_tree(m, writer, claim_entry, claim_entry_layout, f"slot{s}_entry")
+            with m.If(claimed):
+                m.d.sync += [slot_job[s].eq(entry.job), slot_seq[s].eq(entry.seq),
+                             slot_members[s].eq(entry.members), slot_dtype[s].eq(entry.dtype),
+                             slot_sat[s].eq(entry.sat)]
 
         # -- engine: pick a complete slot, read its flits, reduce ---------------------------
         # The pick is registered: each cycle the lowest complete slot of this cycle's table
@@ -479,8 +498,8 @@ class ReductionUnit(wiring.Component):
         m.d.comb += others.eq(complete & ~(Const(1, S) << cur))
         pick_all = lowest_set(m, complete, "pick_all")
         pick_others = lowest_set(m, others, "pick_others")
-        members_all = select(m, pick_all, slot_members, N, "pick_all_members")
-        members_others = select(m, pick_others, slot_members, N, "pick_others_members")
+        members_all = select_tree(m, pick_all, slot_members, N, "pick_all_members")
+        members_others = select_tree(m, pick_others, slot_members, N, "pick_others_members")
 
         # Credits: results in flight must fit in every member's FIFO.
         fifos = []
@@ -526,9 +545,9 @@ class ReductionUnit(wiring.Component):
         m.d.sync += [
             stages[0].valid.eq(issue), stages[0].last.eq(last_issue), stages[0].slot.eq(cur),
             stages[0].members.eq(eng_members),
-            stages[0].job.eq(select(m, cur, slot_job, JOB_BITS, "eng_job")),
-            stages[0].seq.eq(select(m, cur, slot_seq, SEQ_BITS, "eng_seq")),
-            stages[0].dtype.as_value().eq(select(m, cur, slot_dtype, 2, "eng_dtype")),
+            stages[0].job.eq(select_tree(m, cur, slot_job, JOB_BITS, "eng_job")),
+            stages[0].seq.eq(select_tree(m, cur, slot_seq, SEQ_BITS, "eng_seq")),
+            stages[0].dtype.as_value().eq(select_tree(m, cur, slot_dtype, 2, "eng_dtype")),
             stages[0].sat.eq(slot_sat.bit_select(cur, 1)),
         ]
         for d in range(1, self._pipeline):
@@ -593,52 +612,84 @@ class ReductionUnit(wiring.Component):
 
     def _reduce_lane(self, m, leaves, stages, lane):
         """Reduce ``leaves`` ([(word, present)] in member order) through ``self._levels``
-        registered levels; returns ``(word at the last stage, saturated flag)``."""
+        registered levels; returns ``(word at the last stage, saturated flag)``.
+
+        An int32 level takes one cycle; a floating-point level takes ``adder_level_stages``
+        (pipelined adders), so with fp adders built the int32 root is delayed to meet the fp
+        roots at the result select."""
         dtypes = self._dtypes
+        k_fp = self._spec.adder_level_stages
         int_width = LANE_BITS + self._levels
-        # Each node carries: int (wide, signed), fp32 word, two bf16 halves, present.
-        nodes = []
-        for word, present in leaves:
-            nodes.append({"int": word.as_signed(), "f32": word, "b0": word[:16],
-                          "b1": word[16:], "p": present})
-        for level in range(self._levels):
-            nxt = []
-            for pair in range(0, len(nodes), 2):
-                a = nodes[pair]
-                b = nodes[pair + 1] if pair + 1 < len(nodes) else None
-                tag = f"l{lane}_v{level}_{pair // 2}"
-                node = {}
-                reg = lambda shape, name: Signal(shape, name=f"{tag}_{name}")  # noqa: E731
-                node["p"] = reg(1, "p")
-                if b is None:
-                    for key in ("int", "f32", "b0", "b1"):
-                        if key == "int" and "int32" not in dtypes:
-                            continue
-                        if key == "f32" and "fp32" not in dtypes:
-                            continue
-                        if key in ("b0", "b1") and "bf16" not in dtypes:
-                            continue
-                        node[key] = reg(signed(int_width) if key == "int" else len(a[key]), key)
-                        m.d.sync += node[key].eq(a[key])
-                    m.d.sync += node["p"].eq(a["p"])
+        fp_keys = [(key, fmt) for key, fmt, enabled in (
+            ("f32", FP32, "fp32" in dtypes), ("b0", BF16, "bf16" in dtypes),
+            ("b1", BF16, "bf16" in dtypes)) if enabled]
+
+        def delay(value, cycles, tag):
+            for c in range(cycles):
+                reg = Signal(len(value), name=f"{tag}_d{c}", reset_less=True)
+                m.d.sync += reg.eq(value)
+                value = reg
+            return value
+
+        # int32: one registered level per cycle; "p" marks a present member.
+        int_root = None
+        if "int32" in dtypes:
+            nodes = [{"int": word.as_signed(), "p": present} for word, present in leaves]
+            for level in range(self._levels):
+                nxt = []
+                for pair in range(0, len(nodes), 2):
+                    a = nodes[pair]
+                    b = nodes[pair + 1] if pair + 1 < len(nodes) else None
+                    tag = f"l{lane}_v{level}_{pair // 2}"
+                    node = {"int": Signal(signed(int_width), name=f"{tag}_int"),
+                            "p": Signal(name=f"{tag}_ip")}
+                    if b is None:
+                        m.d.sync += [node["int"].eq(a["int"]), node["p"].eq(a["p"])]
+                    else:
+                        m.d.sync += [node["int"].eq(Mux(a["p"], a["int"], 0) +
+                                                    Mux(b["p"], b["int"], 0)),
+                                     node["p"].eq(a["p"] | b["p"])]
                     nxt.append(node)
-                    continue
-                m.d.sync += node["p"].eq(a["p"] | b["p"])
-                if "int32" in dtypes:
-                    node["int"] = reg(signed(int_width), "int")
-                    m.d.sync += node["int"].eq(Mux(a["p"], a["int"], 0) + Mux(b["p"], b["int"], 0))
-                for key, fmt, enabled in (("f32", FP32, "fp32" in dtypes),
-                                          ("b0", BF16, "bf16" in dtypes),
-                                          ("b1", BF16, "bf16" in dtypes)):
-                    if not enabled:
+                nodes = nxt
+            int_root = delay(nodes[0]["int"], self._levels * (k_fp - 1),
+                             f"l{lane}_int_root").as_signed()
+
+        # fp32 / bf16: k_fp cycles per level. A node with both operands present is their sum;
+        # with one, that operand passes (its NaN payload too); the choice is registered with
+        # the adder's first stage and travels beside it.
+        fp_root = {}
+        if fp_keys:
+            nodes = []
+            for word, present in leaves:
+                nodes.append({"f32": word, "b0": word[:16], "b1": word[16:], "p": present})
+            for level in range(self._levels):
+                nxt = []
+                for pair in range(0, len(nodes), 2):
+                    a = nodes[pair]
+                    b = nodes[pair + 1] if pair + 1 < len(nodes) else None
+                    tag = f"l{lane}_v{level}_{pair // 2}"
+                    node = {}
+                    if b is None:
+                        for key, fmt in fp_keys:
+                            node[key] = delay(a[key], k_fp, f"{tag}_{key}")
+                        node["p"] = delay(a["p"], k_fp, f"{tag}_p")
+                        nxt.append(node)
                         continue
-                    total = float_add(m, a[key], b[key], fmt, prefix=f"{tag}_{key}")
-                    node[key] = reg(fmt.width, key)
-                    m.d.sync += node[key].eq(Mux(a["p"] & b["p"], total,
-                                                 Mux(a["p"], a[key], b[key])))
-                nxt.append(node)
-            nodes = nxt
-        root = nodes[0]
+                    both = delay(a["p"] & b["p"], k_fp - 1, f"{tag}_both")
+                    node["p"] = delay(a["p"] | b["p"], k_fp, f"{tag}_p")
+                    for key, fmt in fp_keys:
+                        total = float_add(m, a[key], b[key], fmt, prefix=f"{tag}_{key}",
+                                          stages=k_fp)
+                        passed = delay(Mux(a["p"], a[key], b[key]), k_fp - 1,
+                                       f"{tag}_{key}_pass")
+                        reg = Signal(fmt.width, name=f"{tag}_{key}")
+                        m.d.sync += reg.eq(Mux(both, total, passed))
+                        node[key] = reg
+                    nxt.append(node)
+                nodes = nxt
+            fp_root = nodes[0]
+        root = dict(fp_root)
+        root["int"] = int_root
         # Final stage: pick by element type; wrap or saturate int32 once.
         meta = stages[-2]
         out = Signal(LANE_BITS, name=f"lane{lane}_result")

@@ -15,7 +15,7 @@ from .packet import JOB_BITS, MAX_PORTS, SLOT_BITS, DType
 
 __all__ = ["SwitchSpec", "Policy", "ELEMENT_TYPES", "element_type", "ParameterError",
            "ParameterTypeError", "MIN_PORTS", "MAX_SLOTS", "MAX_JOBS", "MAX_CHUNK_FLITS",
-           "INGRESS_LATENCY", "ENGINE_PICK_LATENCY"]
+           "INGRESS_LATENCY", "ENGINE_PICK_LATENCY", "FP_ADD_STAGES"]
 
 #: A switch has at least two ports (one reduction needs two members) and at most
 #: :data:`hw.packet.MAX_PORTS` (a port number is ``PORT_BITS`` wide).
@@ -33,6 +33,11 @@ INGRESS_LATENCY = 2
 #: engine may start the chunk: the flit is registered into the judgement stage, the arrival
 #: is registered, then the engine's pick (:mod:`hw.reduce`).
 ENGINE_PICK_LATENCY = 3
+#: Pipeline stages of each floating-point adder in the reduction tree (:func:`hw.fpadd.float_add`):
+#: a whole fp32 addition in one cycle limits the switch to what one adder reaches alone; three
+#: stages per tree level cut it after the operand ordering and after the addition (docs/hw.md,
+#: Synthesis). A unit built for int32 only keeps one stage per level.
+FP_ADD_STAGES = 3
 #: Cycles between the engine reading a chunk's flit and the result flit reaching the egress
 #: arbiters, besides the reduction pipeline: the result FIFO's write and registered read.
 RESULT_FIFO_LATENCY = 2
@@ -168,10 +173,16 @@ class SwitchSpec:
         return max(1, (self.ports - 1).bit_length())
 
     @property
+    def adder_level_stages(self):
+        """Cycles per adder-tree level: :data:`FP_ADD_STAGES` when the unit builds fp32 or
+        bf16 adders, else 1 (an int32 level is one registered addition)."""
+        return FP_ADD_STAGES if set(self.dtypes) & {"fp32", "bf16"} else 1
+
+    @property
     def reduction_pipeline_depth(self):
-        """Engine stages from the bank read to the result select, cycles: bank read, one per
-        adder-tree level, result select."""
-        return 1 + self.adder_tree_levels + 1
+        """Engine stages from the bank read to the result select, cycles: bank read,
+        ``adder_level_stages`` per adder-tree level, result select."""
+        return 1 + self.adder_tree_levels * self.adder_level_stages + 1
 
     @property
     def result_fifo_flits(self):

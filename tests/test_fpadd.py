@@ -45,26 +45,43 @@ def is_nan(bits, fmt):
     return exp == fmt.exp_max and bits & ((1 << fmt.frac_bits) - 1) != 0
 
 
-def check(fmt, pairs):
+def check(fmt, pairs, stages=1):
+    """``float_add`` with ``stages`` stages on every pair (one pair a cycle when pipelined)
+    against numpy; NaN results must be the canonical NaN."""
     a, b = Signal(fmt.width), Signal(fmt.width)
     m = Module()
-    result = float_add(m, a, b, fmt)
+    result = float_add(m, a, b, fmt, stages=stages)
     golden = golden_fp32 if fmt is FP32 else golden_bf16
     failures = []
+    got_all = []
 
     async def bench(ctx):
-        for x, y in pairs:
-            ctx.set(a, x)
-            ctx.set(b, y)
-            got, want = ctx.get(result), golden(x, y)
-            if is_nan(want, fmt):
-                if got != fmt.canonical_nan:
-                    failures.append((hex(x), hex(y), hex(got), "NaN"))
-            elif got != want:
-                failures.append((hex(x), hex(y), hex(got), hex(want)))
+        if stages == 1:
+            for x, y in pairs:
+                ctx.set(a, x)
+                ctx.set(b, y)
+                got_all.append(ctx.get(result))
+            return
+        # A new pair every cycle; its sum appears stages − 1 cycles later.
+        for t in range(len(pairs) + stages - 1):
+            if t < len(pairs):
+                ctx.set(a, pairs[t][0])
+                ctx.set(b, pairs[t][1])
+            if t >= stages - 1:
+                got_all.append(ctx.get(result))
+            await ctx.tick()
     sim = Simulator(m)
+    if stages > 1:
+        sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
+    for (x, y), got in zip(pairs, got_all, strict=True):
+        want = golden(x, y)
+        if is_nan(want, fmt):
+            if got != fmt.canonical_nan:
+                failures.append((hex(x), hex(y), hex(got), "NaN"))
+        elif got != want:
+            failures.append((hex(x), hex(y), hex(got), hex(want)))
     assert not failures, f"{len(failures)} mismatches, first {failures[:5]}"
 
 
@@ -84,12 +101,15 @@ def special_values(fmt):
     return signed
 
 
+@pytest.mark.parametrize("stages", [1, 2, 3])
 @pytest.mark.parametrize("fmt", [FP32, BF16], ids=["fp32", "bf16"])
-def test_special_value_grid(fmt):
+def test_special_value_grid(fmt, stages):
     """Every pair of: ±0, subnormals, the smallest normal, the largest finite value, ±Inf,
-    NaNs, 1.0 and neighbours whose sums are rounding ties."""
+    NaNs, 1.0 and neighbours whose sums are rounding ties; combinational and pipelined (the
+    pipelined adder takes a new pair every cycle, so a value crossing a cut in the wrong
+    cycle would mix two pairs)."""
     values = special_values(fmt)
-    check(fmt, [(x, y) for x in values for y in values])
+    check(fmt, [(x, y) for x in values for y in values], stages)
 
 
 def test_fp32_directed():
@@ -124,6 +144,12 @@ def test_fp32_random_near_cancellation(pairs, negate):
     check(FP32, [(a, b ^ (0x80000000 if negate else 0)) for a, b in pairs])
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(fp32_bits, fp32_bits) | fp32_close, min_size=40, max_size=40))
+def test_fp32_pipelined_random(pairs):
+    check(FP32, pairs, stages=3)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 0xFFFF), st.integers(0, 0xFFFF)),
                 min_size=50, max_size=50))
@@ -145,3 +171,26 @@ def test_registered_adder():
     sim.run()
     with pytest.raises(TypeError, match="Format must be a FloatFormat"):
         FloatAdder("fp32")
+
+
+def test_registered_adder_pipelined():
+    """Three stages: a + b three cycles later, a new pair every cycle."""
+    dut = FloatAdder(FP32, stages=3)
+    sums = [(1.5, 2.25), (-1.0, 1.0), (3.0, 4.0), (1e-45, 1e-45)]
+
+    async def bench(ctx):
+        seen = []
+        for t in range(len(sums) + 3):
+            if t < len(sums):
+                ctx.set(dut.a, f32_bits(sums[t][0]))
+                ctx.set(dut.b, f32_bits(sums[t][1]))
+            await ctx.tick()
+            if t >= 2:
+                seen.append(ctx.get(dut.result))
+        assert seen[:len(sums)] == [golden_fp32(f32_bits(x), f32_bits(y)) for x, y in sums]
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    with pytest.raises(ValueError, match="1, 2 or 3 stages"):
+        FloatAdder(FP32, stages=4)

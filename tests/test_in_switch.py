@@ -36,11 +36,13 @@ def run(capsys):
 
 # -- innet's switch ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("ports, cycles", [(2, 15), (4, 16), (8, 17), (16, 18)])
-def test_pipeline_is_the_rtls_measured_latency(ports, cycles):
-    """docs/hw.md, `innet bench reduce`: first contribution flit in to first result flit out,
-    8-flit chunks."""
-    spec = SwitchSpec(ports=ports, lanes=8, slots=64, chunk_flits=8)
+@pytest.mark.parametrize("dtypes, ports, cycles", [
+    (("int32",), 2, 15), (("int32",), 4, 16), (("int32",), 8, 17), (("int32",), 16, 18),
+    (("fp32", "int32", "bf16"), 2, 17), (("fp32", "int32", "bf16"), 8, 23)])
+def test_pipeline_is_the_rtls_measured_latency(dtypes, ports, cycles):
+    """docs/hw.md, `innet bench reduce [--dtype ...]`: first contribution flit in to first
+    result flit out, 8-flit chunks; a unit with fp adders has three stages per tree level."""
+    spec = SwitchSpec(ports=ports, lanes=8, slots=64, chunk_flits=8, dtypes=dtypes)
     assert switch_timing(H100, spec).pipeline_cycles == cycles
 
 
@@ -49,17 +51,20 @@ def test_slot_pool_against_the_rtl_closed_loop():
     chunk; 2 slots of 8 flits cover 16 of its 25 cycles: the RTL measured 0.645 flit/cycle
     (8 ports), 1.000 with 4 slots."""
     wireless = H100.with_(link_latency_s=0.0)
-    two = switch_timing(wireless, SwitchSpec(ports=8, lanes=8, slots=2, chunk_flits=8))
+    two = switch_timing(wireless, SwitchSpec(ports=8, lanes=8, slots=2, chunk_flits=8,
+                                             dtypes=("int32",)))
     assert two.rate_gbps / two.line_gbps == pytest.approx(0.645, rel=0.01)
-    four = switch_timing(wireless, SwitchSpec(ports=8, lanes=8, slots=4, chunk_flits=8))
+    four = switch_timing(wireless, SwitchSpec(ports=8, lanes=8, slots=4, chunk_flits=8,
+                                              dtypes=("int32",)))
     assert four.rate_gbps == four.line_gbps
 
 
 @pytest.mark.parametrize("slots", [16, 64, 256, 1024])
 def test_bandwidth_delay_product_limits_inswitch(slots):
     """rate = min(line, slots × chunk / round trip), round trip = 2 hops + (pipeline + chunk)
-    cycles, a cycle one 32-byte flit at the GPU's effective link rate."""
-    spec = SwitchSpec(ports=8, lanes=8, slots=slots, chunk_flits=8)
+    cycles, a cycle one 32-byte flit at the GPU's effective link rate (the int32 unit's
+    17-cycle pipeline)."""
+    spec = SwitchSpec(ports=8, lanes=8, slots=slots, chunk_flits=8, dtypes=("int32",))
     line = 18 * 20.6e9                       # H100: 18 NVLinks × NCCL's 20.6 GB/s
     cycle = 32 / line
     rtt = 2 * 350e-9 + (17 + 8) * cycle

