@@ -11,7 +11,8 @@ from dataclasses import dataclass, fields, replace
 from hw.spec import Policy
 from sim.errors import ConfigError
 
-__all__ = ["ExperimentConfig", "load_config", "DEFAULT_CONFIG", "points", "MiB", "to_toml"]
+__all__ = ["ExperimentConfig", "load_config", "DEFAULT_CONFIG", "points", "MiB", "to_toml",
+           "walk_sections"]
 
 
 MiB = 1 << 20
@@ -77,6 +78,26 @@ _SECTIONS = {
 }
 
 
+def walk_sections(data, path, sections, suggest):
+    """Each ``(section, key, value, where)`` of a parsed TOML file whose sections and keys are
+    those of ``sections`` (section → its keys); ``where`` is ``path: [section] key``. An unknown
+    section, a section that is not a table, or an unknown key (``suggest(section, key)`` adds a
+    did-you-mean) raises :class:`ConfigError`. The experiment's and the scenarios' files share
+    it."""
+    for section, body in data.items():
+        if section not in sections:
+            raise ConfigError(f"{path}: [{section}]: unknown section (expected "
+                              f"{', '.join('[' + s + ']' for s in sections)})"
+                              f"{_did_you_mean(section, sections, '[{}]')}")
+        if not isinstance(body, dict):
+            raise ConfigError(f"{path}: {section}: expected a [section] table")
+        for key, value in body.items():
+            where = f"{path}: [{section}] {key}"
+            if key not in sections[section]:
+                raise ConfigError(f"{where}: unknown key{suggest(section, key)}")
+            yield section, key, value, where
+
+
 def load_config(text=None, path="<default>"):
     """Parse and validate a configuration (TOML). Raises :class:`ConfigError` with
     ``path: [section] key: problem``."""
@@ -86,27 +107,17 @@ def load_config(text=None, path="<default>"):
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     values = {}
-    for section, body in data.items():
-        if section not in _SECTIONS:
-            raise ConfigError(f"{path}: [{section}]: unknown section (expected "
-                             f"{', '.join('[' + s + ']' for s in _SECTIONS)})"
-                             f"{_did_you_mean(section, _SECTIONS, '[{}]')}")
-        if not isinstance(body, dict):
-            raise ConfigError(f"{path}: {section}: expected a [section] table")
-        for key, value in body.items():
-            where = f"{path}: [{section}] {key}"
-            kind = _SECTIONS[section].get(key)
-            if kind is None:
-                raise ConfigError(f"{where}: unknown key{_key_suggestion(section, key)}")
-            if kind is float and isinstance(value, int) and not isinstance(value, bool):
-                value = float(value)
-            if kind is int and isinstance(value, bool) or not isinstance(value, kind):
-                raise ConfigError(f"{where}: expected {kind.__name__}, got {value!r}")
-            if kind is list:
-                if not value:
-                    raise ConfigError(f"{where}: must not be empty")
-                value = tuple(value)
-            values[key] = value
+    for section, key, value, where in walk_sections(data, path, _SECTIONS, _key_suggestion):
+        kind = _SECTIONS[section][key]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+            raise ConfigError(f"{where}: expected {kind.__name__}, got {value!r}")
+        if kind is list:
+            if not value:
+                raise ConfigError(f"{where}: must not be empty")
+            value = tuple(value)
+        values[key] = value
     config = replace(ExperimentConfig(), source=path, **values)
     _validate(config, path)
     return config

@@ -10,7 +10,7 @@ import tomllib
 from dataclasses import dataclass, field, fields, replace
 
 from sim.errors import ConfigError
-from sim.experiment.config import _did_you_mean
+from sim.experiment.config import _did_you_mean, walk_sections
 
 __all__ = ["Param", "ScenarioConfig", "is_scenario", "load_scenario", "SWITCH_KEYS"]
 
@@ -136,20 +136,10 @@ def load_scenario(text, path="<scenario>"):
     sections = {"scenario": COMMON, kind: module.PARAMS,
                 "switch": {k: Param(int, None, "", lo, hi) for k, (lo, hi) in SWITCH_KEYS.items()}}
     values, params = {}, {k: p.default for k, p in module.PARAMS.items()}
-    for section, body in data.items():
-        if section not in sections:
-            raise ConfigError(f"{path}: [{section}]: unknown section (expected "
-                              f"{', '.join('[' + s + ']' for s in sections)})"
-                              f"{_did_you_mean(section, sections, '[{}]')}")
-        if not isinstance(body, dict):
-            raise ConfigError(f"{path}: {section}: expected a [section] table")
-        for key, value in body.items():
-            where = f"{path}: [{section}] {key}"
-            param = sections[section].get(key)
-            if param is None:
-                raise ConfigError(f"{where}: unknown key{_did_you_mean(key, sections[section])}")
-            value = _check(where, param, value)
-            (params if section == kind else values)[key] = value
+    for section, key, value, where in walk_sections(
+            data, path, sections, lambda s, k: _did_you_mean(k, sections[s])):
+        value = _check(where, sections[section][key], value)
+        (params if section == kind else values)[key] = value
     values.setdefault("name", kind)
     config = replace(ScenarioConfig(kind=kind, name=kind), source=path, params=params,
                      **{k: v for k, v in values.items() if k != "kind"})
