@@ -352,6 +352,14 @@ def test_closed_stdout_ends_quietly(tmp_path):
     assert proc.wait(timeout=120) == 141 and err == "", err
 
 
+def _wait_for_a_point(proc, kept):
+    """Until the run ``proc`` has kept a finished point in ``kept`` (not a temporary file)."""
+    deadline = time.monotonic() + 120
+    while not (kept.is_dir() and any(kept.glob("[0-9]*.json"))):
+        assert proc.poll() is None and time.monotonic() < deadline, "no point finished"
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("command", [["run"], ["sweep", "--jobs", "2"]])
 def test_ctrl_c_at_the_terminal(tmp_path, command):
     """SIGINT to the whole process group (what Ctrl-C does, pool workers included): one line,
@@ -362,11 +370,7 @@ def test_ctrl_c_at_the_terminal(tmp_path, command):
     proc = _innet(*command, str(config), "--name", "c", "--quiet", cwd=tmp_path,
                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    kept = tmp_path / "results" / "c" / "points"
-    deadline = time.monotonic() + 120
-    while not (kept.is_dir() and any(kept.glob("[0-9]*.json"))):   # not a temporary file
-        assert proc.poll() is None and time.monotonic() < deadline, "no point finished"
-        time.sleep(0.05)
+    _wait_for_a_point(proc, tmp_path / "results" / "c" / "points")
     os.killpg(proc.pid, signal.SIGINT)
     try:
         _, err = proc.communicate(timeout=60)
@@ -388,11 +392,7 @@ def test_sigterm_is_handled_as_ctrl_c(tmp_path):
                       'policies = ["rr", "prio", "wrr"]\nrtl = false\n')
     proc = _innet("sweep", "--jobs", "2", str(config), "--name", "t", "--quiet", cwd=tmp_path,
                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    kept = tmp_path / "results" / "t" / "points"
-    deadline = time.monotonic() + 120
-    while not (kept.is_dir() and any(kept.glob("[0-9]*.json"))):
-        assert proc.poll() is None and time.monotonic() < deadline, "no point finished"
-        time.sleep(0.05)
+    _wait_for_a_point(proc, tmp_path / "results" / "t" / "points")
     proc.terminate()
     try:
         _, err = proc.communicate(timeout=60)
