@@ -143,7 +143,8 @@ class ReductionProperties(Elaboratable):
        snapshot contains that member.
     3. **Isolation**: every bank write goes to a slot that, on the next cycle, is held by the
        writing packet's own job and chunk; an arrival lands in a slot of its own job and chunk.
-    4. **Stream rules**: contributions are always accepted (``ready`` high); on every result
+    4. **Stream rules**: no contribution flit is taken into a full hold FIFO, and a port with
+       room for a whole chunk in its hold FIFO takes a first flit (``ready``); on every result
        port ``valid`` does not fall and the flit does not change until ``ready``; no result is
        ever written into a full result FIFO (nothing lost).
 
@@ -207,7 +208,7 @@ class ReductionProperties(Elaboratable):
             m.d.comb += Assert((st.slot_arrived[s] & ~st.slot_members[s]) == 0)
 
         for k in range(N):
-            hdr = st.in_flit[k]   # the flit being judged (registered from the input)
+            hdr = st.in_flit[k]   # the flit leaving the hold FIFO (judged, if a first flit)
             # 2. counted once
             with m.If(st.arrive[k]):
                 slot = st.arrive_slot[k]
@@ -255,7 +256,9 @@ class ReductionProperties(Elaboratable):
                     Assert(st.cur_idx[k] != 0),
                 ]
             # 4. stream rules
-            m.d.comb += Assert(dut.i[k].ready)
+            m.d.comb += Assert(~st.hold_lost[k])
+            with m.If(st.hold_level[k] <= st.hold_depth - dut.chunk_flits):
+                m.d.comb += Assert(dut.i[k].ready)
             out = dut.o[k]
             past_stuck = Signal(name=f"past_stuck{k}")
             past_flit = Signal.like(out.payload.as_value(), name=f"past_flit{k}")

@@ -181,10 +181,14 @@ class ReductionUnit(wiring.Component):
             slot_members=[Signal(N, name=f"slot{s}_members") for s in range(S)],
             slot_arrived=[Signal(N, name=f"slot{s}_arrived") for s in range(S)],
             slot_free=Signal(S, name="slot_free_now"),       # freed by the engine this cycle
-            # per port: the flit in stage 1 (registered from the input), judged this cycle
+            # per port: the flit leaving its hold FIFO this cycle (judged, if a first flit)
             in_valid=Signal(N, name="in_valid"),
-            in_flit=[Signal(flit_layout(self._lanes), name=f"p{k}_flit", reset_less=True)
-                     for k in range(N)],
+            in_flit=[Signal(flit_layout(self._lanes), name=f"p{k}_flit") for k in range(N)],
+            turn=Signal(range(max(N, 2)), name="judge_turn"),   # the port the judge serves
+            hold_depth=self._spec.judge_hold_flits,
+            hold_level=[Signal(range(self._spec.judge_hold_flits + 1), name=f"p{k}_hold_level")
+                        for k in range(N)],
+            hold_lost=Signal(N, name="hold_lost"),   # a flit taken into a full hold FIFO
             # per port: the packet in progress and what it does this cycle
             in_packet=Signal(N, name="in_pkt"),
             good=Signal(N, name="good"),                       # being written to the banks
@@ -277,24 +281,23 @@ class ReductionUnit(wiring.Component):
             m.d.comb += [rp.addr.eq(read_addr), rp.en.eq(read_en)]
             bank_data.append(rp.data)
 
-        # -- ingress: per-port packet state and first-flit checks ---------------------------
+        # -- ingress: stage 0, the hold FIFOs, and the one judge ------------------------------
         in_pkt, good, cur_slot, cur_idx = st.in_packet, st.good, st.cur_slot, st.cur_idx
         claim, arrive, arrive_slot = st.claim, st.arrive, st.arrive_slot
         cause_hit = [Signal(len(ERROR_CAUSES), name=f"p{k}_cause") for k in range(N)]
         slot_free_now = st.slot_free
         jbits = max(1, (J - 1).bit_length())
+        H = self._spec.judge_hold_flits
 
         # Stage 0, per port, on the flit as it arrives: everything that depends only on the
-        # header and the job table — the slot id clipped to the pool and decoded, the checks
-        # that do not look at the slot table, the job's members and saturation, and which lower
-        # ports name the same slot. Registered, with the flit, into stage 1, where the slot
-        # table is consulted; the job-table lookups are then off the judgement's path. (The job
-        # table a packet sees is the one of the cycle it arrived in.)
-        in_valid, in_flit = st.in_valid, st.in_flit
-        hslot, hslot_hot, job_m, job_sat_k, static_bad, same_slot = [], [], [], [], [], []
-        raw_slots = []
+        # header and the job table — the checks that do not look at the slot table, the job's
+        # members and saturation — is pushed with the flit into the port's hold FIFO. (The job
+        # table a packet sees is the one of the cycle it arrived in.) The flit waits there
+        # until its packet's header has been judged.
+        hold_layout = data.StructLayout({"flit": flit_layout(L), "static": 7, "members": N,
+                                         "sat": 1})
+        heads, head_valid, holds = [], [], []
         for k, port in enumerate(self.i):
-            m.d.comb += port.ready.eq(1)
             hdr = port.payload
             slot_id, job_id = hdr.user.slot, hdr.user.job
             slot = Signal(range(max(S, 2)), name=f"p{k}_hslot_in")
@@ -312,81 +315,77 @@ class ReductionUnit(wiring.Component):
                 ~members[k],
                 hdr.user.dtype.as_value() != select_tree(m, job_id, job_dtype, 2, f"p{k}_jdtype"),
             ]
-            q_slot = Signal.like(slot, name=f"p{k}_hslot", reset_less=True)
-            q_hot = Signal(S, name=f"p{k}_hslot_hot", reset_less=True)
-            q_members = Signal(N, name=f"p{k}_jmembers_q", reset_less=True)
-            q_sat = Signal(name=f"p{k}_jsat_q", reset_less=True)
-            q_static = Signal(len(checks), name=f"p{k}_static_checks", reset_less=True)
-            m.d.sync += [
-                in_valid[k].eq(port.valid),
-                in_flit[k].eq(hdr),
-                q_slot.eq(slot),
-                q_hot.eq(Const(1, S) << slot),
-                q_members.eq(members),
-                q_sat.eq(job_sat.bit_select(job_id[:jbits], 1)),
-                q_static.eq(Cat(*checks)),
-            ]
-            raw_slots.append(slot)
-            hslot.append(q_slot)
-            hslot_hot.append(q_hot)
-            job_m.append(q_members)
-            job_sat_k.append(q_sat)
-            static_bad.append(q_static)
-        same_slot.append(None)   # port 0 has no lower port
-        for k in range(1, N):
-            same = Signal(k, name=f"p{k}_same_slot", reset_less=True)
-            m.d.sync += same.eq(Cat(raw_slots[j] == raw_slots[k] for j in range(k)))
-            same_slot.append(same)
+            m.submodules[f"hold{k}"] = hold = fifo.SyncFIFO(width=hold_layout.size, depth=H)
+            holds.append(hold)
+            entry = Signal(hold_layout, name=f"p{k}_hold_in")
+            m.d.comb += [entry.flit.eq(hdr), entry.static.eq(Cat(*checks)),
+                         entry.members.eq(members),
+                         entry.sat.eq(job_sat.bit_select(job_id[:jbits], 1)),
+                         hold.w_data.eq(entry), hold.w_en.eq(port.valid & port.ready)]
+            # Back-pressure: a packet's first flit enters only when the FIFO has room for a
+            # whole chunk behind what it holds, later flits while it has room at all; so a
+            # well-formed contribution, once started, enters at one flit per cycle. (Which
+            # flit is a first one is known from the `last` of the flits accepted before.)
+            opened = Signal(name=f"p{k}_in_open")
+            with m.If(port.valid & port.ready):
+                m.d.sync += opened.eq(~hdr.last)
+            m.d.comb += [port.ready.eq(Mux(opened, hold.level < H, hold.level <= H - P)),
+                         st.hold_level[k].eq(hold.level),
+                         st.hold_lost[k].eq(hold.w_en & ~hold.w_rdy)]
+            head = Signal(hold_layout, name=f"p{k}_hold_head")
+            m.d.comb += [head.eq(hold.r_data), st.in_flit[k].eq(head.flit)]
+            heads.append(head)
+            head_valid.append(hold.r_rdy)
 
-        # Stage 1, pass 1: whether each port's first flit would claim its slot if no lower
-        # port claimed it too.
-        could_claim = []
+        # The judge: one header a cycle, the ports served in a fixed turn (cycle mod ports,
+        # counted from reset). A port's first flit leaves its hold FIFO only in its turn; the
+        # rest of its packet follows at one flit per cycle. Only the judge reads the slot
+        # table's metadata and only the judge writes it.
+        turn = st.turn
+        m.d.sync += turn.eq(Mux(turn == N - 1, 0, turn + 1))
+        judged = Signal(N, name="judged")
+        pop = Signal(N, name="pop")
         for k in range(N):
-            could = Signal(name=f"p{k}_could_claim")
-            m.d.comb += could.eq(in_valid[k] & ~in_pkt[k] & ~static_bad[k].any() &
-                                 ~slot_valid.bit_select(hslot[k], 1))
-            could_claim.append(could)
-
-        # Pass 2: the lowest port that could claim a slot claims it; a higher port naming the
-        # same slot sees it as held by that port's chunk. A flat comparison of every pair of
-        # ports, not a chain through each lower port's verdict (identical claims: the lowest
-        # port that could claim a slot always does).
+            m.d.comb += [judged[k].eq(head_valid[k] & ~in_pkt[k] & (turn == k)),
+                         pop[k].eq(head_valid[k] & (in_pkt[k] | (turn == k))),
+                         holds[k].r_en.eq(pop[k]), st.in_valid[k].eq(pop[k])]
+        jhead = select_tree(m, turn, heads, hold_layout, "judge_head")
+        jhdr = jhead.flit
+        jfirst = Signal(name="judge_first")
+        m.d.comb += jfirst.eq(judged.any())
+        jslot = Signal(range(max(S, 2)), name="judge_slot")
+        m.d.comb += jslot.eq(Mux(jhdr.user.slot < S, jhdr.user.slot, 0))
+        v_valid = Signal(name="judge_v_valid")
+        v_job = Signal(JOB_BITS, name="judge_v_job")
+        v_seq = Signal(SEQ_BITS, name="judge_v_seq")
+        v_members = Signal(N, name="judge_v_members")
+        v_arrived = Signal(N, name="judge_v_arrived")
+        m.d.comb += [
+            v_valid.eq(slot_valid.bit_select(jslot, 1)),
+            v_job.eq(select_tree(m, jslot, slot_job, JOB_BITS, "judge_sjob")),
+            v_seq.eq(select_tree(m, jslot, slot_seq, SEQ_BITS, "judge_sseq")),
+            v_members.eq(select_tree(m, jslot, slot_members, N, "judge_smembers")),
+            v_arrived.eq(select_tree(m, jslot, slot_arrived, N, "judge_sarrived")),
+        ]
+        jmembers = Mux(v_valid, v_members, jhead.members)
+        alone = jhead.static   # kind, source, job, range, foreign, member, dtype
+        jchecks = [alone[0], alone[1], alone[2], alone[3], alone[4],
+                   ~jmembers.bit_select(turn, 1),   # the slot's snapshot, once it has one
+                   alone[6],
+                   v_valid & ((v_job != jhdr.user.job) | (v_seq != jhdr.user.seq)),
+                   v_valid & v_arrived.bit_select(turn, 1)]
+        jbad = Signal(name="judge_bad")
+        m.d.comb += jbad.eq(Cat(*jchecks).any())
+        # A header naming a free slot claims it (every check not involving the slot passed).
+        jclaim = Signal(name="judge_claim")
+        m.d.comb += jclaim.eq(jfirst & ~alone.any() & ~v_valid)
         for k in range(N):
-            valid, hdr = in_valid[k], in_flit[k]
-            first = valid & ~in_pkt[k]
-            slot, job_id = hslot[k], hdr.user.job
-            hits = [could_claim[j] & same_slot[k][j] for j in range(k)]
-            forwarded = Signal(name=f"p{k}_forwarded")
-            m.d.comb += forwarded.eq(Cat(*hits).any() if hits else Const(0, 1))
-            m.d.comb += claim[k].eq(could_claim[k] & ~forwarded)
+            m.d.comb += claim[k].eq(jclaim & judged[k])
 
-            # The slot as this port sees it, including a claim by a lower port this cycle.
-            v_valid = Signal(name=f"p{k}_v_valid")
-            v_job = Signal(JOB_BITS, name=f"p{k}_v_job")
-            v_seq = Signal(SEQ_BITS, name=f"p{k}_v_seq")
-            v_members = Signal(N, name=f"p{k}_v_members")
-            m.d.comb += [
-                v_valid.eq(slot_valid.bit_select(slot, 1) | forwarded),
-                v_job.eq(select_tree(m, slot, slot_job, JOB_BITS, f"p{k}_sjob")),
-                v_seq.eq(select_tree(m, slot, slot_seq, SEQ_BITS, f"p{k}_sseq")),
-                v_members.eq(select_tree(m, slot, slot_members, N, f"p{k}_smembers")),
-            ]
-            for j in reversed(range(k)):   # the lowest claiming port wins (assigned last)
-                other = in_flit[j]
-                with m.If(hits[j]):
-                    m.d.comb += [v_job.eq(other.user.job), v_seq.eq(other.user.seq),
-                                 v_members.eq(job_m[j])]
-            members = Mux(v_valid, v_members, job_m[k])
-            alone = static_bad[k]   # kind, source, job, range, foreign, member, dtype
-            checks = [alone[0], alone[1], alone[2], alone[3], alone[4],
-                      ~members[k],     # the member set of the slot's chunk, once it has one
-                      alone[6],
-                      v_valid & ((v_job != job_id) | (v_seq != hdr.user.seq)),
-                v_valid & select_tree(m, slot, slot_arrived, N, f"p{k}_sarrived")[k],
-                Const(0, 1),   # bad_length is found later
-            ]
-            bad = Signal(name=f"p{k}_bad")
-            m.d.comb += bad.eq(Cat(*checks).any())
+        for k in range(N):
+            valid, hdr = pop[k], heads[k].flit
+            first = judged[k]
+            bad = jbad
             # What the counters see is registered before the first failing cause is picked,
             # so the priority among causes is not on the judgement's path: bits 0-8 are the
             # checks on a first flit, 9 a wrong length found on a later flit, 10 a first flit
@@ -395,7 +394,7 @@ class ReductionUnit(wiring.Component):
             n_checks = len(ERROR_CAUSES) - 1
             raw = Signal(n_checks + 1 + (P > 1), name=f"p{k}_cause_raw")
             raw_q = Signal(len(raw), name=f"p{k}_cause_raw_q")
-            m.d.comb += raw[:n_checks].eq(Cat(first & check for check in checks[:-1]))
+            m.d.comb += raw[:n_checks].eq(Cat(first & check for check in jchecks))
             m.d.sync += raw_q.eq(Mux(self.cfg.clear, 0, raw))
             for c in range(n_checks):
                 earlier = raw_q[:c].any() if c else Const(0, 1)
@@ -409,13 +408,13 @@ class ReductionUnit(wiring.Component):
             with m.If(valid):
                 with m.If(first):
                     m.d.sync += [in_pkt[k].eq(~hdr.last), good[k].eq(~bad & ~hdr.last),
-                                 cur_slot[k].eq(slot), idx.eq(1),
-                                 st.cur_job[k].eq(job_id), st.cur_seq[k].eq(hdr.user.seq)]
-                    m.d.comb += [wp.en.eq(~bad), wp.addr.eq(slot * P), wp.data.eq(hdr.data),
-                                 st.write_slot[k].eq(slot)]
+                                 cur_slot[k].eq(jslot), idx.eq(1),
+                                 st.cur_job[k].eq(hdr.user.job), st.cur_seq[k].eq(hdr.user.seq)]
+                    m.d.comb += [wp.en.eq(~bad), wp.addr.eq(jslot * P), wp.data.eq(hdr.data),
+                                 st.write_slot[k].eq(jslot)]
                     if P == 1:
                         with m.If(~bad & hdr.last):
-                            m.d.comb += [arrive[k].eq(1), arrive_slot[k].eq(slot)]
+                            m.d.comb += [arrive[k].eq(1), arrive_slot[k].eq(jslot)]
                     else:
                         m.d.comb += raw[n_checks + 1].eq(hdr.last)
                 with m.Else():
@@ -438,43 +437,23 @@ class ReductionUnit(wiring.Component):
                                 m.d.comb += raw[n_checks].eq(1)
 
         # -- slot table updates ------------------------------------------------------------
-        claim_entry_layout = data.StructLayout({"job": JOB_BITS, "seq": SEQ_BITS, "members": N,
-                                                "dtype": 2, "sat": 1})
-        claim_entry = []     # what port k's claim stores in its slot
-        claim_hot = []       # port k claims slot s
-        for k in range(N):
-            entry = Signal(claim_entry_layout, name=f"p{k}_claim_entry")
-            hdr = in_flit[k]
-            m.d.comb += [entry.job.eq(hdr.user.job), entry.seq.eq(hdr.user.seq),
-                         entry.members.eq(job_m[k]), entry.dtype.eq(hdr.user.dtype.as_value()),
-                         entry.sat.eq(job_sat_k[k])]
-            claim_entry.append(entry)
-            hot = Signal(S, name=f"p{k}_claim_hot")
-            m.d.comb += hot.eq(Mux(claim[k], hslot_hot[k], 0))
-            claim_hot.append(hot)
+        # One writer: the judge. The claimed entry is the judged header's, for every slot.
         for s in range(S):
             set_bits = Signal(N, name=f"slot{s}_set")
             m.d.comb += set_bits.eq(Cat(arrive[k] & (arrive_slot[k] == s) for k in range(N)))
             claimed = Signal(name=f"slot{s}_claimed")
-            m.d.comb += claimed.eq(Cat(claim_hot[k][s] for k in range(N)).any())
+            m.d.comb += claimed.eq(jclaim & (jslot == s))
             with m.If(slot_free_now[s]):
                 m.d.sync += [slot_valid[s].eq(0), slot_arrived[s].eq(0)]
             with m.Else():
                 m.d.sync += slot_arrived[s].eq(slot_arrived[s] | set_bits)
                 with m.If(claimed):
                     m.d.sync += slot_valid[s].eq(1)
-            # At most one port claims a slot in a cycle (the lowest that could; pass 2), so
-            # the claimer's header is chosen by its index through a multiplexer tree rather
-            # than by a chain of eight priority `If`s per bit (which cost about twice the
-            # LUTs: 64 entries × 35 bits).
-            writer = Signal(range(max(N, 2)), name=f"slot{s}_writer")
-            m.d.comb += writer.eq(Cat(Cat(claim_hot[k][s] for k in range(N) if k >> b & 1).any()
-                                      for b in range(len(writer))))
-            entry = select_tree(m, writer, claim_entry, claim_entry_layout, f"slot{s}_entry")
             with m.If(claimed):
-                m.d.sync += [slot_job[s].eq(entry.job), slot_seq[s].eq(entry.seq),
-                             slot_members[s].eq(entry.members), slot_dtype[s].eq(entry.dtype),
-                             slot_sat[s].eq(entry.sat)]
+                m.d.sync += [slot_job[s].eq(jhdr.user.job), slot_seq[s].eq(jhdr.user.seq),
+                             slot_members[s].eq(jhead.members),
+                             slot_dtype[s].eq(jhdr.user.dtype.as_value()),
+                             slot_sat[s].eq(jhead.sat)]
 
         # -- engine: pick a complete slot, read its flits, reduce ---------------------------
         # The pick is registered: each cycle the lowest complete slot of this cycle's table

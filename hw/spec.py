@@ -168,6 +168,24 @@ class SwitchSpec:
         return self.ingress_depth or max(16, 2 * self.chunk_flits)
 
     @property
+    def judge_hold_flits(self):
+        """Depth of each port's hold FIFO in the reduction unit, flits: ``chunk_flits + ports``.
+        A contribution's flits wait there while its header waits for the judge's turn (up
+        to ``ports - 1`` cycles); a first flit enters only with room for a whole chunk behind
+        what the FIFO holds, so with ``chunk_flits`` a multiple of ``ports`` the unit never
+        back-pressures well-formed traffic (docs/hw.md, One judge)."""
+        return self.chunk_flits + self.ports
+
+    @property
+    def line_rate(self):
+        """Whether the reduction unit takes contributions at one flit per cycle per port:
+        the judge serves each port once every ``ports`` cycles, so a port keeps up when its
+        chunks are a whole number of turns long (``chunk_flits`` a multiple of ``ports``).
+        Otherwise each chunk waits up to ``ports - 1`` cycles more for its turn and the unit
+        back-pressures its ingress."""
+        return self.chunk_flits % self.ports == 0
+
+    @property
     def adder_tree_levels(self):
         """Levels of the reduction unit's adder tree over ``ports`` members."""
         return max(1, (self.ports - 1).bit_length())

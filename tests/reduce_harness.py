@@ -87,7 +87,8 @@ def run_unit(unit, jobs, traffic, *, seed=0, idle=0.0, stall=0.0, max_cycles=200
                 ctx.set(unit.i[k].valid, send)
                 if send:
                     ctx.set(unit.i[k].payload.as_value(), flits[k][pos[k]])
-                    pos[k] += 1   # ready is always high
+                    if ctx.get(unit.i[k].ready):   # low while the port's hold FIFO is full
+                        pos[k] += 1
                 ready = stall == 0 or rng.random() >= stall
                 ctx.set(unit.o[k].ready, ready)
                 if ready and ctx.get(unit.o[k].valid):

@@ -72,6 +72,10 @@ def bench_line_rate(ports=8, lanes=8, slots=64, chunk_flits=8, chunks=48, skew=0
                                     slot=seq % slots, seq=seq, dtype=dtype)
                     bits = pack_flit(header, [seq + k] * lanes, flit[k] == P - 1)
                     ctx.set(unit.i[k].payload.as_value(), bits)
+                    # below the judge's line rate (chunk_flits not a multiple of ports) the
+                    # unit back-pressures: the flit is offered again next cycle
+                    send = ctx.get(unit.i[k].ready)
+                if send:
                     stats["in"] += 1
                     stats["last_in"] = cycle
                     if stats["first_in"] is None:

@@ -40,6 +40,11 @@ from sim.replay.result import ReplayResult
 
 __all__ = ["FastSwitch", "PythonModel", "CompiledModel", "replay_model"]
 
+#: The reduction unit's judge serves port ``(t + JUDGE_PHASE) mod ports`` at model cycle t:
+#: its turn counter starts at 0 when reset is released, and the replay drivers
+#: (:func:`sim.cosim.pins.configure_replay`) start the model's cycle 0 that many cycles later.
+JUDGE_PHASE = 1
+
 # Event kinds, in the order they are handled within one cycle.
 _SOURCE, _EGRESS = 0, 1
 
@@ -64,6 +69,7 @@ class FastSwitch:
         self.depth = spec.ingress_fifo_flits
         self.result_lag = spec.result_latency
         self.result_depth = spec.result_fifo_flits
+        self.judge_phase = JUDGE_PHASE
         # Egress d's requester k is ingress k's memory traffic, except requester d: the
         # reduction results for d (d's own ingress never sends to d).
         self.arbiters = [
@@ -118,6 +124,13 @@ class _SwitchRun:
         each egress's result FIFO (flits).
     ingress_latency, pick_latency : int
         The switch specification's ``ingress_latency`` and ``engine_pick_latency`` (cycles).
+    hold_depth, judge_phase : int
+        Depth of the reduction unit's hold FIFOs (``judge_hold_flits``); the judge serves
+        port ``(t + judge_phase) mod N`` at cycle t (:data:`JUDGE_PHASE`).
+    hold_taken, hold_free, hold_hist : list
+        Per port, the reduction unit's hold FIFO: contribution flits ever taken; first
+        cycle its next header can be judged; the packets whose pops a later header's
+        admission may wait for, as (first flit, flits, first pop).
     mem_ports, nmembers, hist_limit : list of int, int, int
         Ports of the reduction's members and their number; result packets remembered per
         egress for :meth:`result_read`.
@@ -165,6 +178,7 @@ class _SwitchRun:
 
     __slots__ = (
         "N", "D", "P", "S", "result_lag", "result_depth", "ingress_latency", "pick_latency",
+        "hold_depth", "judge_phase", "hold_taken", "hold_free", "hold_hist",
         "mem_ports", "nmembers", "hist_limit", "arbiters", "all_last",
         "loop", "plan",
         "inject", "deliver", "results", "out_flits", "in_flits", "stall",
@@ -184,6 +198,13 @@ class _SwitchRun:
         self.result_lag, self.result_depth = model.result_lag, model.result_depth
         self.ingress_latency = cfg.switch.ingress_latency
         self.pick_latency = cfg.switch.engine_pick_latency
+        self.hold_depth = cfg.switch.judge_hold_flits
+        self.judge_phase = model.judge_phase
+        # the reduction unit's hold FIFOs: flits ever taken, first cycle the judge may see the
+        # next header, and the pops of the packets still in them as (first flit, flits, cycle
+        # of the first pop)
+        self.hold_taken, self.hold_free = [0] * N, [0] * N
+        self.hold_hist = [deque() for _ in range(N)]
         self.mem_ports = [d for d in range(N) if plan.members >> d & 1]
         self.nmembers = bin(plan.members).count("1")
         self.hist_limit = 4 + self.result_depth // self.P
@@ -311,10 +332,33 @@ class _SwitchRun:
         self.update_visible(k)
         self.resolve_writes(k)
 
+    def hold_bound(self, k):
+        """First cycle the reduction unit's port k takes a header: its hold FIFO must hold at
+        most ``hold_depth - P`` flits (room for a whole chunk behind them), i.e. flit
+        ``taken - (hold_depth - P) - 1`` must have left it the cycle before."""
+        x = self.hold_taken[k] - (self.hold_depth - self.P) - 1
+        if x < 0:
+            return -1
+        hist = self.hold_hist[k]
+        while hist and hist[0][0] + hist[0][1] <= x:
+            hist.popleft()
+        j0, _, first_pop = hist[0]
+        return first_pop + (x - j0) + 1
+
     def grant_contribution(self, k, pk):
-        pk.grant = pk.visible
+        """The reduction unit takes contribution pk from ingress k at one flit a cycle from
+        when its hold FIFO has room; the judge sees the header once it heads the FIFO, in
+        port k's turn, and the flits leave the FIFO one a cycle from then."""
+        pk.grant = max(pk.visible, self.hold_bound(k))
         self.in_flits[k] += pk.flits
-        last = pk.grant + pk.flits - 1
+        head = max(pk.grant + 1, self.hold_free[k])
+        judged = head + (k - head - self.judge_phase) % self.N
+        self.hold_hist[k].append((self.hold_taken[k], pk.flits, judged))
+        self.hold_taken[k] += pk.flits
+        self.hold_free[k] = judged + pk.flits
+        # the cycle the last flit would have reached the unit had the judge not kept it
+        # waiting (engine_pick_latency counts from there)
+        last = judged + pk.flits - 2
         seq = pk.seq
         arrivals, arrived_at = self.arrivals, self.arrived_at
         left = arrivals.get(seq, self.nmembers) - 1

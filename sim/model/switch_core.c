@@ -183,6 +183,7 @@ typedef struct { InPkt *v; i64 mask; } Ring;
     X(i64, slots) X(i64, policy) X(i64, quantum) X(i64, deficit_bits) X(i64, members)          \
     X(i64, chunks) X(i64, mtu) X(i64, packets) X(i64, packet_cap) X(i64, messages)             \
     X(i64, message_cap) X(i64, ingress_latency) X(i64, pick_latency) X(i64, round_trip)        \
+    X(i64, hold_depth) X(i64, judge_phase)                                                     \
     /* arbiter inputs, per egress, per requester: ports x ports */                             \
     X(const i64 *, priority) X(const i64 *, weight)                                            \
     /* the plan's packets (packet_cap) and messages (message_cap), grown by read responses */  \
@@ -219,6 +220,7 @@ typedef struct {
     i64 N, D, result_lag, result_depth, P, S, policy, quantum, dbits, members, nmembers;
     i64 chunks, mtu;
     i64 ingress_latency, pick_latency, hist_limit, rt;
+    i64 hold_depth, judge_phase;
     const i64 *priority, *weight;
     /* plan: packets (growing with read responses) */
     i64 npk, pk_cap, *pk_flits, *pk_dst, *pk_seq, *pk_msg;
@@ -249,7 +251,9 @@ typedef struct {
     i64 *rq_head, *rh_head;
     /* arbiters */
     i64 *arb_ptr, *arb_count, *arb_deficit;
-    /* reduction unit */
+    /* reduction unit: per port, its hold FIFO (Python's hold_taken, hold_free, and hold_hist
+       as a ring of hold_cap entries from hold_lo to hold_hi: first flit, flits, first pop) */
+    i64 *hold_taken, *hold_free, hold_cap, *hold_lo, *hold_hi, *hold_j0, *hold_fl, *hold_pop;
     i64 *arrivals, *arrived_at;
     tvec engine;   /* complete chunks: (ready cycle, slot, seq) */
     i64 engine_free, engine_armed, engine_blocked;
@@ -599,11 +603,29 @@ static void leave_fifo(SwitchRun *s, i64 k, i64 i) {
     resolve_writes(s, k);
 }
 
+static i64 hold_bound(SwitchRun *s, i64 k) {
+    i64 x = s->hold_taken[k] - (s->hold_depth - s->P) - 1;
+    if (x < 0) return -1;
+    i64 c = s->hold_cap, *lo = &s->hold_lo[k];
+    while (*lo < s->hold_hi[k] && s->hold_j0[k * c + *lo % c] + s->hold_fl[k * c + *lo % c] <= x)
+        (*lo)++;
+    i64 h = k * c + *lo % c;
+    return s->hold_pop[h] + (x - s->hold_j0[h]) + 1;
+}
+
 static void grant_contribution(SwitchRun *s, i64 k, i64 i) {
     InPkt *e = ING(k, i);
-    e->grant = e->visible;
+    e->grant = max64(e->visible, hold_bound(s, k));
     s->in_flits[k] += e->flits;
-    i64 last = e->grant + e->flits - 1, seq = s->pk_seq[e->pid];
+    i64 head = max64(e->grant + 1, s->hold_free[k]);
+    i64 judged = head + ((k - head - s->judge_phase) % s->N + s->N) % s->N;
+    i64 h = k * s->hold_cap + s->hold_hi[k]++ % s->hold_cap;
+    s->hold_j0[h] = s->hold_taken[k];
+    s->hold_fl[h] = e->flits;
+    s->hold_pop[h] = judged;
+    s->hold_taken[k] += e->flits;
+    s->hold_free[k] = judged + e->flits;
+    i64 last = judged + e->flits - 2, seq = s->pk_seq[e->pid];
     i64 left = s->arrivals[seq] - 1;
     s->arrived_at[seq] = max64(s->arrived_at[seq], last);
     s->arrivals[seq] = left;
@@ -898,6 +920,9 @@ int innet_switch_run(const SwitchArgs *a) {
     s->ingress_latency = a->ingress_latency;
     s->pick_latency = a->pick_latency;
     s->rt = a->round_trip;
+    s->hold_depth = a->hold_depth;
+    s->judge_phase = a->judge_phase;
+    s->hold_cap = s->hold_depth - s->P + 4;   /* live entries: at most hold_depth - P + 2 */
     s->hist_limit = 4 + s->result_depth / s->P;
     s->priority = a->priority;
     s->weight = a->weight;
@@ -951,6 +976,13 @@ int innet_switch_run(const SwitchArgs *a) {
     ZALLOC(s->arb_ptr, N);
     ZALLOC(s->arb_count, N);
     ZALLOC(s->arb_deficit, N * R);
+    ZALLOC(s->hold_taken, N);
+    ZALLOC(s->hold_free, N);
+    ZALLOC(s->hold_lo, N);
+    ZALLOC(s->hold_hi, N);
+    ZALLOC(s->hold_j0, N * s->hold_cap);
+    ZALLOC(s->hold_fl, N * s->hold_cap);
+    ZALLOC(s->hold_pop, N * s->hold_cap);
     ZALLOC(s->arrivals, C);
     ALLOC(s->arrived_at, C, -1);
     ZALLOC(s->eng_r, N);
@@ -1010,7 +1042,8 @@ fail:
                   s->hist_head, s->written, s->prev_last_read, s->src_busy, s->src_free,
                   s->pending, s->src_tries, s->egress_free, s->egress_armed, s->head_mem,
                   s->head_res, s->streaming, s->result_last_read, s->rtabs, s->rq_head,
-                  s->rh_head, s->arb_ptr, s->arb_count, s->arb_deficit, s->arrivals, s->arrived_at, s->eng_r, s->mem_ports,
+                  s->rh_head, s->arb_ptr, s->arb_count, s->arb_deficit, s->hold_taken, s->hold_free, s->hold_lo, s->hold_hi,
+                  s->hold_j0, s->hold_fl, s->hold_pop, s->arrivals, s->arrived_at, s->eng_r, s->mem_ports,
                   s->valid, s->scratch};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) free(ps[i]);
     return status;

@@ -44,7 +44,8 @@ FLAGS = ["-O2", "-std=c11", "-shared", "-fPIC"]
 #: switch_core.c).
 PARAMS = ("ports", "depth", "result_lag", "result_depth", "chunk_flits", "slots", "policy",
           "quantum", "deficit_bits", "members", "chunks", "mtu", "packets", "packet_cap",
-          "messages", "message_cap", "ingress_latency", "pick_latency", "round_trip")
+          "messages", "message_cap", "ingress_latency", "pick_latency", "round_trip",
+          "hold_depth", "judge_phase")
 #: The entry point's int64 arrays, in ``SwitchArgs`` order after the parameters.
 ARRAYS = ("priority", "weight", "pk_flits", "pk_dst", "pk_seq", "pk_msg",
           "m_src", "m_dst", "m_issue", "m_kind", "m_resp_flits", "m_resp_to", "m_dep",
@@ -268,7 +269,8 @@ def run_core(model, plan):
               "messages": m0, "message_cap": m_cap,
               "ingress_latency": cfg.switch.ingress_latency,
               "pick_latency": cfg.switch.engine_pick_latency,
-              "round_trip": 2 * cfg.link_cycles}
+              "round_trip": 2 * cfg.link_cycles,
+              "hold_depth": cfg.switch.judge_hold_flits, "judge_phase": model.judge_phase}
     out = {"inject": np.full(p_cap, -1, np.int64), "deliver": np.full(p_cap, -1, np.int64),
            "results": np.full(N * C, -1, np.int64), "done_at": np.full(m_cap, -1, np.int64),
            "out_flits": np.zeros(N, np.int64), "in_flits": np.zeros(N, np.int64),
