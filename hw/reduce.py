@@ -3,8 +3,10 @@
 A contribution packet (``kind = REDUCE_CONTRIB``) names a job, a slot and a chunk sequence
 number and carries one chunk: ``chunk_flits`` flits × ``lanes`` 32-bit lanes. The unit
 
-1. writes each port's contribution flits into that port's own **bank** (``bank[k][slot][flit]``)
-   at one flit per cycle — ingress never blocks, and nothing is accumulated on arrival;
+1. holds each port's contribution flits in a small FIFO until **one shared judge** has judged
+   the packet's header against the slot table (port ``cycle mod ports``'s turn), then writes
+   them into that port's own **bank** (``bank[k][slot][flit]``) at one flit per cycle —
+   nothing is accumulated on arrival;
 2. marks the member arrived in the slot when the contribution's last flit lands;
 3. when a slot's arrived bitmap equals its member set, **reads every bank in parallel** and
    reduces through a fixed adder tree in member (port) order — absent members pass the other
@@ -26,14 +28,17 @@ Bad contributions are judged on their first flit and dropped whole, without touc
 entry another contribution owns; each is counted once, by its first failing cause (see
 :data:`ERROR_CAUSES`).
 
-Timing: a flit is judged the cycle after it arrives. In its arrival cycle (stage 0) everything
-that needs only its header and the job table is worked out and registered with it — the checks
-that do not involve the slot table, the job's members, the decoded slot, which lower ports name
-the same slot — so stage 1 consults the slot table without the job-table lookups in front. A
-bank write is requested in stage 1 and performed from registers a cycle later; drop events
-are registered before their causes are ranked. None of this changes what is decided, only when:
-a chunk is complete one cycle later than its last flit's arrival would otherwise allow, and a
-counter shows a drop two cycles after the judgement.
+Timing: in a flit's arrival cycle (stage 0) everything that needs only its header and the job
+table — the checks that do not involve the slot table, the job's members and saturation — is
+worked out and pushed with the flit into the port's hold FIFO (``judge_hold_flits`` deep). The
+judge serves port ``turn`` (a counter, ``cycle mod ports`` from reset): the header at the head
+of that port's FIFO, if any, meets the slot table that cycle (only the judge reads or writes
+the slot metadata), and the packet's flits then leave the FIFO one per cycle. A header waits
+0 to ``ports - 1`` cycles for its turn; with ``chunk_flits`` a multiple of ``ports`` the waits
+do not accumulate (line rate), otherwise the unit back-pressures its inputs: a first flit is
+taken only while the FIFO has room for a whole chunk behind what it holds. A bank write is
+requested by the drain and performed from registers a cycle later; drop events are registered
+before their causes are ranked, so a counter shows a drop two cycles after the judgement.
 """
 
 from types import SimpleNamespace
@@ -135,7 +140,9 @@ class ReductionUnit(wiring.Component):
     Members
     -------
     i : In(stream.Signature(flit)).array(ports)
-        Contributions; ``ready`` is always high.
+        Contributions; ``ready`` falls only when the port's hold FIFO is short of room (a
+        first flit needs room for a whole chunk): never for well-formed traffic with
+        ``chunk_flits`` a multiple of ``ports``.
     o : Out(stream.Signature(flit)).array(ports)
         Results, one stream per egress port.
     cfg : In(config_signature(ports))

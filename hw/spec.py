@@ -30,8 +30,9 @@ MAX_CHUNK_FLITS = 1 << 16
 #: FIFO of :class:`hw.switch.Switch`: write, then the registered read port).
 INGRESS_LATENCY = 2
 #: Cycles from a chunk's last contribution flit at the reduction unit to the first cycle its
-#: engine may start the chunk: the flit is registered into the judgement stage, the arrival
-#: is registered, then the engine's pick (:mod:`hw.reduce`).
+#: engine may start the chunk, when its header met the judge without waiting for its turn:
+#: the flit passes the hold FIFO, the arrival is registered, then the engine's pick
+#: (:mod:`hw.reduce`). A header's wait for its turn (0 to ``ports - 1`` cycles) adds to it.
 ENGINE_PICK_LATENCY = 3
 #: Pipeline stages of each floating-point adder in the reduction tree (:func:`hw.fpadd.float_add`):
 #: a whole fp32 addition in one cycle limits the switch to what one adder reaches alone; three

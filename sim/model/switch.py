@@ -11,9 +11,12 @@ traces (``tests/test_cosim.py``, ``innet bench cosim``):
   golden model) over N requesters: memory traffic from every other ingress, and the reduction
   results in the place of d's own ingress (as hw/switch.py); a granted packet leaves at one
   flit per cycle, and the next packet can start the cycle after its last flit (zero bubble).
-* **Reduction unit**: contributions never wait (the unit's ready is always high); a chunk is
-  complete when its last member's last flit is in, and the engine may start it
-  ``engine_pick_latency`` cycles later (judgement stage, arrival, pick: one register each);
+* **Reduction unit**: a contribution at its ingress FIFO's head is taken at one flit per cycle
+  once the unit's hold FIFO for the port has room for a whole chunk (:meth:`_SwitchRun.
+  hold_bound`); its header is judged when it heads the hold FIFO, in the port's turn of the
+  one judge (cycle mod ports, :data:`JUDGE_PHASE`), and its flits leave the hold FIFO one a
+  cycle from then. A chunk is complete when its last member's last flit has left, and the
+  engine may start it ``engine_pick_latency`` − 1 cycles later (arrival, pick);
   one engine reads complete chunks one flit per cycle, lowest slot first, and each result
   flit reaches the egress arbiters ``result_latency`` cycles after the engine read it (result
   FIFO + pipeline = bank read, adder-tree levels, result select), queued per egress like the
