@@ -364,6 +364,9 @@ class ReplayDriver:
     loop : sim.replay.loop.ClosedLoop
     cycle : int
         The cycle :meth:`drive` and :meth:`sample` are in.
+    period_ns, cycle0_ns : int, float or None
+        The clock period; the simulation time of the clock edge before cycle 0's (set by
+        :func:`replay_dut`).
     """
 
     def __init__(self, plan, seed=1, stall=0.0, rng=None):
@@ -381,6 +384,8 @@ class ReplayDriver:
                                      on_inject=self.scoreboard.injected)
         self.egress = EgressMonitor(self.N, self._arrived, stall=stall, rng=rng)
         self.cycle = 0
+        self.period_ns = 10       # the clock configure_replay starts
+        self.cycle0_ns = None     # set by replay_dut
 
     def _arrived(self, d, beats, cycle):
         what = self.scoreboard.check(d, beats, cycle)
@@ -473,8 +478,15 @@ async def replay_dut(dut, driver, max_cycles=MAX_REPLAY_CYCLES, watchdog=100_000
     message is delivered. Raises AssertionError if nothing leaves the switch for ``watchdog``
     cycles while packets are outstanding (a deadlock), or on a scoreboard mismatch.
     ``configure=False``: the switch is running and configured already (the clock started,
-    the job written, as between the phases of :mod:`sim.cosim.tb_elastic`)."""
+    the job written, as between the phases of :mod:`sim.cosim.tb_elastic`).
+
+    Cycle 0 is sampled at the clock edge after the configuration write's, as the Verilog
+    player's is (the reduction unit's judge turn counts from reset, so the fast model's
+    :data:`sim.model.switch.JUDGE_PHASE` holds for both drivers). ``driver.cycle0_ns`` is set
+    to the simulation time of the edge before cycle 0's (a later phase's judge phase follows
+    from it)."""
     from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
+    from cocotb.utils import get_sim_time
 
     N = driver.N
     pins = SwitchPins(dut, N)
@@ -486,14 +498,20 @@ async def replay_dut(dut, driver, max_cycles=MAX_REPLAY_CYCLES, watchdog=100_000
     quiet = 0
     rising, read_only = RisingEdge(dut.clk), ReadOnly()
     pending_changes = []
+    at_edge = configure   # configure_replay returned just after its write's clock edge
+    first = True
     while not driver.done():
         skip = driver.idle_until()
         if skip is not None and skip > driver.cycle + 1:
             # Nothing in flight until the next issue time: let the simulator run on its own.
-            await ClockCycles(dut.clk, skip - driver.cycle + 1)
+            await ClockCycles(dut.clk, skip - driver.cycle + 1 - at_edge)
             driver.cycle = skip
-        else:
+        elif not at_edge:
             await rising
+        at_edge = False
+        if first:
+            driver.cycle0_ns = get_sim_time("ns") - driver.cycle * driver.period_ns
+            first = False
         pins.apply(pending_changes)
         pins.apply(driver.drive())
         if driver.stall:

@@ -64,7 +64,7 @@ class _Packet:
 class FastSwitch:
     """The fast model. :meth:`run` replays a plan through it closed-loop."""
 
-    def __init__(self, config):
+    def __init__(self, config, judge_phase=None):
         self.config = config
         N = config.ports
         self.N = N
@@ -72,7 +72,7 @@ class FastSwitch:
         self.depth = spec.ingress_fifo_flits
         self.result_lag = spec.result_latency
         self.result_depth = spec.result_fifo_flits
-        self.judge_phase = JUDGE_PHASE
+        self.judge_phase = JUDGE_PHASE if judge_phase is None else judge_phase
         # Egress d's requester k is ingress k's memory traffic, except requester d: the
         # reduction results for d (d's own ingress never sends to d).
         self.arbiters = [
@@ -602,11 +602,11 @@ class PythonModel(ReplayBackend):
 
     name = "model"
 
-    def __init__(self, progress=None):
-        self.progress = progress
+    def __init__(self, progress=None, judge_phase=None):
+        self.progress, self.judge_phase = progress, judge_phase
 
     def run(self, plan):
-        return FastSwitch(plan.config).run(plan, progress=self.progress)
+        return FastSwitch(plan.config, self.judge_phase).run(plan, progress=self.progress)
 
 
 class CompiledModel(ReplayBackend):
@@ -621,30 +621,35 @@ class CompiledModel(ReplayBackend):
 
     name = "model"
 
+    def __init__(self, judge_phase=None):
+        self.judge_phase = judge_phase
+
     def run(self, plan):
         from sim.model.switch_core import run_core
-        return run_core(FastSwitch(plan.config), plan)
+        return run_core(FastSwitch(plan.config, self.judge_phase), plan)
 
 
-def replay_model(plan, progress=None, core="auto"):
+def replay_model(plan, progress=None, core="auto", judge_phase=None):
     """Replay ``plan`` through the fast model.
 
     ``core``: ``"c"`` runs the compiled core (:class:`CompiledModel`), ``"python"`` the
     Python reference (:class:`PythonModel`), ``"auto"`` the compiled core when this machine can
     build it and the Python reference otherwise (with a warning saying why).
-    ``progress(cycle, started, total)`` is called on long Python replays.
+    ``progress(cycle, started, total)`` is called on long Python replays. ``judge_phase``:
+    the judge's turn at cycle 0 when it is not :data:`JUDGE_PHASE` (an RTL run continued
+    without a reset, :mod:`sim.cosim.tb_elastic`).
     """
     if core not in ("auto", "c", "python"):
         raise ValueError(f"core must be auto, c or python, not {core!r}")
     if core != "python":
         from sim.model.switch_core import CoreUnavailable
         try:
-            return CompiledModel().run(plan)
+            return CompiledModel(judge_phase).run(plan)
         except CoreUnavailable as e:
             if core == "c":
                 raise
             _warn_once(str(e))
-    return PythonModel(progress).run(plan)
+    return PythonModel(progress, judge_phase).run(plan)
 
 
 @functools.lru_cache(maxsize=None)

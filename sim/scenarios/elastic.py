@@ -145,7 +145,7 @@ def _rtl_phases(ctx, sizes):
     out = replay_rtl_phases(plans, ctx.config.sim)
     windows = []
     for n, plan, (rtl, write_cycles) in zip(sizes, plans, out):
-        model = replay_model(plan)
+        model = replay_model(plan, judge_phase=rtl.extra["judge_phase"])
         agreement = compare(rtl, model)
         windows.append({"trace": f"elastic phase {n} GPUs", "window": "whole phase",
                         "rtl_switch": f"{rcfg.policy} build", "packets": plan.packets,
