@@ -187,6 +187,20 @@ class SwitchSpec:
         return self.chunk_flits % self.ports == 0
 
     @property
+    def judge_wait_cycles(self):
+        """Longest wait of a header for the judge's turn, cycles: ``ports - 1`` (the member
+        judged last when every member's header arrives in the same cycle)."""
+        return self.ports - 1
+
+    @property
+    def judge_flits_per_cycle(self):
+        """Flits per cycle a port's back-to-back chunks enter the reduction unit at: 1 at
+        :attr:`line_rate`, else ``chunk_flits / (ports × ⌈chunk_flits / ports⌉)`` (each
+        chunk waits for the next turn of the judge)."""
+        turns = -(-self.chunk_flits // self.ports)
+        return self.chunk_flits / (self.ports * turns)
+
+    @property
     def adder_tree_levels(self):
         """Levels of the reduction unit's adder tree over ``ports`` members."""
         return max(1, (self.ports - 1).bit_length())

@@ -46,7 +46,8 @@ def _round_trip_s(gpu, spec):
     effective link rate."""
     flit = spec.lanes * 4
     cycle = flit / (gpu.link_effective_gbps * 1e9)
-    pipeline = (spec.chunk_flits - 1) + spec.engine_pick_latency + spec.result_latency
+    pipeline = (spec.chunk_flits - 1) + spec.judge_wait_cycles + spec.engine_pick_latency + \
+        spec.result_latency
     return 2 * gpu.link_latency_s + (pipeline + spec.chunk_flits) * cycle
 
 

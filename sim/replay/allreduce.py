@@ -59,18 +59,21 @@ def slot_bound(config):
     and the link hop alone (no replay).
 
     Returns a dict: ``switch_cycles`` — an unloaded chunk's first contribution flit in to its
-    last result flit out (ingress latency, the chunk's P flits in, the judgement/arrival/pick
-    registers, the reduction pipeline, the result FIFO, the P flits out); ``round_trip_cycles``
+    last result flit out (ingress latency, the chunk's P flits in, the judge's wait for the
+    member judged last, the hold FIFO/arrival/pick registers, the reduction pipeline, the result FIFO, the P flits out); ``round_trip_cycles``
     R — a slot's whole cycle: that, plus the credit's way back (one cycle, then two link hops);
     ``bound_gbps`` — S·C/R in GB/s; ``line_gbps``; ``limit_gbps`` — the smaller.
     """
     spec = config.switch
     P = config.chunk_flits
     # The last contribution flit is at the reduction unit ingress_latency + P − 1 cycles after
-    # the first entered; five registers (judgement input, arrival, pick, result FIFO,
-    # arbiter) and the reduction pipeline later the result's first flit leaves, its last
-    # P − 1 cycles after that (tests/test_cosim.py, test_model_reduction_latency).
-    switch = spec.ingress_latency + P - 1 + 5 + spec.reduction_pipeline_depth + P - 1
+    # the first entered; the member judged last waits ports − 1 cycles for the judge's turn
+    # (every member's header arrives in the same cycle); five registers (hold FIFO,
+    # arrival, pick, result FIFO, arbiter) and the reduction pipeline later the result's
+    # first flit leaves, its last P − 1 cycles after that (tests/test_cosim.py,
+    # test_model_reduction_latency).
+    switch = spec.ingress_latency + P - 1 + spec.judge_wait_cycles + 5 + \
+        spec.reduction_pipeline_depth + P - 1
     R = switch + 1 + 2 * config.link_cycles
     bound = config.slots * config.chunk_bytes / (R * config.cycle_ns)
     return {"switch_cycles": switch, "round_trip_cycles": R,
