@@ -1042,8 +1042,9 @@ fail:
                   s->hist_head, s->written, s->prev_last_read, s->src_busy, s->src_free,
                   s->pending, s->src_tries, s->egress_free, s->egress_armed, s->head_mem,
                   s->head_res, s->streaming, s->result_last_read, s->rtabs, s->rq_head,
-                  s->rh_head, s->arb_ptr, s->arb_count, s->arb_deficit, s->hold_taken, s->hold_free, s->hold_lo, s->hold_hi,
-                  s->hold_j0, s->hold_fl, s->hold_pop, s->arrivals, s->arrived_at, s->eng_r, s->mem_ports,
+                  s->rh_head, s->arb_ptr, s->arb_count, s->arb_deficit, s->hold_taken,
+                  s->hold_free, s->hold_lo, s->hold_hi, s->hold_j0, s->hold_fl, s->hold_pop,
+                  s->arrivals, s->arrived_at, s->eng_r, s->mem_ports,
                   s->valid, s->scratch};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) free(ps[i]);
     return status;
