@@ -350,6 +350,13 @@ def _scenario(args):
     return load_scenario(text, args.config) if is_scenario(text) else None
 
 
+def _check_scenario_flags(args):
+    """A scenario replays one window through the RTL (``rtl``) and has no full bucket windows."""
+    if getattr(args, "rtl_windows", False):
+        raise UsageError(f"--rtl-windows: {args.config} is a scenario file, which replays one "
+                         f"window through the RTL ([scenario] rtl); drop --rtl-windows")
+
+
 def _run_scenario(args, config):
     """``innet run SCENARIO.toml``: one scenario (docs/scenarios.md) into a new run directory
     (written whole or not at all; a scenario runs in seconds, so there is no --resume)."""
@@ -359,6 +366,7 @@ def _run_scenario(args, config):
     from sim.cosim.runner import available_simulators
     from sim.scenarios.run import run_scenario
 
+    _check_scenario_flags(args)
     if args.no_rtl:
         config = replace(config, rtl=False)
     if config.rtl and config.sim not in available_simulators():
@@ -393,6 +401,9 @@ def _run_scenario(args, config):
 
 def _cmd_sweep(args):
     from sim.experiment.run import cpu_count
+    if _scenario(args) is not None:
+        raise UsageError(f"{args.config}: a scenario file runs in seconds with `innet run "
+                         f"{args.config}`; sweep runs experiment files")
     return _run(args, _config(args), args.jobs or cpu_count(), dask=args.dask)
 
 
@@ -402,7 +413,15 @@ def _cmd_print_config(args):
     from dataclasses import replace
 
     from sim.experiment.config import to_toml
+    from sim.scenarios.config import scenario_to_toml
     _check_rtl_flags(args)
+    scenario = _scenario(args)
+    if scenario is not None:
+        _check_scenario_flags(args)
+        if args.no_rtl:
+            scenario = replace(scenario, rtl=False)
+        sys.stdout.write(scenario_to_toml(scenario))
+        return 0
     config = _load(args.config)
     if args.no_rtl:
         config = replace(config, rtl=False, rtl_windows=False)
