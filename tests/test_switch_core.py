@@ -6,6 +6,7 @@ import ctypes
 import json
 import shutil
 import subprocess
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -261,6 +262,37 @@ def test_replay_cli_model_cores(tmp_path, capsys):
         assert out[core].pop("model_core") == core
         out[core].pop("wall_s")
     assert out["c"] == out["python"]
+
+
+def test_replay_cli_takes_the_weights(tmp_path, capsys):
+    """innet replay --policy wrr --result-weight 6 replays what ReplayConfig(result_weight=6)
+    does through the Python model; an out-of-range weight or quantum is one line naming the
+    parameter and its range (the RTL's widths), exit 2."""
+    meta, records = stress_trace(gpus=4, seed=5, messages=30, pieces=5, max_bytes=4096,
+                                 piece_bytes=2048, span_ns=2_000)
+    path = tmp_path / "t.itr"
+    write_trace(path, meta, records)
+    switch = ["--lanes", "2", "--slots", "4", "--chunk-flits", "4", "--mtu-flits", "8",
+              "--link-gbps", "32", "--link-latency-ns", "0", "--json"]
+    assert main(["replay", str(path), "--policy", "wrr", "--result-weight", "6",
+                 "--model-core", "c", *switch]) == 0
+    cycles = json.loads(capsys.readouterr().out)["cycles"]
+    cfg = ReplayConfig(ports=4, lanes=2, slots=4, chunk_flits=4, mtu_flits=8, link_gbps=32.0,
+                       policy="wrr", result_weight=6)
+    assert cycles == replay_model(build_plan(meta, records, cfg), core="python").cycles
+    plain = replay_model(build_plan(meta, records, replace(cfg, result_weight=1)), core="c")
+    assert cycles != plain.cycles, "the weight should matter on this trace"
+    for flag, value, words in (("--result-weight", "0", "result_weight: Reduction results' "
+                                "weight must be between 1 and 255, not 0"),
+                               ("--mem-weight", "256", "mem_weight: Memory traffic's weight "
+                                "must be between 1 and 255"),
+                               ("--quantum-flits", "65536", "quantum_flits: DRR quantum must "
+                                "be between 1 and 65535"),
+                               ("--mem-priority", "8", "mem_priority: Memory traffic's "
+                                "priority must be between 0 and 7")):
+        assert main(["replay", str(path), flag, value, *switch]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and words in err, err
 
 
 def test_replay_cli_core_unavailable(no_compiler, tmp_path, capsys):
