@@ -144,3 +144,27 @@ def test_trace_gen_lays_the_traffic_over_the_iteration(tmp_path, capsys):
     assert main(["trace", "gen", "--model", "resnet50", "--gpus", "4", "--traffic", "nvme",
                  "-o", str(tmp_path / "u.itr")]) == 2
     assert not (tmp_path / "u.itr").exists()
+
+
+def test_report_names_each_policy_with_its_settings_and_the_margin():
+    # Hand-made rows: one load where prio wins and wrr and drr give rr's backward pass, one
+    # where drr is the worst. The paragraph names the winner, every other policy with its
+    # weights or quantum and its margin (of the 40 ms backward pass alone), and why wrr and
+    # drr could not do what priority did.
+    config = replace(load_config(), policies=("rr", "prio", "wrr", "drr"), traffic=("fsdp",),
+                     mem_weight=4, result_weight=1, quantum_flits=64)
+    base = {"workload": "bert_large", "algo": "inswitch", "traffic": "fsdp",
+            "backprop_alone_ms": 40.0, "critical_wait_alone_ms": 4.0, "link_utilization": 0.3,
+            "allreduce_ms": 10.0, "slowdown_link": 0.1}
+    backprop = {5: {"rr": 53.0, "prio": 49.0, "wrr": 53.0, "drr": 53.0},
+                25: {"rr": 44.0, "prio": 44.0, "wrr": 44.0, "drr": 44.4}}
+    rows = [dict(base, bucket_mb=b, policy=p, backprop_ms=ms)
+            for b, by in backprop.items() for p, ms in by.items()]
+    text = " ".join(traffic_paragraphs(config, rows))
+    assert ("bert_large inswitch 5 MiB: prio (memory first) wins, backprop 49.00 ms against "
+            "rr, wrr (results 1 : memory 4) and drr (quantum 64 flits) 53.00 ms (+10.0 %)"
+            in text)
+    assert ("bert_large inswitch 25 MiB: rr, prio (memory first) and wrr (results 1 : memory "
+            "4) win, backprop 44.00 ms against drr (quantum 64 flits) 44.40 ms (+1.0 %)" in text)
+    assert "wrr (results 1 : memory 4) gives round-robin's backward pass at every point" in text
+    assert "drr (quantum 64 flits) gives round-robin's backward pass at every point" in text

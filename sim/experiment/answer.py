@@ -355,6 +355,29 @@ def _why_identical(algo, policies):
             "egress too rarely to change the backward pass")
 
 
+def _turns_unlike_priority(groups, label):
+    """Where strict priority changes the backward pass and wrr or drr, whatever their
+    settings, give round-robin's: one sentence per policy saying why they could not."""
+    why = {"wrr": "a weight only lets a requester keep the egress for packets it has ready "
+                  "back to back, so it cannot put a waiting critical packet before the results "
+                  "as priority does",
+           "drr": "the switch's one quantum gives every requester the same share of the "
+                  "egress's flits, whatever the class"}
+    out = []
+    for policy, reason in why.items():
+        changed = same = 0
+        for rs in groups.values():
+            by = {r["policy"]: r["backprop_ms"] for r in rs}
+            if {"rr", "prio", policy} <= set(by) and by["prio"] != by["rr"]:
+                changed += 1
+                same += by[policy] == by["rr"]
+        if same:
+            where = "every point" if same == changed else f"{same} of the {changed} points"
+            out.append(f"{label(policy)} gives round-robin's backward pass at {where} where "
+                       f"prio changes it: {reason}.")
+    return out
+
+
 def traffic_paragraphs(config, rows):
     """One paragraph per traffic configuration: the link component it gives backprop, which
     arbitration policy wins where, by how much, and where the policies cannot differ (said
@@ -421,6 +444,7 @@ def traffic_paragraphs(config, rows):
                         f"against {worst['allreduce_ms']:.2f} ms)")
         if wins:
             text.append("Arbitration: " + "; ".join(wins) + ".")
+            text += _turns_unlike_priority(groups, label)
         # Points where the policies give one backward pass: one sentence per reason.
         reasons = {}
         for w, b, a, ps in same:
