@@ -112,10 +112,11 @@ def _policy_text(policy, rcfg):
         if rcfg.mem_weight == rcfg.result_weight == 1:
             return ("weighted round-robin over the same requesters, each with a weight of one "
                     "packet per turn, which is round-robin")
-        return (f"weighted round-robin over the same requesters: up to {rcfg.result_weight} "
-                f"reduction-result packets per turn at an egress against "
-                f"{rcfg.mem_weight} memory packet{'s' if rcfg.mem_weight > 1 else ''} per turn "
-                "of each ingress port")
+        def packets(n):
+            return f"{n} packet{'s' if n > 1 else ''}"
+        return (f"weighted round-robin over the same requesters: up to "
+                f"{packets(rcfg.result_weight)} of reduction results per turn at an egress "
+                f"against {packets(rcfg.mem_weight)} of each ingress port's memory traffic")
     if policy == "drr":
         chunk = " (one chunk)" if rcfg.quantum == rcfg.chunk_flits else ""
         return (f"deficit round-robin over flits, quantum {rcfg.quantum} flits{chunk}: every "
