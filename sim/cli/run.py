@@ -73,7 +73,9 @@ def _cmd_replay(args):
                            slots=args.slots, chunk_flits=args.chunk_flits, policy=args.policy,
                            mtu_flits=args.mtu_flits, link_gbps=link,
                            flit_scale=args.flit_scale, dtype=args.dtype,
-                           link_latency_ns=hop_ns)
+                           link_latency_ns=hop_ns, mem_priority=args.mem_priority,
+                           result_priority=args.result_priority, mem_weight=args.mem_weight,
+                           result_weight=args.result_weight, quantum_flits=args.quantum_flits)
         plan = build_plan(meta, records, cfg, path=str(path))
     except PlanError as exc:
         raise UsageError(str(exc)) from None
@@ -493,6 +495,16 @@ def register(sub, parser_class, positive):
     rep.add_argument("--slots", type=positive("--slots"), default=64)
     rep.add_argument("--chunk-flits", type=positive("--chunk-flits"), default=8)
     rep.add_argument("--policy", choices=Policy.names(), default="rr")
+    rep.add_argument("--mem-priority", type=int, default=1,
+                     help="prio: memory traffic's priority, 0..7 (default 1)")
+    rep.add_argument("--result-priority", type=int, default=0,
+                     help="prio: reduction results' priority, 0..7 (default 0)")
+    rep.add_argument("--mem-weight", type=int, default=1,
+                     help="wrr: memory packets per turn of each ingress, 1..255 (default 1)")
+    rep.add_argument("--result-weight", type=int, default=1,
+                     help="wrr: reduction-result packets per turn, 1..255 (default 1)")
+    rep.add_argument("--quantum-flits", type=int, default=None,
+                     help="drr: flits per turn, 1..65535 (default: one chunk)")
     rep.add_argument("--mtu-flits", type=positive("--mtu-flits"), default=64)
     rep.add_argument("--dtype", choices=ELEMENT_TYPES, default="fp32")
     rep.add_argument("--link-gbps", type=real_number("--link-gbps", 0, exclusive=True),

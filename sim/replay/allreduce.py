@@ -67,10 +67,14 @@ def slot_bound(config):
     spec = config.switch
     P = config.chunk_flits
     # The last contribution flit is at the reduction unit ingress_latency + P − 1 cycles after
-    # the first entered; five registers (judgement input, arrival, pick, result FIFO,
-    # arbiter) and the reduction pipeline later the result's first flit leaves, its last
-    # P − 1 cycles after that (tests/test_cosim.py, test_model_reduction_latency).
-    switch = spec.ingress_latency + P - 1 + 5 + spec.reduction_pipeline_depth + P - 1
+    # the first entered; the engine may start the chunk engine_pick_latency cycles later (the
+    # judgement stage's input register, the registered arrival, the pick) and its result's
+    # first flit reaches the egress result_latency cycles after that (the reduction pipeline,
+    # then the result FIFO's write and registered read); its last flit leaves P − 1 cycles
+    # later. Both latencies are the switch specification's, the ones the fast model and the
+    # RTL run on (tests/test_cosim.py, test_model_reduction_latency: 3 + 2 + the pipeline).
+    switch = (spec.ingress_latency + P - 1 + spec.engine_pick_latency + spec.result_latency
+              + P - 1)
     R = switch + 1 + 2 * config.link_cycles
     bound = config.slots * config.chunk_bytes / (R * config.cycle_ns)
     return {"switch_cycles": switch, "round_trip_cycles": R,
