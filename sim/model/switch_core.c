@@ -36,6 +36,11 @@
  *   - ClosedLoop's result_at[(port, seq)] is the output results[port * chunks + seq] (the same
  *     cycle, written at the same moment; -1 until then), and its chunk_msg the contribution
  *     messages of each port sorted by first chunk (con_off, con_first, con_mid);
+ *   - Python's src_tries[k] (the cycles of port k's pending source events) and its entries in
+ *     the event heap are src_q[k], the port's source events sorted by (cycle, order), of which
+ *     the event heap holds only the first (and any it held when an earlier one came in, each
+ *     popped when it is the first): the heap pops the same events in the same order, but
+ *     stays a few dozen entries long where every credit in flight would make it hundreds;
  *   - "None" is NONE (INT64_MIN).
  *
  * Built by sim/model/switch_core.py with the system C compiler and called through ctypes.
@@ -55,6 +60,7 @@ typedef int64_t i64;
 typedef struct { i64 *v; i64 n, cap; } vec;
 typedef struct { i64 a, b, c; } trip;       /* heap and sorted-list entries, ordered by (a, b) */
 typedef struct { trip *v; i64 n, cap; } tvec;
+typedef struct { trip *v; i64 head, n, cap; } tqueue;   /* sorted; live entries [head, n) */
 
 static _Thread_local jmp_buf oom;   /* ctypes drops the GIL: replays may run in threads */
 
@@ -242,7 +248,7 @@ typedef struct {
     Ring *ring;
     i64 *ing_n;
     i64 *fifo_head, *hist_head, *written, *prev_last_read, *src_busy, *src_free, *pending;
-    vec *src_tries;
+    tqueue *src_q;   /* per ingress: pending source events (cycle, event key, in the heap) */
     /* egress state */
     i64 *egress_free, *egress_armed, *head_mem, *head_res, *streaming, *result_last_read;
     RTab *rtabs;
@@ -435,8 +441,8 @@ static void loop_result(SwitchRun *s, i64 port, i64 seq, i64 cycle) {
 /* The arbiter (sim/model/arbiter.py), as the model uses it: packet-atomic, output ready.     */
 
 static i64 first_after(const i64 *mask, i64 n, i64 ptr) {
-    for (i64 off = 1; off <= n; off++) {
-        i64 k = (ptr + off) % n;
+    for (i64 off = 1, k = ptr; off <= n; off++) {   /* k = (ptr + off) % n */
+        if (++k == n) k = 0;
         if (mask[k]) return k;
     }
     return NONE;
@@ -507,12 +513,44 @@ static void at(SwitchRun *s, i64 t, i64 kind, i64 arg) {
     heap_push(&s->events, (trip){t, (kind << KIND_SHIFT) | s->order, arg});
 }
 
+/* Python's `if t in tries: return; tries.add(t); at(t, SOURCE, k)`, on src_q[k]. */
 static void try_source(SwitchRun *s, i64 k, i64 t) {
-    vec *tries = &s->src_tries[k];
-    for (i64 i = 0; i < tries->n; i++)
-        if (tries->v[i] == t) return;
-    push(tries, t);
-    at(s, t, EV_SOURCE, k);
+    tqueue *q = &s->src_q[k];
+    i64 lo = q->head, hi = q->n;   /* the first entry at or after cycle t */
+    while (lo < hi) {
+        i64 mid = (lo + hi) / 2;
+        if (q->v[mid].a < t) lo = mid + 1; else hi = mid;
+    }
+    if (lo < q->n && q->v[lo].a == t) return;
+    if (q->n == q->cap && q->head > 0) {   /* reuse the room the popped entries left */
+        memmove(q->v, q->v + q->head, (size_t)(q->n - q->head) * sizeof(trip));
+        q->n -= q->head;
+        lo -= q->head;
+        q->head = 0;
+    }
+    q->v = grow(q->v, &q->cap, q->n + 1, sizeof(trip));
+    memmove(q->v + lo + 1, q->v + lo, (size_t)(q->n - lo) * sizeof(trip));
+    q->n++;
+    s->order++;
+    trip e = {t, ((i64)EV_SOURCE << KIND_SHIFT) | s->order, 0};
+    if (lo == q->head) {   /* the port's first source event: the heap must hold it */
+        e.c = 1;
+        heap_push(&s->events, (trip){e.a, e.b, k});
+    }
+    q->v[lo] = e;
+}
+
+/* The event heap popped port k's first source event (Python's tries.discard(t)); make sure it
+ * holds the next one. */
+static void pop_source(SwitchRun *s, i64 k) {
+    tqueue *q = &s->src_q[k];
+    q->head++;
+    if (q->head == q->n) {
+        q->head = q->n = 0;
+    } else if (!q->v[q->head].c) {
+        q->v[q->head].c = 1;
+        heap_push(&s->events, (trip){q->v[q->head].a, q->v[q->head].b, k});
+    }
 }
 
 /* One live event per egress, at egress_armed[d]: egress() drops the superseded ones. */
@@ -629,21 +667,26 @@ static void update_visible(SwitchRun *s, i64 k) {
     }
 }
 
-static i64 result_read(SwitchRun *s, i64 d, i64 n) {
-    if (n < 0) return -1;
-    i64 idx = n / s->P;
+/* Python's result_read(d, n), of flit n = idx * P + rem (0 <= rem < P): n < 0 is idx < 0. */
+static i64 result_read(SwitchRun *s, i64 d, i64 idx, i64 rem) {
+    if (idx < 0) return -1;
     if (idx < s->rh_head[d] || idx >= s->rtabs[d].n) return -1;
-    return n - idx * s->P < R_(d, nreads, idx) ? R_READ(d, n) : NONE;
+    return rem < R_(d, nreads, idx) ? R_READ(d, idx * s->P + rem) : NONE;
 }
 
 /* Earliest issue of flit i of the engine's chunk; `tentative`: its packets are not made yet
  * and would start at each egress's result count. */
 static i64 room_time(SwitchRun *s, i64 i, int tentative) {
-    i64 need = -1;
+    /* Flit j0 + i - (depth - 1) of each member's egress, j0 = its packet's number times P:
+     * packet number + q, flit rem of that packet (floor division, once for all members). */
+    i64 back = i - (s->result_depth - 1), q = back / s->P, rem = back - q * s->P, need = -1;
+    if (rem < 0) {
+        rem += s->P;
+        q--;
+    }
     for (i64 m = 0; m < s->nmembers; m++) {
         i64 d = s->mem_ports[m];
-        i64 j0 = (tentative ? s->rtabs[d].n : s->eng_r[m]) * s->P;
-        i64 r = result_read(s, d, j0 + i - (s->result_depth - 1));
+        i64 r = result_read(s, d, (tentative ? s->rtabs[d].n : s->eng_r[m]) + q, rem);
         if (r == NONE) return NONE;
         need = max64(need, r + 1);
     }
@@ -813,12 +856,7 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
 }
 
 static void source(SwitchRun *s, i64 k, i64 t) {
-    vec *tries = &s->src_tries[k];
-    for (i64 i = 0; i < tries->n; i++)
-        if (tries->v[i] == t) {
-            tries->v[i] = tries->v[--tries->n];
-            break;
-        }
+    pop_source(s, k);
     if (s->src_busy[k] || t < s->src_free[k]) return;
     i64 p = loop_next_packet(s, k, t);
     if (p == NONE) {
@@ -937,7 +975,7 @@ int innet_switch_run(const SwitchArgs *a) {
     ZALLOC(s->src_busy, N);
     ZALLOC(s->src_free, N);
     ALLOC(s->pending, N, -1);
-    ZALLOC(s->src_tries, N);
+    ZALLOC(s->src_q, N);
     ZALLOC(s->egress_free, N);
     ALLOC(s->egress_armed, N, NONE);
     ALLOC(s->head_mem, N * N, -1);
@@ -991,7 +1029,7 @@ fail:
         if (s->ready) free(s->ready[k].v);
         if (s->pend) free(s->pend[k].v);
         free(s->ring[k].v);
-        if (s->src_tries) free(s->src_tries[k].v);
+        if (s->src_q) free(s->src_q[k].v);
         if (s->rtabs) {
 #define FREE(f) free(s->rtabs[k].f);
             RT_PACKET_FIELDS(FREE)
@@ -1008,7 +1046,7 @@ fail:
                   s->next_index, s->remaining, s->con_hint,
                   s->src_start, s->ring, s->ing_n, s->fifo_head,
                   s->hist_head, s->written, s->prev_last_read, s->src_busy, s->src_free,
-                  s->pending, s->src_tries, s->egress_free, s->egress_armed, s->head_mem,
+                  s->pending, s->src_q, s->egress_free, s->egress_armed, s->head_mem,
                   s->head_res, s->streaming, s->result_last_read, s->rtabs, s->rq_head,
                   s->rh_head, s->arb_ptr, s->arb_count, s->arb_deficit, s->arrivals, s->arrived_at, s->eng_r, s->mem_ports,
                   s->valid, s->scratch};
