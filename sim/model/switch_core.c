@@ -52,6 +52,7 @@
 #include <string.h>
 
 typedef int64_t i64;
+typedef int32_t i32;   /* the plan's packet arrays (sim.replay.plan.PACKET_DTYPE) */
 #define NONE INT64_MIN
 
 /* ------------------------------------------------------------------------------------------ */
@@ -192,7 +193,7 @@ typedef struct { InPkt *v; i64 mask; } Ring;
     /* arbiter inputs, per egress, per requester: ports x ports */                             \
     X(const i64 *, priority) X(const i64 *, weight)                                            \
     /* the plan's packets (packet_cap) and messages (message_cap), grown by read responses */  \
-    X(i64 *, pk_flits) X(i64 *, pk_dst) X(i64 *, pk_seq) X(i64 *, pk_msg)                      \
+    X(i32 *, pk_flits) X(i32 *, pk_dst) X(i32 *, pk_seq) X(i32 *, pk_msg)                      \
     X(i64 *, m_src) X(i64 *, m_dst) X(i64 *, m_issue) X(i64 *, m_kind)                         \
     X(i64 *, m_resp_flits) X(i64 *, m_resp_to) X(const i64 *, m_dep)                           \
     X(i64 *, m_pk_off) X(i64 *, m_pk_len)                                                      \
@@ -227,7 +228,8 @@ typedef struct {
     i64 ingress_latency, pick_latency, hist_limit, rt;
     const i64 *priority, *weight;
     /* plan: packets (growing with read responses) */
-    i64 npk, pk_cap, *pk_flits, *pk_dst, *pk_seq, *pk_msg;
+    i64 npk, pk_cap;
+    i32 *pk_flits, *pk_dst, *pk_seq, *pk_msg;
     /* plan: messages */
     i64 nmsg, nmsg0, msg_cap, *m_src, *m_dst, *m_issue, *m_kind, *m_resp_flits, *m_resp_to;
     i64 *m_pk_off, *m_pk_len;
@@ -369,10 +371,10 @@ static void loop_respond(SwitchRun *s, i64 req, i64 cycle) {
     for (i64 off = 0; off < s->m_resp_flits[req]; off += s->mtu) {
         i64 p = s->npk++;
         i64 left = s->m_resp_flits[req] - off;
-        s->pk_flits[p] = left < s->mtu ? left : s->mtu;
-        s->pk_dst[p] = s->m_src[req];
+        s->pk_flits[p] = (i32)(left < s->mtu ? left : s->mtu);
+        s->pk_dst[p] = (i32)s->m_src[req];
         s->pk_seq[p] = -1;
-        s->pk_msg[p] = mid;
+        s->pk_msg[p] = (i32)mid;
         s->m_pk_len[mid]++;
     }
     s->remaining[mid] = s->m_pk_len[mid];
