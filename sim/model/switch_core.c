@@ -704,11 +704,15 @@ static void expose_result(SwitchRun *s, i64 d) {
 
 static void stream_result(SwitchRun *s, i64 d) {
     i64 r = s->streaming[d], j0 = r * s->P;
-    while (R_(d, nreads, r) < R_(d, nissues, r)) {
-        i64 i = R_(d, nreads, r);
-        i64 avail = R_ISSUE(d, j0 + i) + s->result_lag;
-        R_READ(d, j0 + i) = max64(avail, i == 0 ? R_(d, grant, r) : R_READ(d, j0 + i - 1) + 1);
-        R_(d, nreads, r)++;
+    {   /* Python's loop, on locals: the packet's flits, its reads so far (flit 0 is read at
+         * max(avail, grant), i.e. after a previous read at grant - 1) */
+        RTab *tab = &s->rtabs[d];
+        i64 at = r - tab->base, n = tab->nreads[at], issued = tab->nissues[at];
+        const i64 *issue = tab->issue + at * s->P;
+        i64 *read = tab->read + at * s->P, lag = s->result_lag;
+        i64 prev = n == 0 ? tab->grant[at] - 1 : read[n - 1];
+        for (; n < issued; n++) read[n] = prev = max64(issue[n] + lag, prev + 1);
+        tab->nreads[at] = n;
     }
     if (s->engine_blocked) {
         arm_engine_at(s, s->now);
