@@ -308,3 +308,22 @@ def test_core_matches_python_model_inswitch_credits_and_dependencies(ports, seed
     ref = replay_model(plan, core="python")
     assert ref.slot_peak >= slots   # the pool fills: the credits bind
     assert_identical(ref, replay_model(plan, core="c"))
+
+
+def test_small_pages_switches_numpy_huge_page_advice_off_and_back():
+    """Plans and C-core outputs are allocated without numpy's huge-page advice, and numpy's
+    own setting comes back afterwards, on an exception too."""
+    from sim.replay import pages
+
+    switch = pages._hugepage_switch()
+    assert switch is not None, "this numpy has no huge-page switch"
+    was = switch(True)
+    try:
+        with pages.small_pages():
+            assert switch(False) is False   # inside: off (the call returns the setting)
+        assert switch(True) is True         # restored
+        with pytest.raises(RuntimeError), pages.small_pages():
+            raise RuntimeError
+        assert switch(True) is True
+    finally:
+        switch(was)

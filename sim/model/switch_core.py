@@ -32,6 +32,7 @@ from hw.arbiter import DEFICIT_BITS
 from hw.packet import Kind
 from hw.spec import Policy
 from sim.files import cache_dir
+from sim.replay.pages import small_pages
 from sim.replay.plan import PACKET_DTYPE, Message, Plan
 from sim.replay.result import ReplayResult, ResultCycles
 
@@ -255,6 +256,11 @@ def run_core(model, plan):
     :class:`sim.model.switch.FastSwitch`); the same :class:`ReplayResult` the Python model
     returns."""
     lib = library()
+    with small_pages():   # the outputs of a whole iteration are GBs of fresh memory
+        return _run(lib, model, plan)
+
+
+def _run(lib, model, plan):
     began = time.perf_counter()
     cfg = plan.config
     N, C = model.N, max(plan.chunks, 1)

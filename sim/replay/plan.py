@@ -26,6 +26,7 @@ import numpy as np
 from hw.packet import Kind
 from sim.errors import InputError
 from sim.replay.config import ReplayConfig
+from sim.replay.pages import small_pages
 from sim.trace.format import GRAD, MEM
 
 __all__ = ["Plan", "Message", "build_plan", "PlanError", "MEM_KINDS", "PACKET_DTYPE",
@@ -120,6 +121,11 @@ def build_plan(meta, records, config, path="trace"):
     packet ids (:attr:`Message.packets` is a ``range``), memory messages first in record order,
     then the contributions chunk by chunk.
     """
+    with small_pages():
+        return _build_plan(meta, records, config, path)
+
+
+def _build_plan(meta, records, config, path):
     gpus = int(meta["gpus"])
     if gpus > config.ports:
         raise PlanError(f"{path}: the trace has {gpus} GPUs but the switch has "
