@@ -742,9 +742,10 @@ static void continue_engine(SwitchRun *s) {
         i64 when = max64(s->eng_last_issue + 1, need), i = s->eng_nissues++;
         s->eng_last_issue = when;
         for (i64 m = 0; m < s->nmembers; m++) {
-            i64 r = s->eng_r[m], d = s->mem_ports[m];
-            R_ISSUE(d, r * s->P + i) = when;
-            R_(d, nissues, r)++;
+            RTab *tab = &s->rtabs[s->mem_ports[m]];
+            i64 at = s->eng_r[m] - tab->base;
+            tab->issue[at * s->P + i] = when;
+            tab->nissues[at]++;
         }
         for (i64 m = 0; m < s->nmembers; m++)
             if (s->streaming[s->mem_ports[m]] == s->eng_r[m]) stream_result(s, s->mem_ports[m]);
@@ -794,10 +795,8 @@ static void run_engine(SwitchRun *s, i64 t) {
             R_(d, nissues, r) = 1;
             R_(d, nreads, r) = 0;
             s->eng_r[m] = r;
-            for (i64 i = 0; i < s->P; i++) {
-                R_ISSUE(d, j0 + i) = i == 0 ? t : NONE;
-                R_READ(d, j0 + i) = NONE;
-            }
+            /* Python's issues = [t], reads = []: flits at or past nissues (nreads) are unset */
+            R_ISSUE(d, j0) = t;
             s->rh_head[d] = max64(s->rh_head[d], tab->n - s->hist_limit);
             if (tab->n - s->rq_head[d] == 1) expose_result(s, d);
         }
