@@ -317,3 +317,72 @@ def test_core_matches_python_model_on_a_long_allreduce(algo):
     if algo == "inswitch":
         assert plan.chunks == (64 << 10) // cfg.chunk_bytes
     assert_identical(replay_model(plan, core="python"), replay_model(plan, core="c"))
+
+
+def _dependent_inswitch_trace(gpus, seed, pieces, piece_bytes):
+    """In-switch pieces that wait for messages: each GPU's piece p depends on its piece p - 1
+    (a message done when every result came back) or on a memory write it received (done when
+    delivered), with memory writes between GPUs, some of which wait for a piece."""
+    import random
+
+    from sim.trace.format import SWITCH_PORT, TraceRecord
+
+    rng = random.Random(seed)
+    records, last_piece, received = [], {}, {g: [] for g in range(gpus)}
+    for piece in range(pieces):
+        t0 = piece * 150
+        for g in range(gpus):
+            peer = (g + 1 + rng.randrange(gpus - 1)) % gpus
+            dep = last_piece.get(g) if rng.random() < 0.5 else None
+            rid = len(records)
+            records.append(TraceRecord.mem(gpu=g, peer=peer, id=rid, time_ns=t0, op="write",
+                                           bytes=rng.randrange(1, 600), dependency=dep))
+            received[peer].append(rid)
+        for g in range(gpus):
+            dep = rng.choice([last_piece.get(g), rng.choice(received[g] or [None]), None])
+            last_piece[g] = len(records)
+            records.append(TraceRecord.grad(gpu=g, peer=SWITCH_PORT, id=len(records),
+                                            time_ns=t0 + rng.randrange(100), bytes=piece_bytes,
+                                            algo="inswitch", bucket=piece, chunk=0,
+                                            dependency=dep))
+    return {"gpus": gpus, "generator": "tests.test_switch_core"}, records
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ports=st.integers(2, 8), seed=st.integers(0, 10_000), slots=st.integers(1, 8),
+       policy=st.sampled_from(list(Policy.names())), link_ns=st.sampled_from([10.0, 60.0]))
+def test_core_matches_python_model_inswitch_credits_and_dependencies(ports, seed, slots,
+                                                                     policy, link_ns):
+    """In-switch traffic the way an iteration sends it, at the bench's chunk and packet sizes:
+    pieces of many chunks held back by a few slots' credits a link round trip away, pieces
+    waiting for earlier pieces (their results) and for memory writes, writes waiting for
+    pieces. Each port has many source events pending at once (a credit's, a dependant's, its
+    own next start), arriving out of cycle order; both cores handle them alike."""
+    cfg = ReplayConfig(ports=ports, lanes=2, slots=slots, chunk_flits=8, mtu_flits=64,
+                       policy=policy, flit_scale=1, link_gbps=32.0, link_latency_ns=link_ns)
+    meta, records = _dependent_inswitch_trace(ports, seed, pieces=6, piece_bytes=1024)
+    plan = build_plan(meta, records, cfg)
+    assert plan.chunks == 6 * 1024 // cfg.chunk_bytes
+    assert any(m.dep >= 0 and m.dst < 0 for m in plan.messages)
+    ref = replay_model(plan, core="python")
+    assert ref.slot_peak >= slots   # the pool fills: the credits bind
+    assert_identical(ref, replay_model(plan, core="c"))
+
+
+def test_small_pages_switches_numpy_huge_page_advice_off_and_back():
+    """Plans and C-core outputs are allocated without numpy's huge-page advice, and numpy's
+    own setting comes back afterwards, on an exception too."""
+    from sim.replay import pages
+
+    switch = pages._hugepage_switch()
+    assert switch is not None, "this numpy has no huge-page switch"
+    was = switch(True)
+    try:
+        with pages.small_pages():
+            assert switch(False) is False   # inside: off (the call returns the setting)
+        assert switch(True) is True         # restored
+        with pytest.raises(RuntimeError), pages.small_pages():
+            raise RuntimeError
+        assert switch(True) is True
+    finally:
+        switch(was)
