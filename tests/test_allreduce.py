@@ -148,3 +148,16 @@ def test_bench_replay_cli(capsys):
     row = out["rows"][0]
     assert row["flit_scale"] == 64 and row["flit_bytes"] == 32 * 64
     assert row["flits"] > 0 and row["seconds"] > 0 and row["seconds_ratio"] == 1.0
+
+
+def test_bench_replay_cli_both_algorithms(capsys):
+    """``--algo both``: ring then in-switch rows, each algorithm's ratios to its own first row;
+    the target is judged only at flit scale 1 with BERT-large first."""
+    assert main(["bench", "replay", "--workload", "resnet50", "--flit-scale", "64",
+                 "--algo", "both", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["algo"] for r in out["rows"]] == ["ring", "inswitch"]
+    assert all(r["seconds_ratio"] == 1.0 for r in out["rows"])
+    ring, inswitch = out["rows"]
+    assert inswitch["packets"] > ring["packets"]   # 256 B chunks against 2 KiB packets
+    assert "within_target" not in out and "bert_large_within_target" not in out

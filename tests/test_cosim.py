@@ -34,14 +34,18 @@ def contrib(rid, gpu, nbytes, t=0, piece=0):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ports, policy, seed", [(4, "rr", 1), (4, "prio", 2), (8, "drr", 3)])
-def test_model_matches_rtl(sim, ports, policy, seed, build_dir):
+@pytest.mark.parametrize("ports, policy, seed, arbitration", [
+    (4, "rr", 1, {}), (4, "prio", 2, {}), (8, "drr", 3, {"quantum_flits": 6}),
+    (4, "wrr", 4, {"mem_weight": 2, "result_weight": 5})])
+def test_model_matches_rtl(sim, ports, policy, seed, arbitration, build_dir):
     """Mixed memory writes, reads, dependency chains and in-switch reductions under contention:
-    every delivery cycle of the model equals the RTL's, and every packet and result is exact."""
+    every delivery cycle of the model equals the RTL's, and every packet and result is exact;
+    the replay's weights and quantum (``arbitration``) reach the RTL's pins and the model."""
     require_simulator(sim)
     meta, records = stress_trace(gpus=ports, seed=seed, messages=25 if ports > 4 else 40,
                                  span_ns=30_000)
-    plan = build_plan(meta, records, ReplayConfig(ports=ports, policy=policy, **SMALL))
+    plan = build_plan(meta, records, ReplayConfig(ports=ports, policy=policy, **arbitration,
+                                                  **SMALL))
     rtl = replay_rtl(plan, sim, build_dir=build_dir, seed=seed)
     model = replay_model(plan)
     assert rtl.mismatches == 0

@@ -44,6 +44,9 @@ def test_run_writes_the_report(tmp_path, capsys):
     ("[experiment]\nalgorithms = ['ring', 'magic']\n", "'magic' is not one of"),
     ("[experiment]\ngpus = 'eight'\n", "[experiment] gpus: expected int"),
     ("[switch]\nlanes = 0\n", "[switch] lanes: must be 1..64"),
+    ("[switch]\nmem_weight = 0\n", "[switch] mem_weight: must be 1..255, not 0"),
+    ("[switch]\nresult_weight = 256\n", "[switch] result_weight: must be 1..255, not 256"),
+    ("[switch]\nquantum_flits = 65536\n", "[switch] quantum_flits: must be 0..65535"),
     ("[experiment\n", "bad.toml:"),
 ])
 def test_bad_config_is_one_line(tmp_path, capsys, text, message):
@@ -71,6 +74,9 @@ def test_default_config_is_valid():
                    "[switch]?")),
     ("[experiment]\nworkloads = ['bert-large']\n", "did you mean 'bert_large'?"),
     ("[experiment]\npolicies = ['pri']\n", "did you mean 'prio'?"),
+    ("[switch]\nresult_weights = 2\n", "result_weights: unknown key; did you mean "
+                                        "'result_weight'?"),
+    ("[experiment]\nquantum_flits = 8\n", "quantum_flits: unknown key; it belongs in [switch]"),
 ])
 def test_misspelt_config_says_did_you_mean(tmp_path, capsys, text, hint):
     bad = tmp_path / "typo.toml"

@@ -41,6 +41,32 @@ def test_every_shipped_scenario_validates():
     assert kinds == set(KINDS)
 
 
+@pytest.mark.parametrize("path", [p for p in SHIPPED if "[scenario]" in p.read_text()],
+                         ids=lambda p: p.stem)
+def test_print_config_of_a_scenario_reloads_to_the_same_scenario(path, capsys):
+    """``innet run X.toml --print-config`` prints every key, defaults filled in; read back it
+    is the same scenario (and ``--no-rtl`` turns its RTL window off)."""
+    assert main(["run", str(path), "--print-config", "--no-rtl"]) == 0
+    printed = capsys.readouterr().out
+    again = load_scenario(printed, "printed.toml")
+    original = load_scenario(path.read_text(), str(path))
+    assert again.as_dict() | {"source": ""} == original.as_dict() | {"rtl": False, "source": ""}
+    assert f"[{original.kind}]" in printed and "[switch]" in printed
+
+
+@pytest.mark.parametrize("args, message", [
+    (["sweep", "scenarios/easgd.toml"], "a scenario file runs in seconds with `innet run"),
+    (["run", "scenarios/easgd.toml", "--rtl-windows"], "--rtl-windows: scenarios/easgd.toml is a"),
+    (["run", "scenarios/easgd.toml", "--rtl-windows", "--print-config"], "--rtl-windows: "),
+])
+def test_what_a_scenario_cannot_do_is_one_line(args, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(args + ["-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("text, message", [
     ('[scenario]\nkind = "easgdd"\n', "[scenario] kind: 'easgdd' is not one of"),
     ('[scenario]\nkind = "easgd"\n[easgd]\ntau = [0]\n', "[easgd] tau: must be 1..100000"),

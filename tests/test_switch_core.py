@@ -6,6 +6,7 @@ import ctypes
 import json
 import shutil
 import subprocess
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -44,10 +45,12 @@ def assert_identical(ref, core):
 
 
 def replay_both(ports, policy, seed, slots, chunk_flits, mtu, span_ns, reads=True,
-                messages=30, link_ns=0.0):
+                messages=30, link_ns=0.0, **arbitration):
+    """The Python model's and the C core's replays of one stress trace; ``arbitration``: the
+    ReplayConfig's priorities, weights and quantum."""
     cfg = ReplayConfig(ports=ports, lanes=2, slots=slots, chunk_flits=chunk_flits,
                        policy=policy, flit_scale=1, link_gbps=32.0, mtu_flits=mtu,
-                       link_latency_ns=link_ns)
+                       link_latency_ns=link_ns, **arbitration)
     meta, records = stress_trace(gpus=ports, seed=seed, messages=messages, pieces=5,
                                  max_bytes=4096, piece_bytes=2048, span_ns=span_ns,
                                  reads=reads)
@@ -74,11 +77,36 @@ def test_core_matches_python_model(policy, ports, slots, chunk_flits, mtu, span_
 @given(ports=st.integers(2, 6), policy=st.sampled_from(list(Policy.names())),
        seed=st.integers(0, 10_000), slots=st.integers(1, 9), chunk_flits=st.integers(1, 9),
        mtu=st.integers(1, 40), span_ns=st.sampled_from([500, 5_000, 50_000]),
-       reads=st.booleans(), link_ns=st.sampled_from([0.0, 1.0, 40.0]))
+       reads=st.booleans(), link_ns=st.sampled_from([0.0, 1.0, 40.0]),
+       mem_weight=st.integers(1, 4), result_weight=st.integers(1, 4),
+       quantum=st.one_of(st.none(), st.integers(1, 24)), priorities=st.sampled_from(
+           [(1, 0), (0, 1), (3, 3)]))
 def test_core_matches_python_model_random(ports, policy, seed, slots, chunk_flits, mtu,
-                                          span_ns, reads, link_ns):
+                                          span_ns, reads, link_ns, mem_weight, result_weight,
+                                          quantum, priorities):
     assert_identical(*replay_both(ports, policy, seed, slots, chunk_flits, mtu, span_ns,
-                                  reads=reads, messages=12, link_ns=link_ns))
+                                  reads=reads, messages=12, link_ns=link_ns,
+                                  mem_weight=mem_weight, result_weight=result_weight,
+                                  quantum_flits=quantum, mem_priority=priorities[0],
+                                  result_priority=priorities[1]))
+
+
+@pytest.mark.parametrize("policy, arbitration", [
+    ("wrr", {"mem_weight": 1, "result_weight": 6}),   # results 6 packets per turn
+    ("wrr", {"mem_weight": 5, "result_weight": 2}),   # memory 5 per ingress per turn
+    ("drr", {"quantum_flits": 1}),                    # shorter than any packet
+    ("drr", {"quantum_flits": 40}),                   # five chunks, longer than the MTU
+])
+def test_core_matches_python_model_with_chosen_weights(policy, arbitration):
+    """wrr's per-class weights and drr's quantum reach both cores: on a contended trace (sources
+    stall) the chosen weights change the deliveries against weights of one / a one-chunk
+    quantum, and the C core still matches the Python model delivery for delivery."""
+    ref, core = replay_both(4, policy, 5, 4, 4, 8, 2_000, **arbitration)
+    assert sum(ref.stall_cycles) > 0 and ref.plan.chunks > 0
+    assert_identical(ref, core)
+    plain, plain_core = replay_both(4, policy, 5, 4, 4, 8, 2_000)
+    assert_identical(plain, plain_core)
+    assert not np.array_equal(ref.deliver, plain.deliver), "the weights changed nothing"
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -236,6 +264,37 @@ def test_replay_cli_model_cores(tmp_path, capsys):
     assert out["c"] == out["python"]
 
 
+def test_replay_cli_takes_the_weights(tmp_path, capsys):
+    """innet replay --policy wrr --result-weight 6 replays what ReplayConfig(result_weight=6)
+    does through the Python model; an out-of-range weight or quantum is one line naming the
+    parameter and its range (the RTL's widths), exit 2."""
+    meta, records = stress_trace(gpus=4, seed=5, messages=30, pieces=5, max_bytes=4096,
+                                 piece_bytes=2048, span_ns=2_000)
+    path = tmp_path / "t.itr"
+    write_trace(path, meta, records)
+    switch = ["--lanes", "2", "--slots", "4", "--chunk-flits", "4", "--mtu-flits", "8",
+              "--link-gbps", "32", "--link-latency-ns", "0", "--json"]
+    assert main(["replay", str(path), "--policy", "wrr", "--result-weight", "6",
+                 "--model-core", "c", *switch]) == 0
+    cycles = json.loads(capsys.readouterr().out)["cycles"]
+    cfg = ReplayConfig(ports=4, lanes=2, slots=4, chunk_flits=4, mtu_flits=8, link_gbps=32.0,
+                       policy="wrr", result_weight=6)
+    assert cycles == replay_model(build_plan(meta, records, cfg), core="python").cycles
+    plain = replay_model(build_plan(meta, records, replace(cfg, result_weight=1)), core="c")
+    assert cycles != plain.cycles, "the weight should matter on this trace"
+    for flag, value, words in (("--result-weight", "0", "result_weight: Reduction results' "
+                                "weight must be between 1 and 255, not 0"),
+                               ("--mem-weight", "256", "mem_weight: Memory traffic's weight "
+                                "must be between 1 and 255"),
+                               ("--quantum-flits", "65536", "quantum_flits: DRR quantum must "
+                                "be between 1 and 65535"),
+                               ("--mem-priority", "8", "mem_priority: Memory traffic's "
+                                "priority must be between 0 and 7")):
+        assert main(["replay", str(path), flag, value, *switch]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and words in err, err
+
+
 def test_replay_cli_core_unavailable(no_compiler, tmp_path, capsys):
     meta, records = stress_trace(gpus=2, seed=2, messages=4, pieces=1, span_ns=5_000)
     path = tmp_path / "t.itr"
@@ -258,3 +317,72 @@ def test_core_matches_python_model_on_a_long_allreduce(algo):
     if algo == "inswitch":
         assert plan.chunks == (64 << 10) // cfg.chunk_bytes
     assert_identical(replay_model(plan, core="python"), replay_model(plan, core="c"))
+
+
+def _dependent_inswitch_trace(gpus, seed, pieces, piece_bytes):
+    """In-switch pieces that wait for messages: each GPU's piece p depends on its piece p - 1
+    (a message done when every result came back) or on a memory write it received (done when
+    delivered), with memory writes between GPUs, some of which wait for a piece."""
+    import random
+
+    from sim.trace.format import SWITCH_PORT, TraceRecord
+
+    rng = random.Random(seed)
+    records, last_piece, received = [], {}, {g: [] for g in range(gpus)}
+    for piece in range(pieces):
+        t0 = piece * 150
+        for g in range(gpus):
+            peer = (g + 1 + rng.randrange(gpus - 1)) % gpus
+            dep = last_piece.get(g) if rng.random() < 0.5 else None
+            rid = len(records)
+            records.append(TraceRecord.mem(gpu=g, peer=peer, id=rid, time_ns=t0, op="write",
+                                           bytes=rng.randrange(1, 600), dependency=dep))
+            received[peer].append(rid)
+        for g in range(gpus):
+            dep = rng.choice([last_piece.get(g), rng.choice(received[g] or [None]), None])
+            last_piece[g] = len(records)
+            records.append(TraceRecord.grad(gpu=g, peer=SWITCH_PORT, id=len(records),
+                                            time_ns=t0 + rng.randrange(100), bytes=piece_bytes,
+                                            algo="inswitch", bucket=piece, chunk=0,
+                                            dependency=dep))
+    return {"gpus": gpus, "generator": "tests.test_switch_core"}, records
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ports=st.integers(2, 8), seed=st.integers(0, 10_000), slots=st.integers(1, 8),
+       policy=st.sampled_from(list(Policy.names())), link_ns=st.sampled_from([10.0, 60.0]))
+def test_core_matches_python_model_inswitch_credits_and_dependencies(ports, seed, slots,
+                                                                     policy, link_ns):
+    """In-switch traffic the way an iteration sends it, at the bench's chunk and packet sizes:
+    pieces of many chunks held back by a few slots' credits a link round trip away, pieces
+    waiting for earlier pieces (their results) and for memory writes, writes waiting for
+    pieces. Each port has many source events pending at once (a credit's, a dependant's, its
+    own next start), arriving out of cycle order; both cores handle them alike."""
+    cfg = ReplayConfig(ports=ports, lanes=2, slots=slots, chunk_flits=8, mtu_flits=64,
+                       policy=policy, flit_scale=1, link_gbps=32.0, link_latency_ns=link_ns)
+    meta, records = _dependent_inswitch_trace(ports, seed, pieces=6, piece_bytes=1024)
+    plan = build_plan(meta, records, cfg)
+    assert plan.chunks == 6 * 1024 // cfg.chunk_bytes
+    assert any(m.dep >= 0 and m.dst < 0 for m in plan.messages)
+    ref = replay_model(plan, core="python")
+    assert ref.slot_peak >= slots   # the pool fills: the credits bind
+    assert_identical(ref, replay_model(plan, core="c"))
+
+
+def test_small_pages_switches_numpy_huge_page_advice_off_and_back():
+    """Plans and C-core outputs are allocated without numpy's huge-page advice, and numpy's
+    own setting comes back afterwards, on an exception too."""
+    from sim.replay import pages
+
+    switch = pages._hugepage_switch()
+    assert switch is not None, "this numpy has no huge-page switch"
+    was = switch(True)
+    try:
+        with pages.small_pages():
+            assert switch(False) is False   # inside: off (the call returns the setting)
+        assert switch(True) is True         # restored
+        with pytest.raises(RuntimeError), pages.small_pages():
+            raise RuntimeError
+        assert switch(True) is True
+    finally:
+        switch(was)

@@ -19,11 +19,13 @@ from sim.trace.format import MEM, SWITCH_PORT, TraceRecord
 CHUNK_FLITS, MTU, PACKETS = 4, 16, 6
 
 
-def _replay(policy):
+def _replay(policy, **arbitration):
     """Members 0, 1, 2 reduce 96 chunks in the switch from cycle 0 (results stream to egress
-    0); GPU 3, no member, writes PACKETS critical MTU packets to GPU 0 at cycle 60."""
+    0); GPU 3, no member, writes PACKETS critical MTU packets to GPU 0 at cycle 60.
+    ``arbitration``: the replay's weights or quantum."""
     cfg = ReplayConfig(ports=4, lanes=2, slots=8, chunk_flits=CHUNK_FLITS, policy=policy,
-                       mtu_flits=MTU, link_gbps=8.0)        # 8-byte flits: 1 ns per cycle
+                       mtu_flits=MTU, link_gbps=8.0,        # 8-byte flits: 1 ns per cycle
+                       **arbitration)
     records, rid = [], 0
     for k in range(96):
         for g in range(3):
@@ -51,6 +53,31 @@ def test_priority_for_critical_traffic_beats_round_robin():
     assert rr > prio
     assert rr <= PACKETS * CHUNK_FLITS
     assert rr >= (PACKETS - 1) * CHUNK_FLITS    # results stream the whole time
+
+
+@pytest.mark.parametrize("mem_weight", [1, 2, 3, PACKETS])
+def test_wrr_memory_weight_is_turns_the_critical_write_keeps(mem_weight):
+    # Golden, by hand: the write's PACKETS packets follow each other from one requester, so
+    # with mem_weight w they go in ceil(PACKETS / w) turns, and between two turns the
+    # streaming results send one chunk (result_weight 1): the write waits that many chunks.
+    # w = 1 is round-robin, w = PACKETS is as good as strict priority.
+    turns = -(-PACKETS // mem_weight)
+    assert _replay("wrr", mem_weight=mem_weight) == (turns - 1) * CHUNK_FLITS
+    if mem_weight == 1:
+        assert _replay("wrr", mem_weight=1) == _replay("rr")
+    if mem_weight == PACKETS:
+        assert _replay("wrr", mem_weight=mem_weight) == _replay("prio") == 0
+
+
+@pytest.mark.parametrize("result_weight", [2, 4])
+def test_wrr_result_weight_delays_the_critical_write(result_weight):
+    # Golden, by hand: with result_weight w the results send up to w chunks per turn, so each
+    # of the write's PACKETS − 1 later packets waits w chunks, and its first at most the rest
+    # of the turn the results are in when it arrives (up to w − 1 chunks).
+    delay = _replay("wrr", result_weight=result_weight)
+    low = (PACKETS - 1) * result_weight * CHUNK_FLITS
+    assert low <= delay <= low + (result_weight - 1) * CHUNK_FLITS
+    assert delay > _replay("rr")
 
 
 def test_critical_flag_round_trips_and_defaults_off():
@@ -117,3 +144,27 @@ def test_trace_gen_lays_the_traffic_over_the_iteration(tmp_path, capsys):
     assert main(["trace", "gen", "--model", "resnet50", "--gpus", "4", "--traffic", "nvme",
                  "-o", str(tmp_path / "u.itr")]) == 2
     assert not (tmp_path / "u.itr").exists()
+
+
+def test_report_names_each_policy_with_its_settings_and_the_margin():
+    # Hand-made rows: one load where prio wins and wrr and drr give rr's backward pass, one
+    # where drr is the worst. The paragraph names the winner, every other policy with its
+    # weights or quantum and its margin (of the 40 ms backward pass alone), and why wrr and
+    # drr could not do what priority did.
+    config = replace(load_config(), policies=("rr", "prio", "wrr", "drr"), traffic=("fsdp",),
+                     mem_weight=4, result_weight=1, quantum_flits=64)
+    base = {"workload": "bert_large", "algo": "inswitch", "traffic": "fsdp",
+            "backprop_alone_ms": 40.0, "critical_wait_alone_ms": 4.0, "link_utilization": 0.3,
+            "allreduce_ms": 10.0, "slowdown_link": 0.1}
+    backprop = {5: {"rr": 53.0, "prio": 49.0, "wrr": 53.0, "drr": 53.0},
+                25: {"rr": 44.0, "prio": 44.0, "wrr": 44.0, "drr": 44.4}}
+    rows = [dict(base, bucket_mb=b, policy=p, backprop_ms=ms)
+            for b, by in backprop.items() for p, ms in by.items()]
+    text = " ".join(traffic_paragraphs(config, rows))
+    assert ("bert_large inswitch 5 MiB: prio (memory first) wins, backprop 49.00 ms against "
+            "rr, wrr (results 1 : memory 4) and drr (quantum 64 flits) 53.00 ms (+10.0 %)"
+            in text)
+    assert ("bert_large inswitch 25 MiB: rr, prio (memory first) and wrr (results 1 : memory "
+            "4) win, backprop 44.00 ms against drr (quantum 64 flits) 44.40 ms (+1.0 %)" in text)
+    assert "wrr (results 1 : memory 4) gives round-robin's backward pass at every point" in text
+    assert "drr (quantum 64 flits) gives round-robin's backward pass at every point" in text

@@ -73,7 +73,9 @@ def _cmd_replay(args):
                            slots=args.slots, chunk_flits=args.chunk_flits, policy=args.policy,
                            mtu_flits=args.mtu_flits, link_gbps=link,
                            flit_scale=args.flit_scale, dtype=args.dtype,
-                           link_latency_ns=hop_ns)
+                           link_latency_ns=hop_ns, mem_priority=args.mem_priority,
+                           result_priority=args.result_priority, mem_weight=args.mem_weight,
+                           result_weight=args.result_weight, quantum_flits=args.quantum_flits)
         plan = build_plan(meta, records, cfg, path=str(path))
     except PlanError as exc:
         raise UsageError(str(exc)) from None
@@ -350,6 +352,13 @@ def _scenario(args):
     return load_scenario(text, args.config) if is_scenario(text) else None
 
 
+def _check_scenario_flags(args):
+    """A scenario replays one window through the RTL (``rtl``) and has no full bucket windows."""
+    if getattr(args, "rtl_windows", False):
+        raise UsageError(f"--rtl-windows: {args.config} is a scenario file, which replays one "
+                         f"window through the RTL ([scenario] rtl); drop --rtl-windows")
+
+
 def _run_scenario(args, config):
     """``innet run SCENARIO.toml``: one scenario (docs/scenarios.md) into a new run directory
     (written whole or not at all; a scenario runs in seconds, so there is no --resume)."""
@@ -359,6 +368,7 @@ def _run_scenario(args, config):
     from sim.cosim.runner import available_simulators
     from sim.scenarios.run import run_scenario
 
+    _check_scenario_flags(args)
     if args.no_rtl:
         config = replace(config, rtl=False)
     if config.rtl and config.sim not in available_simulators():
@@ -393,6 +403,9 @@ def _run_scenario(args, config):
 
 def _cmd_sweep(args):
     from sim.experiment.run import cpu_count
+    if _scenario(args) is not None:
+        raise UsageError(f"{args.config}: a scenario file runs in seconds with `innet run "
+                         f"{args.config}`; sweep runs experiment files")
     return _run(args, _config(args), args.jobs or cpu_count(), dask=args.dask)
 
 
@@ -402,7 +415,15 @@ def _cmd_print_config(args):
     from dataclasses import replace
 
     from sim.experiment.config import to_toml
+    from sim.scenarios.config import scenario_to_toml
     _check_rtl_flags(args)
+    scenario = _scenario(args)
+    if scenario is not None:
+        _check_scenario_flags(args)
+        if args.no_rtl:
+            scenario = replace(scenario, rtl=False)
+        sys.stdout.write(scenario_to_toml(scenario))
+        return 0
     config = _load(args.config)
     if args.no_rtl:
         config = replace(config, rtl=False, rtl_windows=False)
@@ -474,6 +495,16 @@ def register(sub, parser_class, positive):
     rep.add_argument("--slots", type=positive("--slots"), default=64)
     rep.add_argument("--chunk-flits", type=positive("--chunk-flits"), default=8)
     rep.add_argument("--policy", choices=Policy.names(), default="rr")
+    rep.add_argument("--mem-priority", type=int, default=1,
+                     help="prio: memory traffic's priority, 0..7 (default 1)")
+    rep.add_argument("--result-priority", type=int, default=0,
+                     help="prio: reduction results' priority, 0..7 (default 0)")
+    rep.add_argument("--mem-weight", type=int, default=1,
+                     help="wrr: memory packets per turn of each ingress, 1..255 (default 1)")
+    rep.add_argument("--result-weight", type=int, default=1,
+                     help="wrr: reduction-result packets per turn, 1..255 (default 1)")
+    rep.add_argument("--quantum-flits", type=int, default=None,
+                     help="drr: flits per turn, 1..65535 (default: one chunk)")
     rep.add_argument("--mtu-flits", type=positive("--mtu-flits"), default=64)
     rep.add_argument("--dtype", choices=ELEMENT_TYPES, default="fp32")
     rep.add_argument("--link-gbps", type=real_number("--link-gbps", 0, exclusive=True),

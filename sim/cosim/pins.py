@@ -102,8 +102,8 @@ async def configure_replay(dut, cfg, members, dtype):
         dut.cfg_mem_priority.value = cfg.mem_priority
         dut.cfg_result_priority.value = cfg.result_priority
     elif cfg.policy == Policy.WRR:
-        dut.cfg_mem_weight.value = 1
-        dut.cfg_result_weight.value = 1
+        dut.cfg_mem_weight.value = cfg.mem_weight
+        dut.cfg_result_weight.value = cfg.result_weight
     elif cfg.policy == Policy.DRR:
         dut.cfg_quantum.value = cfg.quantum
     await RisingEdge(dut.clk)

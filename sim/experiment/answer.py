@@ -7,8 +7,8 @@ from pathlib import Path
 
 from sim.experiment.tables import COLUMNS, and_list, arbiter_label, merge_policies
 
-__all__ = ["answer", "setup", "glossary", "traffic_paragraphs", "GLOSSARY", "NO_GAIN",
-           "HIDDEN", "POLICY_EVEN", "TRAFFIC_TEXT"]
+__all__ = ["answer", "setup", "glossary", "traffic_paragraphs", "policy_settings", "GLOSSARY",
+           "NO_GAIN", "HIDDEN", "POLICY_EVEN", "TRAFFIC_TEXT"]
 
 
 #: In-switch reduction "does not pay" where it shortens the iteration by less than this
@@ -109,10 +109,33 @@ def _policy_text(policy, rcfg):
                          else (results, memory))
         return f"strict priority, {first} before {second}, round-robin within a level"
     if policy == "wrr":
-        return ("weighted round-robin over the same requesters; the replay gives each a "
-                "weight of one packet, which is round-robin")
+        if rcfg.mem_weight == rcfg.result_weight == 1:
+            return ("weighted round-robin over the same requesters, each with a weight of one "
+                    "packet per turn, which is round-robin")
+        def packets(n):
+            return f"{n} packet{'s' if n > 1 else ''}"
+        return (f"weighted round-robin over the same requesters: up to "
+                f"{packets(rcfg.result_weight)} of reduction results per turn at an egress "
+                f"against {packets(rcfg.mem_weight)} of each ingress port's memory traffic")
     if policy == "drr":
-        return f"deficit round-robin over flits, quantum {rcfg.quantum} flits (one chunk)"
+        chunk = " (one chunk)" if rcfg.quantum == rcfg.chunk_flits else ""
+        return (f"deficit round-robin over flits, quantum {rcfg.quantum} flits{chunk}: every "
+                "requester the same share of an egress's flits (the switch has one quantum)")
+    return policy
+
+
+def policy_settings(policy, rcfg):
+    """``policy`` with the run-time settings that make it what it is, for a sentence:
+    ``wrr (results 4 : memory 1)``, ``drr (quantum 64 flits)``, ``prio (memory first)``."""
+    if policy == "prio":
+        if rcfg.mem_priority == rcfg.result_priority:
+            return "prio (equal priorities)"
+        return f"prio ({'memory' if rcfg.mem_priority > rcfg.result_priority else 'results'} " \
+            "first)"
+    if policy == "wrr":
+        return f"wrr (results {rcfg.result_weight} : memory {rcfg.mem_weight})"
+    if policy == "drr":
+        return f"drr (quantum {rcfg.quantum} flits)"
     return policy
 
 
@@ -333,10 +356,40 @@ def _why_identical(algo, policies):
             "egress too rarely to change the backward pass")
 
 
+def _turns_unlike_priority(groups, label):
+    """Where strict priority changes the backward pass and wrr or drr, whatever their
+    settings, give round-robin's: one sentence per policy saying why they could not."""
+    why = {"wrr": "a weight only lets a requester keep the egress for packets it has ready "
+                  "back to back, so it cannot put a waiting critical packet before the results "
+                  "as priority does",
+           "drr": "the switch's one quantum gives every requester the same share of the "
+                  "egress's flits, whatever the class"}
+    out = []
+    for policy, reason in why.items():
+        changed = same = 0
+        for rs in groups.values():
+            by = {r["policy"]: r["backprop_ms"] for r in rs}
+            if {"rr", "prio", policy} <= set(by) and by["prio"] != by["rr"]:
+                changed += 1
+                same += by[policy] == by["rr"]
+        if same:
+            where = "every point" if same == changed else f"{same} of the {changed} points"
+            out.append(f"{label(policy)} gives round-robin's backward pass at {where} where "
+                       f"prio changes it: {reason}.")
+    return out
+
+
 def traffic_paragraphs(config, rows):
     """One paragraph per traffic configuration: the link component it gives backprop, which
     arbitration policy wins where, by how much, and where the policies cannot differ (said
     once, instead of rows that repeat)."""
+    from sim.experiment.point import _replay_config
+    from sim.gpu.presets import gpu_preset
+
+    gpu = gpu_preset(config.gpu)
+
+    def label(policy):   # the weights and quantum do not depend on the flit scale
+        return policy_settings(policy, _replay_config(config, policy, gpu, 1))
     out = []
     traffics = list(dict.fromkeys(r.get("traffic", "dp") for r in rows))
     for t in traffics:
@@ -372,15 +425,27 @@ def traffic_paragraphs(config, rows):
                 same.append((w, b, a, [r["policy"] for r in rs]))
                 continue
             even = [r["policy"] for r in rs if r["backprop_ms"] == best["backprop_ms"]]
-            wins.append(f"{name(w, b, a)}: {arbiter_label(even)} wins, backprop "
-                        f"{best['backprop_ms']:.2f} ms against {worst['backprop_ms']:.2f} ms "
-                        f"({worst['policy']}), {_p_fine(gain)} of the backward pass (link "
+            # Every other policy in order, with how much longer its backward pass is (as a
+            # share of the backward pass alone) than the winner's.
+            others = {}
+            for r in sorted(rs, key=lambda r: r["backprop_ms"]):
+                if r["policy"] not in even:
+                    others.setdefault(r["backprop_ms"], []).append(r["policy"])
+            rest = ", ".join(
+                f"{and_list(label(p) for p in ps)} {ms:.2f} ms (+"
+                f"{_p_fine((ms - best['backprop_ms']) / best['backprop_alone_ms'])})"
+                for ms, ps in others.items())
+            wins.append(f"{name(w, b, a)}: {and_list(label(p) for p in even)} "
+                        f"win{'s' if len(even) == 1 else ''}, backprop "
+                        f"{best['backprop_ms']:.2f} ms against {rest}; {_p_fine(gain)} of the "
+                        f"backward pass against {worst['policy']} (link "
                         f"{_p_fine(best['slowdown_link'])} against "
                         f"{_p_fine(worst['slowdown_link'])}; mean link utilization "
                         f"{best['link_utilization']:.2f}; all-reduce {best['allreduce_ms']:.2f} "
                         f"against {worst['allreduce_ms']:.2f} ms)")
         if wins:
             text.append("Arbitration: " + "; ".join(wins) + ".")
+            text += _turns_unlike_priority(groups, label)
         # Points where the policies give one backward pass: one sentence per reason.
         reasons = {}
         for w, b, a, ps in same:

@@ -8,6 +8,7 @@ import re
 import tomllib
 from dataclasses import dataclass, fields, replace
 
+from hw.arbiter import QUANTUM_BITS, WEIGHT_BITS
 from hw.spec import Policy
 from sim.errors import ConfigError
 
@@ -41,6 +42,9 @@ slots = 256            # 256 x 256 B per 703 ns round trip = 93 GB/s, under ring
 chunk_flits = 8        # 256 B chunks
 mtu_flits = 64
 target_flits = 4000    # simulated gradient flits per GPU per iteration (sets the flit scale)
+mem_weight = 1         # wrr: memory packets per turn of each ingress at an egress, 1..255
+result_weight = 1      # wrr: reduction-result packets per turn at an egress, 1..255
+quantum_flits = 0      # drr: flits per turn, 1..65535; 0 = one chunk
 """
 
 
@@ -63,6 +67,9 @@ class ExperimentConfig:
     chunk_flits: int = 8
     mtu_flits: int = 64
     target_flits: int = 4000
+    mem_weight: int = 1
+    result_weight: int = 1
+    quantum_flits: int = 0
     source: str = "<default>"
 
     def as_dict(self):
@@ -74,7 +81,8 @@ _SECTIONS = {
                    "algorithms": list, "bucket_mb": list, "policies": list, "p2p_mb": float,
                    "traffic": list, "rtl": bool, "rtl_windows": bool, "sim": str},
     "switch": {"lanes": int, "slots": int, "chunk_flits": int, "mtu_flits": int,
-               "target_flits": int},
+               "target_flits": int, "mem_weight": int, "result_weight": int,
+               "quantum_flits": int},
 }
 
 
@@ -222,8 +230,13 @@ def _validate(c, path):
         bad("experiment", "p2p_mb", f"must be 0..4096, not {c.p2p_mb}")
     if c.sim not in ("verilator", "icarus"):
         bad("experiment", "sim", f"must be verilator or icarus, not {c.sim!r}")
+    # The arbiter's run-time inputs are as wide as the RTL's (hw/arbiter.py); a wrr weight of
+    # 0 would disable a traffic class, which a replay cannot finish.
     for key, lo, hi in (("lanes", 1, 64), ("slots", 1, 4096), ("chunk_flits", 1, 256),
-                        ("mtu_flits", 1, 4096), ("target_flits", 100, 10_000_000)):
+                        ("mtu_flits", 1, 4096), ("target_flits", 100, 10_000_000),
+                        ("mem_weight", 1, (1 << WEIGHT_BITS) - 1),
+                        ("result_weight", 1, (1 << WEIGHT_BITS) - 1),
+                        ("quantum_flits", 0, (1 << QUANTUM_BITS) - 1)):
         value = getattr(c, key)
         if not lo <= value <= hi:
             bad("switch", key, f"must be {lo}..{hi}, not {value}")

@@ -45,14 +45,17 @@ class PointResult:
 
 
 def _replay_config(config, policy, gpu, flit_scale):
-    """The replay's switch: the experiment's [switch] with ``flit_scale`` real flits per
-    simulated one, the GPUs one NVLink hop (the GPU model's ``link_latency_s``) away."""
+    """The replay's switch: the experiment's [switch] (its wrr weights and drr quantum, 0
+    for one chunk, included) with ``flit_scale`` real flits per simulated one, the GPUs one
+    NVLink hop (the GPU model's ``link_latency_s``) away."""
     from sim.replay.config import ReplayConfig
     return ReplayConfig(ports=config.gpus, lanes=config.lanes, slots=config.slots,
                         chunk_flits=config.chunk_flits, policy=policy,
                         mtu_flits=config.mtu_flits, link_gbps=gpu.link_gbps,
                         flit_scale=flit_scale, dtype="fp32",
-                        link_latency_ns=gpu.link_latency_s * 1e9)
+                        link_latency_ns=gpu.link_latency_s * 1e9,
+                        mem_weight=config.mem_weight, result_weight=config.result_weight,
+                        quantum_flits=config.quantum_flits or None)
 
 
 def real_switch(config):

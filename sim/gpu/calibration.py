@@ -56,41 +56,77 @@ One constant per mechanism at most, each on one figure (the rows marked fitted):
   chunks, slices and loops as `enqueue.cc` and `prims_simple.h` cut them, one `hwLat` per
   slice of every loop. `SIMPLE_EFFICIENCY` is 1.0 (Simple sends no flags in its data); it was
   0.95, fitted on the 8×A100 1 GiB row, before the pipeline modelled what it stood for.
-- `conv_efficiency` (`sim/gpu/presets.py`): fraction of tensor peak a convolution reaches;
-  fitted on ResNet-50 on one A100. The V100 row is a prediction.
+- `conv_efficiency = 0.305` (`sim/gpu/presets.py`): fraction of tensor peak a tensor-core
+  convolution reaches; fitted on ResNet-50 AMP on one A100 80GB (2470 img/s) with the
+  `a100-80` preset, the part NVIDIA measured (it was 0.38, fitted with the 40GB preset, whose
+  lower HBM bandwidth made the memory-bound layers slower than on the measured part). The
+  V100 rows are predictions. A convolution on the FP32 pipes gets `compute_efficiency` (0.70,
+  assumed, as every FP32 kernel): `conv_efficiency` is a fraction of tensor peak and nothing
+  was fitted on an FP32 run; the FP32 V100 row predicts 347 img/s against 367.
 - `L2_REFETCH = 4.21` (`sim/gpu/contention.py`): HBM re-reads of each evicted byte of a
   kernel's working set; fitted on the worst case (40.0 %) of Lee et al. 2025's sweep. The SM
   mechanism has no fitted constant (NCCL's CTA from NCCL's source against the CUDA per-SM
   limits), nor does the HBM mechanism (proportional share of the achievable bandwidth).
 
-## The overlap sweep's configurations (assumed)
+## The overlap sweep: what the source says, what innet assumes
 
-Lee et al. 2025 (arXiv 2507.03114) state "GPT and LLaMA models, across 4 A100s, H100s" and
-the four figures; the library holds only the abstract, so innet's configurations are assumed
+Lee et al. 2025 (arXiv 2507.03114; the library holds its abstract only) give four figures
+(average and worst compute slowdown under overlap, 18.9 % and 40.0 %; average and worst
+serial-vs-overlapped, 10.2 % and 26.6 %) over "GPT and LLaMA models, across 4 A100s, H100s,
+MI250, and MI210", in a study of "numeric precision, specialized cores, and power capping".
+The figures are therefore taken over four platforms, two of them AMD GPUs innet does not
+model, and over precisions and power caps; which platform gives the worst case is not stated,
+and no model size, batch or sequence length is given. innet's configurations are assumed
 (`sim/gpu/validation.py` `SWEEP`): data-parallel training on 4 GPUs of one node, ring
-all-reduce of DDP buckets under AMP, a GPT-like (hidden 2048, 24 layers) and a LLaMA-7B-like
-(hidden 4096, 32 layers, on H100 only: it does not fit an A100 40GB with Adam) model,
-sequence 1024 and 2048, micro-batch 1, 2, 4, on A100 and H100; the compute slowdown is the
-backward pass's.
+all-reduce of DDP buckets under AMP, no power cap, a GPT-like (hidden 2048, 24 layers) and a
+LLaMA-7B-like (hidden 4096, 32 layers, on H100 only: it does not fit an A100 40GB with Adam)
+model, sequence 1024 and 2048, micro-batch 1, 2, 4, on A100 and H100; the compute slowdown
+is the backward pass's. The comparison is NVIDIA-only and AMP-only against a four-platform
+average, and fitting `L2_REFETCH` on the worst case assumes that case was an NVIDIA part: a
+like-for-like comparison needs the paper's per-platform figures, which the library does not
+hold. The sweep is kept as it was (no configuration was found that the source supports
+better), and its misses stay marked.
 
 ## Why rows miss
 
-- ResNet-50 scaling (AMP on 8×A100 and 8×V100, FP32 on 8×V100): innet predicts 99 %+,
-  NVIDIA measures 84–87 % (AMP) and 97 % (FP32).
-  innet models compute, the all-reduce, DDP's copies, the optimizer and CPU issue; NVIDIA's
-  8-GPU runs also feed 16,621 img/s through DALI's JPEG decode and augmentation (GPU and
-  CPU), which competes with training and is not modelled. The all-reduce itself (100 MB on
-  NVLink, about 1 ms) cannot cost 16 %.
-- BERT-large SQuAD FP32 on 8×V100 (97.4 % vs 89.0 %) and BERT-large pre-training on 8×V100
-  (99.9 % vs 97.4–97.6 %): a DGX-1's V100s are joined by a hybrid cube-mesh, not an NVSwitch;
-  innet's collectives assume every GPU reaches every other at full NVLink bandwidth, and it
-  models no run-to-run skew between GPUs, which every all-reduce waits for.
-- ResNet-50 on one A100 80GB (2807 img/s vs 2470): `conv_efficiency` was fitted on the 40GB
-  preset, though NVIDIA measured an 80GB part; with the 80GB part's HBM bandwidth the
-  memory-bound layers run faster than measured. Refitting it on the 80GB preset is for the
-  preset's owner (`sim/gpu/presets.py`).
-- The serial-vs-overlapped rows: innet's serial iteration is 13.2 % slower on average (10.2
-  published) and 23.0 % at worst (26.6): the sweep's configurations are assumed.
+- Scaling at 8 GPUs (ResNet-50 AMP and FP32, BERT-large SQuAD FP32, BERT-large pre-training
+  on V100): innet predicts 97.5–99.9 %, NVIDIA measures 84–97 %. What the 8-GPU runs lose,
+  from the published throughputs alone (8-GPU iteration time minus one GPU's, same per-GPU
+  batch):
+
+  | run | one GPU | 8 GPUs | lost per iteration |
+  |---|---|---|---|
+  | ResNet-50 AMP, A100 80GB, batch 256 | 103.6 ms | 123.2 ms | 19.6 ms (18.9 %) |
+  | ResNet-50 TF32, A100 80GB, batch 256 | 272.9 ms | 282.6 ms | 9.7 ms (3.5 %) |
+  | ResNet-50 AMP, V100 16GB / 32GB | 213.3 / 221.5 ms | 246.1 / 254.2 ms | 32.8 / 32.7 ms |
+  | ResNet-50 FP32, V100 16GB / 32GB | 697.5 / 719.1 ms | 717.3 / 740.4 ms | 19.8 / 21.3 ms |
+  | BERT SQuAD AMP, A100, batch 32 | 289.6 ms | 302.3 ms | 12.7 ms (4.4 %) |
+  | BERT SQuAD AMP, V100, batch 16 | 307.7 ms | 335.1 ms | 27.4 ms (8.9 %) |
+  | BERT SQuAD FP32, V100, batch 8 | 666.7 ms | 748.5 ms | 81.9 ms (12.3 %) |
+  | BERT pre-training, V100, seq 128 / 512, per micro-batch | 285.7 / 106.7 ms | 293.2 / 109.2 ms | 7.5 / 2.6 ms (2.6 / 2.4 %) |
+
+  What it is not, by the published numbers themselves: (1) not the all-reduce: ResNet-50's
+  102 MB of FP32 gradients take 1–2 ms on NVLink and are overlapped with a backward pass of
+  60–800 ms, and the SQuAD FP32 run loses 82 ms where the whole 1.34 GB all-reduce takes
+  about 27 ms in innet (18 ms at a DGX-1's ~130 GB/s bus bandwidth); (2) not a CPU (DALI
+  `dali-cpu`, the README's recommended backend on DGX-1 and DGX A100) throughput cap alone:
+  the two DGX-1s have the same CPUs, yet their 8-GPU rates differ as their one-GPU rates do
+  (8322 / 8056 = 1.033, 1200 / 1156 = 1.038; a cap gives one rate), and FP32 loses 3 % at a
+  third of the AMP image rate; (3) not synchronisation on the slowest GPU: the V100
+  pre-training runs lose 2.4–2.6 % of every micro-batch with one all-reduce per 64 or 256 of
+  them. The loss is roughly a fixed time per iteration for a platform (V100: ~33 ms under
+  AMP, ~20 ms under FP32; A100: ~20 ms AMP, ~10 ms TF32), not a fraction of it, which points
+  at a per-iteration host or input cost at 8 processes (the README's throughput is
+  `train.total_ips`, data loading included), or at clocks of 8 GPUs under load in one chassis;
+  no source in the library measures either for these runs, so innet adds no mechanism and no
+  constant for it, and the rows stay missed. The PyTorch DDP paper (Li et al., VLDB 2020)
+  would give DDP-vs-one-GPU rows, but the library holds only its abstract.
+- ResNet-50 AMP on one V100 (1028 img/s against 1200 on a 16GB and 1156 on a 32GB V100):
+  `conv_efficiency` is one fraction of tensor peak for every architecture, fitted on the
+  A100 80GB; the V100 reaches more of its (lower, 125 TFLOP/s) peak than the A100 of its
+  312. Under the old fit on the 40GB preset the V100 row was inside its band (1177) and the
+  A100 80GB row 13.7 % out; fitted on the part that was measured, the A100 row is exact and
+  the V100 rows are the misses.
 - 8×H100 ring busbw: 356.8 GB/s against a published 360–370 (NCCL's per-link figure for
   Hopper, 20.6 GB/s, and its per-slice latency).
 - 8×A100 ring all-reduce at 16 MiB and the half-peak size: NCCL's tuner picks LL128 at

@@ -333,8 +333,13 @@ def _tree_messages(n, size, chunk, mapping, msgs, up=True, down=True):
     """Reduce up and/or broadcast down the heap-ordered tree ``mapping`` (position → rank).
 
     A message has a single dependency, so a parent that waits for two children depends on the
-    first child's message, and the first child's message depends on its sibling's: one chain
-    covers both subtrees (it adds an ordering between siblings, never a missing one)."""
+    first child's message, and the first child's message depends on its sibling's. That chain
+    misses a dependency where the sibling is a leaf and the child is not: at n = 8, 3 → 1
+    depends on its sibling's 4 → 1 but not on its own child's 7 → 3, so a replay may send 3's
+    partial sum before 7's data arrived (one-at-a-time delivery in a random valid order gives
+    a wrong sum). With one dependency per message no chain shorter than all n − 1 up-messages
+    is correct (the root's two inputs must lie on one chain); the fix is several dependencies
+    per message (docs/metrics.md, "Full bucket window")."""
     up_msg = {}
     if up:
         for p in range(n - 1, 0, -1):   # deepest positions first; siblings second-then-first

@@ -85,7 +85,9 @@ NCCL_SHMEM = {"volta": 20 * (4 * 32 + 1) * 16, "ampere": 20 * (8 * 32 + 1) * 16,
 #: an operand panel once per tile that shares it; evicted, each of those reads goes to HBM).
 #: The one constant of the L2 mechanism, fitted on one figure: the worst case (40.0 %) of Lee
 #: et al. 2025's sweep (arXiv 2507.03114) as innet runs it (:data:`sim.gpu.validation.SWEEP`);
-#: the sweep's average and its serial-vs-overlapped figures are then predictions.
+#: the sweep's average and its serial-vs-overlapped figures are then predictions. The
+#: published worst case is over A100, H100, MI250 and MI210 (which platform is not stated):
+#: fitting it on innet's A100/H100 sweep assumes it came from an NVIDIA part.
 L2_REFETCH = 4.21
 
 
@@ -109,9 +111,12 @@ class KernelSpec:
 
 
 def compute_rate(gpu, tensor_core, sm_share=1.0, conv=False):
-    """Achievable FLOP/s of a kernel with ``sm_share`` of the SMs."""
+    """Achievable FLOP/s of a kernel with ``sm_share`` of the SMs. ``conv_efficiency`` is the
+    fraction of *tensor* peak a convolution reaches (fitted on an AMP run); a convolution on
+    the FP32 pipes (``precision="fp32"``) gets ``compute_efficiency`` like any other FP32
+    kernel, since nothing was fitted on one (the FP32 ResNet-50 row is a prediction)."""
     peak = gpu.tensor_tflops if tensor_core else gpu.fp32_tflops
-    efficiency = gpu.conv_efficiency if conv else gpu.compute_efficiency
+    efficiency = gpu.conv_efficiency if conv and tensor_core else gpu.compute_efficiency
     return peak * 1e12 * efficiency * sm_share
 
 

@@ -128,8 +128,12 @@ class GPU:
         Fraction of tensor peak a large GEMM reaches (achievable-efficiency factor; an
         assumption, not fitted).
     conv_efficiency : float
-        Fraction of tensor peak a convolution reaches. Fitted once to the published ResNet-50
-        iteration times on one A100 and one V100 (both within 2 %, docs/calibration.md).
+        Fraction of tensor peak a convolution reaches. Fitted on ONE figure: ResNet-50 v1.5
+        AMP training, batch 256, on one A100 80GB, 2470 img/s (NVIDIA DeepLearningExamples
+        PyTorch README, DGX A100 80GB table), with the ``a100-80`` preset, the part it was
+        measured on (0.38 had been fitted with the 40GB preset, whose lower HBM bandwidth
+        made the memory-bound layers slower than on the measured part). The V100 rows are
+        predictions (docs/calibration.md).
     memory_efficiency : float
         Fraction of HBM peak a streaming kernel reaches.
     ring_channels : int
@@ -158,7 +162,7 @@ class GPU:
     nvlink_gbps: float
     pcie_gbps: float
     compute_efficiency: float = 0.70
-    conv_efficiency: float = 0.38
+    conv_efficiency: float = 0.305
     memory_efficiency: float = 0.85
     ring_channels: int = 24
     nvls_channels: int = 16

@@ -57,14 +57,21 @@ def finish(r):
 
 # -- the published overlap sweep (Lee et al. 2025) ----------------------------------------------
 
-#: The configurations innet runs for Lee et al. 2025 (arXiv 2507.03114: "GPT and LLaMA models,
-#: across 4 A100s, H100s": average compute slowdown 18.9 %, worst 40.0 %; serial 10.2 % slower
-#: than overlapped on average, worst 26.6 %). The paper's exact model sizes, batches and
-#: sequence lengths were not found in the library; these are ASSUMED: data-parallel training
-#: on 4 GPUs of one NVSwitch node (ring all-reduce, DDP buckets, AMP), a GPT-like model
-#: (hidden 2048, 24 layers) and a LLaMA-7B-like shape (hidden 4096, 32 layers, only where its
-#: gradients fit), sequence 1024 and 2048, micro-batch 1, 2 and 4, on A100 and H100. The
-#: compute slowdown is the backward pass's (the only compute the all-reduces overlap).
+#: The configurations innet runs for Lee et al. 2025 (arXiv 2507.03114). What the source says
+#: (its abstract, arxiv.org/html/2507.03114v1; the library holds no more of it): average
+#: compute slowdown 18.9 %, worst 40.0 %; serial 10.2 % slower than overlapped on average,
+#: worst 26.6 %; "GPT and LLaMA models, across 4 A100s, H100s, MI250, and MI210", a study of
+#: "numeric precision, specialized cores, and power capping". So the published average and
+#: worst case are taken over four platforms, two of them AMD GPUs innet does not model, and
+#: over precisions and power caps; which platform gives the worst case is not stated. The
+#: model sizes, batches and sequence lengths are not published in what the library holds;
+#: these are ASSUMED: data-parallel training on 4 GPUs of one NVSwitch node (ring
+#: all-reduce, DDP buckets, AMP, no power cap), a GPT-like model (hidden 2048, 24 layers) and
+#: a LLaMA-7B-like shape (hidden 4096, 32 layers, only where its gradients fit), sequence
+#: 1024 and 2048, micro-batch 1, 2 and 4, on A100 and H100. The compute slowdown is the
+#: backward pass's (the only compute the all-reduces overlap). The rows compare innet's
+#: NVIDIA-only, AMP-only average with the four-platform one: a like-for-like comparison
+#: needs the paper's per-platform figures.
 SWEEP = {"gpus": ("a100", "h100"), "models": ((2048, 24), (4096, 32)), "seqs": (1024, 2048),
          "batches": (1, 2, 4), "n_gpus": 4}
 
@@ -121,7 +128,8 @@ def _overlap_rows():
     sweep = _sweep()
     slow = [r["slowdown"] * 100 for r in sweep]
     serial = [r["serial"] * 100 for r in sweep]
-    src = "Lee et al. 2025, arXiv 2507.03114 (abstract)"
+    src = ("Lee et al. 2025, arXiv 2507.03114 (abstract: over A100, H100, MI250 and "
+           "MI210, GPT and LLaMA; innet runs A100 and H100 only)")
     cmd = "python -c 'from sim.gpu.validation import overlap_sweep; print(overlap_sweep())'"
     p = SINGLE_VALUE_POINTS
     return [
@@ -159,23 +167,26 @@ def _tail_effect_rows():
 # -- collectives and single-GPU times (kept from the calibration) ------------------------------
 
 def _single_gpu_rows():
-    """ResNet-50 on one GPU. NVIDIA measured the A100 figure on an A100 80GB; innet's
-    ``conv_efficiency`` was fitted with the 40GB preset (1555 GB/s), so the fitted row uses
-    it, and the 80GB preset (2039 GB/s) is a prediction of its own."""
+    """ResNet-50 on one GPU, each figure against the preset of the part it was measured on:
+    the A100 figure on an A100 80GB (``a100-80``, the row ``conv_efficiency`` is fitted on),
+    the V100 figures on DGX-1 V100s of 16GB and 32GB (the ``v100`` preset; the two parts have
+    the same SMs, clocks and HBM bandwidth). The FP32 figure is a prediction of the FP32
+    path (no tensor cores, 4-byte activations)."""
     rows = []
-    src = ("NVIDIA DeepLearningExamples PyTorch ResNet-50 v1.5 README (DGX A100 80GB / DGX-1 "
-           "16GB tables); ±10 % tolerance as before")
-    for name, label, published, role in (
-            ("a100", "A100 (40GB preset; measured on 80GB)", 2470, "fitted"),
-            ("a100-80", "A100 80GB", 2470, "predicted"),
-            ("v100", "V100", 1200, "predicted")):
+    src = ("NVIDIA DeepLearningExamples PyTorch ResNet-50 v1.5 README, pytorch-21.03 "
+           "(DGX A100 80GB / DGX-1 16GB / DGX-1 32GB tables); ±10 % tolerance as before")
+    for name, label, published, config, role in (
+            ("a100-80", "A100 80GB, batch 256, AMP", 2470, {}, "fitted"),
+            ("v100", "V100 16GB, batch 256, AMP", 1200, {}, "predicted"),
+            ("v100", "V100 32GB, batch 256, AMP", 1156, {}, "predicted"),
+            ("v100", "V100 16GB, batch 256, FP32", 367, {"precision": "fp32"}, "predicted")):
         gpu = gpu_preset(name)
-        t = simulate_iteration(resnet50(256), gpu, IterationConfig(n_gpus=1),
+        t = simulate_iteration(resnet50(256), gpu, IterationConfig(n_gpus=1, **config),
                                record=False).iteration_s
-        rows.append(row(f"ResNet-50 training, one {label}, batch 256, AMP", 256 / t,
+        rows.append(row(f"ResNet-50 training, one {label}", 256 / t,
                         published, published * 0.9, published * 1.1, src,
                         f"innet model iteration --model resnet50 --gpu {name} --gpus 1 "
-                        f"--batch 256", "img/s", role=role,
+                        f"--batch 256" + (" (fp32)" if config else ""), "img/s", role=role,
                         fits="conv_efficiency" if role == "fitted" else None))
     return rows
 
@@ -204,6 +215,13 @@ _SCALING = (
     ("ResNet-50 FP32, 8×V100 scaling efficiency, batch 256", lambda: resnet50(256),
      "v100", {"precision": "fp32"}, 7.76, "DeepLearningExamples ResNet-50 v1.5 README, "
      "DGX-1 16GB: 367 → 2855 img/s", "--model resnet50 --gpu v100 --batch 256 (fp32)"),
+    # the same recipe on a DGX-1 of V100 32GB (the v100 preset's part): separate measurements
+    ("ResNet-50 AMP, 8×V100 32GB scaling efficiency, batch 256", lambda: resnet50(256),
+     "v100", {}, 6.96, "DeepLearningExamples ResNet-50 v1.5 README, DGX-1 32GB: 1156 → "
+     "8056 img/s", "--model resnet50 --gpu v100 --batch 256"),
+    ("ResNet-50 FP32, 8×V100 32GB scaling efficiency, batch 256", lambda: resnet50(256),
+     "v100", {"precision": "fp32"}, 7.75, "DeepLearningExamples ResNet-50 v1.5 README, "
+     "DGX-1 32GB: 356 → 2766 img/s", "--model resnet50 --gpu v100 --batch 256 (fp32)"),
     ("BERT-large SQuAD AMP, 8×A100 scaling efficiency, batch 32, seq 384",
      lambda: bert_large(32, 384), "a100-80", {}, 7.66, "DeepLearningExamples BERT README, "
      "fine-tuning DGX A100: 110.5 → 846.7 seq/s", "--model bert_large --gpu a100-80 "

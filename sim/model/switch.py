@@ -78,7 +78,9 @@ class FastSwitch:
         self.arbiters = [
             ArbiterModel(N, config.policy, quantum=config.quantum,
                          priority=[config.result_priority if k == d else config.mem_priority
-                                   for k in range(N)])
+                                   for k in range(N)],
+                         weight=[config.result_weight if k == d else config.mem_weight
+                                 for k in range(N)])
             for d in range(N)]
 
     def run(self, plan, max_cycles=None, progress=None):

@@ -36,6 +36,11 @@
  *   - ClosedLoop's result_at[(port, seq)] is the output results[port * chunks + seq] (the same
  *     cycle, written at the same moment; -1 until then), and its chunk_msg the contribution
  *     messages of each port sorted by first chunk (con_off, con_first, con_mid);
+ *   - Python's src_tries[k] (the cycles of port k's pending source events) and its entries in
+ *     the event heap are src_q[k], the port's source events sorted by (cycle, order), of which
+ *     the event heap holds only the first (and any it held when an earlier one came in, each
+ *     popped when it is the first): the heap pops the same events in the same order, but
+ *     stays a few dozen entries long where every credit in flight would make it hundreds;
  *   - "None" is NONE (INT64_MIN).
  *
  * Built by sim/model/switch_core.py with the system C compiler and called through ctypes.
@@ -47,6 +52,7 @@
 #include <string.h>
 
 typedef int64_t i64;
+typedef int32_t i32;   /* the plan's packet arrays (sim.replay.plan.PACKET_DTYPE) */
 #define NONE INT64_MIN
 
 /* ------------------------------------------------------------------------------------------ */
@@ -55,6 +61,7 @@ typedef int64_t i64;
 typedef struct { i64 *v; i64 n, cap; } vec;
 typedef struct { i64 a, b, c; } trip;       /* heap and sorted-list entries, ordered by (a, b) */
 typedef struct { trip *v; i64 n, cap; } tvec;
+typedef struct { trip *v; i64 head, n, cap; } tqueue;   /* sorted; live entries [head, n) */
 
 static _Thread_local jmp_buf oom;   /* ctypes drops the GIL: replays may run in threads */
 
@@ -187,7 +194,7 @@ typedef struct { InPkt *v; i64 mask; } Ring;
     /* arbiter inputs, per egress, per requester: ports x ports */                             \
     X(const i64 *, priority) X(const i64 *, weight)                                            \
     /* the plan's packets (packet_cap) and messages (message_cap), grown by read responses */  \
-    X(i64 *, pk_flits) X(i64 *, pk_dst) X(i64 *, pk_seq) X(i64 *, pk_msg)                      \
+    X(i32 *, pk_flits) X(i32 *, pk_dst) X(i32 *, pk_seq) X(i32 *, pk_msg)                      \
     X(i64 *, m_src) X(i64 *, m_dst) X(i64 *, m_issue) X(i64 *, m_kind)                         \
     X(i64 *, m_resp_flits) X(i64 *, m_resp_to) X(const i64 *, m_dep)                           \
     X(i64 *, m_pk_off) X(i64 *, m_pk_len)                                                      \
@@ -223,7 +230,8 @@ typedef struct {
     i64 hold_depth, judge_phase;
     const i64 *priority, *weight;
     /* plan: packets (growing with read responses) */
-    i64 npk, pk_cap, *pk_flits, *pk_dst, *pk_seq, *pk_msg;
+    i64 npk, pk_cap;
+    i32 *pk_flits, *pk_dst, *pk_seq, *pk_msg;
     /* plan: messages */
     i64 nmsg, nmsg0, msg_cap, *m_src, *m_dst, *m_issue, *m_kind, *m_resp_flits, *m_resp_to;
     i64 *m_pk_off, *m_pk_len;
@@ -244,7 +252,7 @@ typedef struct {
     Ring *ring;
     i64 *ing_n;
     i64 *fifo_head, *hist_head, *written, *prev_last_read, *src_busy, *src_free, *pending;
-    vec *src_tries;
+    tqueue *src_q;   /* per ingress: pending source events (cycle, event key, in the heap) */
     /* egress state */
     i64 *egress_free, *egress_armed, *head_mem, *head_res, *streaming, *result_last_read;
     RTab *rtabs;
@@ -367,10 +375,10 @@ static void loop_respond(SwitchRun *s, i64 req, i64 cycle) {
     for (i64 off = 0; off < s->m_resp_flits[req]; off += s->mtu) {
         i64 p = s->npk++;
         i64 left = s->m_resp_flits[req] - off;
-        s->pk_flits[p] = left < s->mtu ? left : s->mtu;
-        s->pk_dst[p] = s->m_src[req];
+        s->pk_flits[p] = (i32)(left < s->mtu ? left : s->mtu);
+        s->pk_dst[p] = (i32)s->m_src[req];
         s->pk_seq[p] = -1;
-        s->pk_msg[p] = mid;
+        s->pk_msg[p] = (i32)mid;
         s->m_pk_len[mid]++;
     }
     s->remaining[mid] = s->m_pk_len[mid];
@@ -439,8 +447,8 @@ static void loop_result(SwitchRun *s, i64 port, i64 seq, i64 cycle) {
 /* The arbiter (sim/model/arbiter.py), as the model uses it: packet-atomic, output ready.     */
 
 static i64 first_after(const i64 *mask, i64 n, i64 ptr) {
-    for (i64 off = 1; off <= n; off++) {
-        i64 k = (ptr + off) % n;
+    for (i64 off = 1, k = ptr; off <= n; off++) {   /* k = (ptr + off) % n */
+        if (++k == n) k = 0;
         if (mask[k]) return k;
     }
     return NONE;
@@ -511,12 +519,44 @@ static void at(SwitchRun *s, i64 t, i64 kind, i64 arg) {
     heap_push(&s->events, (trip){t, (kind << KIND_SHIFT) | s->order, arg});
 }
 
+/* Python's `if t in tries: return; tries.add(t); at(t, SOURCE, k)`, on src_q[k]. */
 static void try_source(SwitchRun *s, i64 k, i64 t) {
-    vec *tries = &s->src_tries[k];
-    for (i64 i = 0; i < tries->n; i++)
-        if (tries->v[i] == t) return;
-    push(tries, t);
-    at(s, t, EV_SOURCE, k);
+    tqueue *q = &s->src_q[k];
+    i64 lo = q->head, hi = q->n;   /* the first entry at or after cycle t */
+    while (lo < hi) {
+        i64 mid = (lo + hi) / 2;
+        if (q->v[mid].a < t) lo = mid + 1; else hi = mid;
+    }
+    if (lo < q->n && q->v[lo].a == t) return;
+    if (q->n == q->cap && q->head > 0) {   /* reuse the room the popped entries left */
+        memmove(q->v, q->v + q->head, (size_t)(q->n - q->head) * sizeof(trip));
+        q->n -= q->head;
+        lo -= q->head;
+        q->head = 0;
+    }
+    q->v = grow(q->v, &q->cap, q->n + 1, sizeof(trip));
+    memmove(q->v + lo + 1, q->v + lo, (size_t)(q->n - lo) * sizeof(trip));
+    q->n++;
+    s->order++;
+    trip e = {t, ((i64)EV_SOURCE << KIND_SHIFT) | s->order, 0};
+    if (lo == q->head) {   /* the port's first source event: the heap must hold it */
+        e.c = 1;
+        heap_push(&s->events, (trip){e.a, e.b, k});
+    }
+    q->v[lo] = e;
+}
+
+/* The event heap popped port k's first source event (Python's tries.discard(t)); make sure it
+ * holds the next one. */
+static void pop_source(SwitchRun *s, i64 k) {
+    tqueue *q = &s->src_q[k];
+    q->head++;
+    if (q->head == q->n) {
+        q->head = q->n = 0;
+    } else if (!q->v[q->head].c) {
+        q->v[q->head].c = 1;
+        heap_push(&s->events, (trip){q->v[q->head].a, q->v[q->head].b, k});
+    }
 }
 
 /* One live event per egress, at egress_armed[d]: egress() drops the superseded ones. */
@@ -651,21 +691,26 @@ static void update_visible(SwitchRun *s, i64 k) {
     }
 }
 
-static i64 result_read(SwitchRun *s, i64 d, i64 n) {
-    if (n < 0) return -1;
-    i64 idx = n / s->P;
+/* Python's result_read(d, n), of flit n = idx * P + rem (0 <= rem < P): n < 0 is idx < 0. */
+static i64 result_read(SwitchRun *s, i64 d, i64 idx, i64 rem) {
+    if (idx < 0) return -1;
     if (idx < s->rh_head[d] || idx >= s->rtabs[d].n) return -1;
-    return n - idx * s->P < R_(d, nreads, idx) ? R_READ(d, n) : NONE;
+    return rem < R_(d, nreads, idx) ? R_READ(d, idx * s->P + rem) : NONE;
 }
 
 /* Earliest issue of flit i of the engine's chunk; `tentative`: its packets are not made yet
  * and would start at each egress's result count. */
 static i64 room_time(SwitchRun *s, i64 i, int tentative) {
-    i64 need = -1;
+    /* Flit j0 + i - (depth - 1) of each member's egress, j0 = its packet's number times P:
+     * packet number + q, flit rem of that packet (floor division, once for all members). */
+    i64 back = i - (s->result_depth - 1), q = back / s->P, rem = back - q * s->P, need = -1;
+    if (rem < 0) {
+        rem += s->P;
+        q--;
+    }
     for (i64 m = 0; m < s->nmembers; m++) {
         i64 d = s->mem_ports[m];
-        i64 j0 = (tentative ? s->rtabs[d].n : s->eng_r[m]) * s->P;
-        i64 r = result_read(s, d, j0 + i - (s->result_depth - 1));
+        i64 r = result_read(s, d, (tentative ? s->rtabs[d].n : s->eng_r[m]) + q, rem);
         if (r == NONE) return NONE;
         need = max64(need, r + 1);
     }
@@ -681,11 +726,15 @@ static void expose_result(SwitchRun *s, i64 d) {
 
 static void stream_result(SwitchRun *s, i64 d) {
     i64 r = s->streaming[d], j0 = r * s->P;
-    while (R_(d, nreads, r) < R_(d, nissues, r)) {
-        i64 i = R_(d, nreads, r);
-        i64 avail = R_ISSUE(d, j0 + i) + s->result_lag;
-        R_READ(d, j0 + i) = max64(avail, i == 0 ? R_(d, grant, r) : R_READ(d, j0 + i - 1) + 1);
-        R_(d, nreads, r)++;
+    {   /* Python's loop, on locals: the packet's flits, its reads so far (flit 0 is read at
+         * max(avail, grant), i.e. after a previous read at grant - 1) */
+        RTab *tab = &s->rtabs[d];
+        i64 at = r - tab->base, n = tab->nreads[at], issued = tab->nissues[at];
+        const i64 *issue = tab->issue + at * s->P;
+        i64 *read = tab->read + at * s->P, lag = s->result_lag;
+        i64 prev = n == 0 ? tab->grant[at] - 1 : read[n - 1];
+        for (; n < issued; n++) read[n] = prev = max64(issue[n] + lag, prev + 1);
+        tab->nreads[at] = n;
     }
     if (s->engine_blocked) {
         arm_engine_at(s, s->now);
@@ -715,9 +764,10 @@ static void continue_engine(SwitchRun *s) {
         i64 when = max64(s->eng_last_issue + 1, need), i = s->eng_nissues++;
         s->eng_last_issue = when;
         for (i64 m = 0; m < s->nmembers; m++) {
-            i64 r = s->eng_r[m], d = s->mem_ports[m];
-            R_ISSUE(d, r * s->P + i) = when;
-            R_(d, nissues, r)++;
+            RTab *tab = &s->rtabs[s->mem_ports[m]];
+            i64 at = s->eng_r[m] - tab->base;
+            tab->issue[at * s->P + i] = when;
+            tab->nissues[at]++;
         }
         for (i64 m = 0; m < s->nmembers; m++)
             if (s->streaming[s->mem_ports[m]] == s->eng_r[m]) stream_result(s, s->mem_ports[m]);
@@ -767,10 +817,8 @@ static void run_engine(SwitchRun *s, i64 t) {
             R_(d, nissues, r) = 1;
             R_(d, nreads, r) = 0;
             s->eng_r[m] = r;
-            for (i64 i = 0; i < s->P; i++) {
-                R_ISSUE(d, j0 + i) = i == 0 ? t : NONE;
-                R_READ(d, j0 + i) = NONE;
-            }
+            /* Python's issues = [t], reads = []: flits at or past nissues (nreads) are unset */
+            R_ISSUE(d, j0) = t;
             s->rh_head[d] = max64(s->rh_head[d], tab->n - s->hist_limit);
             if (tab->n - s->rq_head[d] == 1) expose_result(s, d);
         }
@@ -835,12 +883,7 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
 }
 
 static void source(SwitchRun *s, i64 k, i64 t) {
-    vec *tries = &s->src_tries[k];
-    for (i64 i = 0; i < tries->n; i++)
-        if (tries->v[i] == t) {
-            tries->v[i] = tries->v[--tries->n];
-            break;
-        }
+    pop_source(s, k);
     if (s->src_busy[k] || t < s->src_free[k]) return;
     i64 p = loop_next_packet(s, k, t);
     if (p == NONE) {
@@ -962,7 +1005,7 @@ int innet_switch_run(const SwitchArgs *a) {
     ZALLOC(s->src_busy, N);
     ZALLOC(s->src_free, N);
     ALLOC(s->pending, N, -1);
-    ZALLOC(s->src_tries, N);
+    ZALLOC(s->src_q, N);
     ZALLOC(s->egress_free, N);
     ALLOC(s->egress_armed, N, NONE);
     ALLOC(s->head_mem, N * N, -1);
@@ -1023,7 +1066,7 @@ fail:
         if (s->ready) free(s->ready[k].v);
         if (s->pend) free(s->pend[k].v);
         free(s->ring[k].v);
-        if (s->src_tries) free(s->src_tries[k].v);
+        if (s->src_q) free(s->src_q[k].v);
         if (s->rtabs) {
 #define FREE(f) free(s->rtabs[k].f);
             RT_PACKET_FIELDS(FREE)
@@ -1040,7 +1083,7 @@ fail:
                   s->next_index, s->remaining, s->con_hint,
                   s->src_start, s->ring, s->ing_n, s->fifo_head,
                   s->hist_head, s->written, s->prev_last_read, s->src_busy, s->src_free,
-                  s->pending, s->src_tries, s->egress_free, s->egress_armed, s->head_mem,
+                  s->pending, s->src_q, s->egress_free, s->egress_armed, s->head_mem,
                   s->head_res, s->streaming, s->result_last_read, s->rtabs, s->rq_head,
                   s->rh_head, s->arb_ptr, s->arb_count, s->arb_deficit, s->hold_taken,
                   s->hold_free, s->hold_lo, s->hold_hi, s->hold_j0, s->hold_fl, s->hold_pop,

@@ -32,7 +32,8 @@ from hw.arbiter import DEFICIT_BITS
 from hw.packet import Kind
 from hw.spec import Policy
 from sim.files import cache_dir
-from sim.replay.plan import Message, Plan
+from sim.replay.pages import small_pages
+from sim.replay.plan import PACKET_DTYPE, Message, Plan
 from sim.replay.result import ReplayResult, ResultCycles
 
 __all__ = ["CoreUnavailable", "SwitchArgs", "check_args", "library", "library_args",
@@ -46,12 +47,16 @@ PARAMS = ("ports", "depth", "result_lag", "result_depth", "chunk_flits", "slots"
           "quantum", "deficit_bits", "members", "chunks", "mtu", "packets", "packet_cap",
           "messages", "message_cap", "ingress_latency", "pick_latency", "round_trip",
           "hold_depth", "judge_phase")
-#: The entry point's int64 arrays, in ``SwitchArgs`` order after the parameters.
+#: The entry point's arrays, in ``SwitchArgs`` order after the parameters: int64 but for
+#: :data:`PACKET_ARRAYS`.
 ARRAYS = ("priority", "weight", "pk_flits", "pk_dst", "pk_seq", "pk_msg",
           "m_src", "m_dst", "m_issue", "m_kind", "m_resp_flits", "m_resp_to", "m_dep",
           "m_pk_off", "m_pk_len", "wait_off", "wait_list", "con_off", "con_first", "con_mid",
           "inject", "deliver", "results", "done_at", "out_flits", "in_flits", "stall",
           "counters")
+#: The plan's packet arrays, of the plan's type (``int32_t`` in switch_core.c): a whole
+#: iteration is tens of millions of packets.
+PACKET_ARRAYS = ("pk_flits", "pk_dst", "pk_seq", "pk_msg")
 K_OTHER, K_READ_REQ, K_READ_RESP = 0, 1, 2
 
 
@@ -166,13 +171,13 @@ def check_args(lib, args=SwitchArgs):
                               f"{Policy.names()}")
 
 
-def _padded(a, cap, fill=0):
-    """``a`` as int64, padded with ``fill`` to ``cap`` entries (room for read responses); ``a``
-    itself when it needs no room and is already a contiguous int64 array (the core writes
-    only the entries past ``len(a)``)."""
+def _padded(a, cap, fill=0, dtype=np.int64):
+    """``a`` as ``dtype``, padded with ``fill`` to ``cap`` entries (room for read responses);
+    ``a`` itself when it needs no room and is already a contiguous array of ``dtype`` (the
+    core writes only the entries past ``len(a)``)."""
     if cap == len(a):
-        return np.ascontiguousarray(a, dtype=np.int64)
-    out = np.empty(cap, dtype=np.int64)
+        return np.ascontiguousarray(a, dtype=dtype)
+    out = np.empty(cap, dtype=dtype)
     out[:len(a)] = a
     out[len(a):] = fill
     return out
@@ -229,8 +234,8 @@ def _contributions(plan, arrays, m0, ports):
 
 
 def _pack(values):
-    """``values`` (every :class:`SwitchArgs` field by name: an int, or a C-contiguous int64
-    array) as a :class:`SwitchArgs`."""
+    """``values`` (every :class:`SwitchArgs` field by name: an int, or a C-contiguous array,
+    int64 or, for :data:`PACKET_ARRAYS`, the plan's packet type) as a :class:`SwitchArgs`."""
     names = [name for name, _ in SwitchArgs._fields_]
     if set(values) != set(names):
         raise ValueError(f"SwitchArgs fields missing {sorted(set(names) - set(values))}, "
@@ -239,8 +244,9 @@ def _pack(values):
     for name in names:
         v = values[name]
         if isinstance(v, np.ndarray):
-            if v.dtype != np.int64 or not v.flags.c_contiguous:
-                raise ValueError(f"SwitchArgs.{name} must be a contiguous int64 array")
+            want = np.dtype(PACKET_DTYPE if name in PACKET_ARRAYS else np.int64)
+            if v.dtype != want or not v.flags.c_contiguous:
+                raise ValueError(f"SwitchArgs.{name} must be a contiguous {want} array")
             v = v.ctypes.data
         setattr(args, name, v)
     return args
@@ -251,14 +257,20 @@ def run_core(model, plan):
     :class:`sim.model.switch.FastSwitch`); the same :class:`ReplayResult` the Python model
     returns."""
     lib = library()
+    with small_pages():   # the outputs of a whole iteration are GBs of fresh memory
+        return _run(lib, model, plan)
+
+
+def _run(lib, model, plan):
     began = time.perf_counter()
     cfg = plan.config
     N, C = model.N, max(plan.chunks, 1)
     arrays, m_cap, p_cap = _message_arrays(plan)
     n0, m0 = plan.packets, len(plan.messages)
 
-    pk = {"pk_flits": _padded(plan.flits, p_cap), "pk_dst": _padded(plan.dst, p_cap),
-          "pk_seq": _padded(plan.seq, p_cap, -1), "pk_msg": _padded(plan.msg, p_cap)}
+    pk = {name: _padded(a, p_cap, fill, PACKET_DTYPE) for name, a, fill in (
+        ("pk_flits", plan.flits, 0), ("pk_dst", plan.dst, 0), ("pk_seq", plan.seq, -1),
+        ("pk_msg", plan.msg, 0))}
     con = _contributions(plan, arrays, m0, N)
     arb = model.arbiters[0]
     values = {"ports": N, "depth": model.depth, "result_lag": model.result_lag,
@@ -310,8 +322,11 @@ def _with_responses(plan, arrays, pk, npk, nmsg):
                        -1, req.record, packets=range(off, off + n))
         resp.response_to = req.mid
         messages.append(resp)
-    kind = np.full(npk - n0, Kind.MEM_READ_RESP.value, dtype=np.int64)
-    cat = np.concatenate
+    kind = np.full(npk - n0, Kind.MEM_READ_RESP.value, dtype=plan.kind.dtype)
+
+    def cat(arrays):   # of the plan's packet type
+        return np.concatenate(arrays, dtype=arrays[0].dtype, casting="same_kind")
+
     return Plan(plan.config, plan.gpus, messages,
                 cat([plan.src, arrays["m_src"][pk["pk_msg"][new]]]),
                 cat([plan.dst, pk["pk_dst"][new]]), cat([plan.kind, kind]),

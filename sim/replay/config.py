@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass, fields
 
+from hw.arbiter import PRIO_BITS, QUANTUM_BITS, WEIGHT_BITS
 from hw.errors import ParameterError, check_int
 from hw.packet import LANE_BITS
 from hw.spec import SwitchSpec, element_type
@@ -39,7 +40,20 @@ class ReplayConfig:
     dtype : str
         Element type of in-switch contributions (``fp32``, ``int32``, ``bf16``).
     mem_priority, result_priority : int
-        ``prio`` policy: priority of memory traffic and of reduction results.
+        ``prio`` policy: priority of memory traffic and of reduction results at every egress,
+        0..7 (the RTL's ``PRIO_BITS``); higher wins, equal is round-robin.
+    mem_weight, result_weight : int
+        ``wrr`` policy: packets per turn of each ingress port's memory traffic and of the
+        reduction results at every egress, 1..255 (the RTL's ``WEIGHT_BITS``; its weight 0,
+        which disables a requester, would starve that traffic, so a replay refuses it).
+        With ``result_weight`` w and ``mem_weight`` 1, the results of an egress may send w
+        packets for each packet of every ingress's memory traffic.
+    quantum_flits : int or None
+        ``drr`` policy: flits a requester's deficit gains per turn, 1..65535 (the RTL's
+        ``QUANTUM_BITS``); None is one chunk (``chunk_flits``). The RTL has one quantum for
+        every requester, so ``drr`` shares each egress's flits equally among the requesters
+        that want it; the quantum sets how long a turn lasts (at least the longest packet
+        gives exact DRR, hw/arbiter.py).
     link_latency_ns : float
         One-way latency of a GPU↔switch link hop, real ns (the GPU model's
         ``sim.gpu.presets.GPU.link_latency_s``, 350 ns for NVLink, × 1e9); 0 puts the GPUs
@@ -62,12 +76,24 @@ class ReplayConfig:
     mem_priority: int = 1
     result_priority: int = 0
     link_latency_ns: float = 0.0
+    mem_weight: int = 1
+    result_weight: int = 1
+    quantum_flits: int | None = None
 
     def __post_init__(self):
         try:
             check_int("MTU", self.mtu_flits, 1, 1 << 20, parameter="mtu_flits")
             check_int("Flit scale", self.flit_scale, 1, 1 << 30, parameter="flit_scale")
             element_type(self.dtype)
+            for name, label, low, bits in (
+                    ("mem_priority", "Memory traffic's priority", 0, PRIO_BITS),
+                    ("result_priority", "Reduction results' priority", 0, PRIO_BITS),
+                    ("mem_weight", "Memory traffic's weight", 1, WEIGHT_BITS),
+                    ("result_weight", "Reduction results' weight", 1, WEIGHT_BITS)):
+                check_int(label, getattr(self, name), low, (1 << bits) - 1, parameter=name)
+            if self.quantum_flits is not None:
+                check_int("DRR quantum", self.quantum_flits, 1, (1 << QUANTUM_BITS) - 1,
+                          parameter="quantum_flits")
             spec = SwitchSpec(ports=self.ports, lanes=self.lanes, slots=self.slots,
                               chunk_flits=self.chunk_flits, jobs=REPLAY_JOBS,
                               dtypes=(self.dtype,), policy=self.policy)
@@ -91,8 +117,8 @@ class ReplayConfig:
 
     @property
     def quantum(self):
-        """``drr`` quantum, flits: one chunk per turn."""
-        return self.chunk_flits
+        """``drr`` quantum, flits: :attr:`quantum_flits`, or one chunk when it is None."""
+        return self.chunk_flits if self.quantum_flits is None else self.quantum_flits
 
     @property
     def flit_bytes(self):

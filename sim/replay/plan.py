@@ -26,12 +26,19 @@ import numpy as np
 from hw.packet import Kind
 from sim.errors import InputError
 from sim.replay.config import ReplayConfig
+from sim.replay.pages import small_pages
 from sim.trace.format import GRAD, MEM
 
-__all__ = ["Plan", "Message", "build_plan", "PlanError", "MEM_KINDS", "scale_for"]
+__all__ = ["Plan", "Message", "build_plan", "PlanError", "MEM_KINDS", "PACKET_DTYPE",
+           "scale_for"]
 
 
 MEM_KINDS = (Kind.MEM_WRITE, Kind.MEM_READ_REQ, Kind.MEM_READ_RESP)
+#: The packet arrays' type. Every value fits (ports, kinds, flits up to the MTU, message ids,
+#: chunk numbers: :func:`build_plan` checks the last two), and a whole iteration at flit scale 1
+#: is tens of millions of packets: at int64 its six arrays were 2 GB of fresh memory, whose
+#: first touch cost more than building them.
+PACKET_DTYPE = np.int32
 
 
 class PlanError(InputError, ValueError):
@@ -61,7 +68,7 @@ class Plan:
     config: ReplayConfig
     gpus: int
     messages: list
-    src: np.ndarray
+    src: np.ndarray           # the packet arrays: PACKET_DTYPE when build_plan made them
     dst: np.ndarray           # egress port, -1 for contributions
     kind: np.ndarray
     flits: np.ndarray
@@ -90,12 +97,15 @@ class Plan:
 
     def add_packet(self, src, dst, kind, flits, msg, seq=-1):
         """Append a packet (read responses are created while the replay runs)."""
-        self.src = np.append(self.src, src)
-        self.dst = np.append(self.dst, dst)
-        self.kind = np.append(self.kind, Kind(kind).value)
-        self.flits = np.append(self.flits, flits)
-        self.msg = np.append(self.msg, msg)
-        self.seq = np.append(self.seq, seq)
+        def grown(a, value):
+            return np.append(a, np.array([value], dtype=a.dtype))   # keeps the array's type
+
+        self.src = grown(self.src, src)
+        self.dst = grown(self.dst, dst)
+        self.kind = grown(self.kind, Kind(kind).value)
+        self.flits = grown(self.flits, flits)
+        self.msg = grown(self.msg, msg)
+        self.seq = grown(self.seq, seq)
         return len(self.src) - 1
 
 
@@ -111,6 +121,11 @@ def build_plan(meta, records, config, path="trace"):
     packet ids (:attr:`Message.packets` is a ``range``), memory messages first in record order,
     then the contributions chunk by chunk.
     """
+    with small_pages():
+        return _build_plan(meta, records, config, path)
+
+
+def _build_plan(meta, records, config, path):
     gpus = int(meta["gpus"])
     if gpus > config.ports:
         raise PlanError(f"{path}: the trace has {gpus} GPUs but the switch has "
@@ -178,8 +193,11 @@ def build_plan(meta, records, config, path="trace"):
         if n_members < 2:
             raise PlanError(f"{path}: in-switch reduction needs at least 2 members")
 
-    i64 = np.int64
+    i64, pk_type = np.int64, PACKET_DTYPE
     n_msg = len(messages)
+    if max(n_msg, chunks) > np.iinfo(pk_type).max:
+        raise PlanError(f"{path}: {n_msg} messages and {chunks} in-switch chunks: at most "
+                        f"{np.iinfo(pk_type).max} of each")
     m_src = np.fromiter((m.src for m in messages), i64, n_msg)
     m_dst = np.fromiter((m.dst for m in messages), i64, n_msg)
     m_kind = np.fromiter((m.kind.value for m in messages), i64, n_msg)
@@ -204,25 +222,25 @@ def build_plan(meta, records, config, path="trace"):
     # costs more than the arithmetic, so no temporaries of a packet array's length.
     n = n_mem + n_con
     mem, con = slice(0, n_mem), slice(n_mem, n)
-    src = np.empty(n, dtype=i64)
+    src = np.empty(n, dtype=pk_type)
     _repeat_into(src[mem], m_src[mem_mids], mem_count)
     _repeat_into(src[con], m_src[c_mids], c_count)
-    dst = np.empty(n, dtype=i64)
+    dst = np.empty(n, dtype=pk_type)
     _repeat_into(dst[mem], m_dst[mem_mids], mem_count)
     dst[con] = -1
-    kind = np.empty(n, dtype=i64)
+    kind = np.empty(n, dtype=pk_type)
     _repeat_into(kind[mem], m_kind[mem_mids], mem_count)
     kind[con] = Kind.REDUCE_CONTRIB.value
     # memory packets: every one a full MTU but the last of its message
-    flits = np.empty(n, dtype=i64)
+    flits = np.empty(n, dtype=pk_type)
     flits[mem] = mtu
     flits[first[mem_mids] + mem_count - 1] = m_flits[mem_mids] - (mem_count - 1) * mtu
     flits[con] = config.chunk_flits
     # contributions: chunk seq c_base + k is packet k of its message
-    seq = np.empty(n, dtype=i64)
+    seq = np.empty(n, dtype=pk_type)
     seq[mem] = -1
     _ramp_into(seq[con], np.asarray(c_base, dtype=i64), c_count)
-    msg = np.empty(n, dtype=i64)
+    msg = np.empty(n, dtype=pk_type)
     _repeat_into(msg[mem], mem_mids, mem_count)
     _repeat_into(msg[con], c_mids, c_count)
     for m, f, n in zip(messages, first.tolist(), count.tolist()):
@@ -240,7 +258,7 @@ def _repeat_into(out, values, counts):
         return
     out[:] = 0
     out[np.cumsum(counts) - counts] = np.diff(values, prepend=0)
-    np.cumsum(out, out=out)
+    np.cumsum(out, out=out, dtype=out.dtype)   # each partial sum is a value: no overflow
 
 
 def _ramp_into(out, firsts, counts):
@@ -255,7 +273,7 @@ def _ramp_into(out, firsts, counts):
     jump = firsts.copy()
     jump[1:] -= firsts[:-1] + counts[:-1] - 1
     out[np.cumsum(counts) - counts] = jump
-    np.cumsum(out, out=out)
+    np.cumsum(out, out=out, dtype=out.dtype)
 
 
 def scale_for(total_bytes, lanes, target_flits):

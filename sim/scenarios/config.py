@@ -10,9 +10,10 @@ import tomllib
 from dataclasses import dataclass, field, fields, replace
 
 from sim.errors import ConfigError
-from sim.experiment.config import _did_you_mean, walk_sections
+from sim.experiment.config import _did_you_mean, _toml_value, walk_sections
 
-__all__ = ["Param", "ScenarioConfig", "is_scenario", "load_scenario", "SWITCH_KEYS"]
+__all__ = ["Param", "ScenarioConfig", "is_scenario", "load_scenario", "scenario_to_toml",
+           "SWITCH_KEYS"]
 
 
 @dataclass(frozen=True)
@@ -165,3 +166,22 @@ def load_scenario(text, path="<scenario>"):
         if problem:
             bad(problem[1], problem[2], problem[0])
     return config
+
+
+def scenario_to_toml(config):
+    """``config`` as a scenario file that :func:`load_scenario` reads back to an equal
+    configuration: every key of ``[scenario]``, of the kind's section and of ``[switch]``, the
+    defaults filled in, each commented with its help (``innet run X.toml --print-config``)."""
+    from sim.scenarios import kind_module
+
+    module = kind_module(config.kind)
+    sections = {"scenario": [(k, getattr(config, k), p.help) for k, p in COMMON.items()],
+                config.kind: [(k, config.params[k], p.help) for k, p in module.PARAMS.items()],
+                "switch": [(k, getattr(config, k), "") for k in SWITCH_KEYS]}
+    lines = [f"# innet run: the effective scenario ({config.source} merged with the defaults)"]
+    for section, keys in sections.items():
+        lines += ["", f"[{section}]"]
+        for key, value, help_text in keys:
+            line = f"{key} = {_toml_value(value)}"
+            lines.append(f"{line:<30} # {help_text}" if help_text else line)
+    return "\n".join(lines) + "\n"
