@@ -59,24 +59,29 @@ def test_priority_for_critical_traffic_beats_round_robin():
 def test_wrr_memory_weight_is_turns_the_critical_write_keeps(mem_weight):
     # Golden, by hand: the write's PACKETS packets follow each other from one requester, so
     # with mem_weight w they go in ceil(PACKETS / w) turns, and between two turns the
-    # streaming results send one chunk (result_weight 1): the write waits that many chunks.
+    # streaming results send one chunk (result_weight 1): the write waits that many chunks,
+    # besides what every policy waits once, the rest of the result chunk on the link when it
+    # arrives (prio's whole delay; the reduction unit's judge shifts the results' phase).
     # w = 1 is round-robin, w = PACKETS is as good as strict priority.
     turns = -(-PACKETS // mem_weight)
-    assert _replay("wrr", mem_weight=mem_weight) == (turns - 1) * CHUNK_FLITS
+    in_flight = _replay("prio")
+    assert in_flight < CHUNK_FLITS
+    assert _replay("wrr", mem_weight=mem_weight) == (turns - 1) * CHUNK_FLITS + in_flight
     if mem_weight == 1:
         assert _replay("wrr", mem_weight=1) == _replay("rr")
     if mem_weight == PACKETS:
-        assert _replay("wrr", mem_weight=mem_weight) == _replay("prio") == 0
+        assert _replay("wrr", mem_weight=mem_weight) == _replay("prio")
 
 
 @pytest.mark.parametrize("result_weight", [2, 4])
 def test_wrr_result_weight_delays_the_critical_write(result_weight):
     # Golden, by hand: with result_weight w the results send up to w chunks per turn, so each
     # of the write's PACKETS − 1 later packets waits w chunks, and its first at most the rest
-    # of the turn the results are in when it arrives (up to w − 1 chunks).
+    # of the turn the results are in when it arrives (up to w − 1 chunks) and the rest of the
+    # result chunk on the link (prio's whole delay).
     delay = _replay("wrr", result_weight=result_weight)
     low = (PACKETS - 1) * result_weight * CHUNK_FLITS
-    assert low <= delay <= low + (result_weight - 1) * CHUNK_FLITS
+    assert low <= delay <= low + (result_weight - 1) * CHUNK_FLITS + _replay("prio")
     assert delay > _replay("rr")
 
 
