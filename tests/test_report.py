@@ -365,3 +365,20 @@ def test_terminal_table_with_four_policies_fits(default_run, differ, labels):
     assert {row["policy"] for row in cells} == labels
     for label in labels - {"drr"}:
         assert any(line.startswith(f"{label}: ") for line in text.splitlines()), text
+
+
+def test_caveats_count_the_rtl_windows_of_every_traffic_configuration(default_run):
+    """The default run has two traffic configurations; the caveat on the RTL full windows
+    counts the windows of both, not only the first's (the rows are the default run's, given
+    hand-made RTL window fields: every fifth window inexact)."""
+    from sim.experiment.answer import answer
+    from sim.experiment.config import load_config
+
+    rows = [dict(p, rtl_full_packets=1000 + i, rtl_full_cycles=5000 + i, rtl_full_us=1.0,
+                 rtl_full_exact_fraction=0.5 if i % 5 == 0 else 1.0)
+            for i, p in enumerate(default_run["points"])]
+    assert len({r["traffic"] for r in rows}) > 1
+    text = [p for p in answer(load_config(), rows) if p.startswith("**Caveats")][0]
+    exact = sum(i % 5 != 0 for i in range(len(rows)))
+    assert f"{exact} of {len(rows)} windows equal to the model" in text
+    assert f"1,000–{999 + len(rows):,} packets" in text

@@ -324,7 +324,8 @@ def answer(config, rows):
 
     if len(traffics) > 1 or traffics[0] != "dp":
         out += traffic_paragraphs(config, all_rows)
-    out.append("**Caveats.** " + " ".join(_caveats(config, rows, ref)))
+    # every traffic configuration's RTL windows are counted, not only the first's
+    out.append("**Caveats.** " + " ".join(_caveats(config, all_rows, ref)))
     return out
 
 
