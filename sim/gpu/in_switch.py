@@ -192,17 +192,22 @@ def switch_timing(gpu, spec):
 
 @lru_cache(maxsize=256)   # the iteration model asks once per bucket, with the same answer
 def default_switch(gpu, n):
-    """innet's switch at its target lanes and chunk length (8 × 8), one port per GPU, with the
-    smallest power-of-two slot pool that covers the GPU–switch round trip at line rate (as a
-    designer sizes it for the link; ``--slots`` shows a smaller pool)."""
-    probe = SwitchTiming(gpu, make_switch(max(n, 2), 1, DEFAULT_CHUNK_FLITS, DEFAULT_LANES))
+    """innet's switch at its target lanes (8), a power-of-two radix of at least ``n`` ports
+    (as NVSwitch's), chunks of 8 flits or of the radix if larger (the reduction unit's
+    time-multiplexed judge keeps line rate when a chunk is a multiple of the ports:
+    ``hw.spec.SwitchSpec.line_rate``), with the smallest power-of-two slot pool that covers the
+    GPU–switch round trip at line rate (as a designer sizes it for the link; ``--slots`` shows
+    a smaller pool)."""
+    radix = max(2, 1 << (max(n, 2) - 1).bit_length())
+    chunk = max(DEFAULT_CHUNK_FLITS, radix)
+    probe = SwitchTiming(gpu, make_switch(radix, 1, chunk, DEFAULT_LANES))
     need = probe.bdp_bytes / probe.chunk_bytes
     slots = 1
     while slots < need and slots < MAX_SLOTS:
         slots *= 2
     # a larger pool lengthens nothing (the pipeline does not depend on slots), so re-checking
     # the round trip is not needed
-    return make_switch(max(n, 2), slots, DEFAULT_CHUNK_FLITS, DEFAULT_LANES)
+    return make_switch(radix, slots, chunk, DEFAULT_LANES)
 
 
 def inswitch_traffic(op, n, size):

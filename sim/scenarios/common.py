@@ -158,7 +158,10 @@ class Context:
         from sim.replay.config import ReplayConfig
         from sim.replay.plan import scale_for
         c = self.config
-        return ReplayConfig(ports=ports, lanes=c.lanes, slots=c.slots,
+        # A switch's radix is a power of two, as NVSwitch's and the RTL's tests are; its unused
+        # ports keep the judge's turns of a chunk a multiple of the ports (line rate).
+        radix = max(2, 1 << (ports - 1).bit_length())
+        return ReplayConfig(ports=radix, lanes=c.lanes, slots=c.slots,
                             chunk_flits=c.chunk_flits, policy=policy, mtu_flits=c.mtu_flits,
                             link_gbps=self.gpu.link_gbps,
                             flit_scale=scale_for(bytes_per_port, c.lanes, c.target_flits),

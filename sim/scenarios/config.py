@@ -67,7 +67,10 @@ class ScenarioConfig:
     sim: str = "verilator"
     lanes: int = 2
     slots: int = 16
-    chunk_flits: int = 4
+    # 8-flit chunks: the reduction unit's time-multiplexed judge keeps line rate when a chunk
+    # is a multiple of the ports (hw/spec.py ``line_rate``), and scenario switches have 2, 4
+    # or 8 ports (``Context.replay_config``)
+    chunk_flits: int = 8
     mtu_flits: int = 64
     target_flits: int = 4000
     params: dict = field(default_factory=dict)
