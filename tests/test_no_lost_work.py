@@ -352,6 +352,16 @@ def test_closed_stdout_ends_quietly(tmp_path):
     assert proc.wait(timeout=120) == 141 and err == "", err
 
 
+def _stderr_after_exit(proc):
+    """The stderr of an interrupted innet once it has exited (its process group is killed if
+    it has not within a minute, so a hung run cannot outlive the test)."""
+    try:
+        return proc.communicate(timeout=60)[1]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+
+
 def _wait_for_a_point(proc, kept):
     """Until the run ``proc`` has kept a finished point in ``kept`` (not a temporary file)."""
     deadline = time.monotonic() + 120
@@ -372,11 +382,7 @@ def test_ctrl_c_at_the_terminal(tmp_path, command):
                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     _wait_for_a_point(proc, tmp_path / "results" / "c" / "points")
     os.killpg(proc.pid, signal.SIGINT)
-    try:
-        _, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise
+    err = _stderr_after_exit(proc)
     assert proc.returncode == 130
     line = one_line(err)
     assert line.startswith("innet: interrupted: ") and "points kept in results/c" in line
@@ -394,11 +400,7 @@ def test_sigterm_is_handled_as_ctrl_c(tmp_path):
                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     _wait_for_a_point(proc, tmp_path / "results" / "t" / "points")
     proc.terminate()
-    try:
-        _, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise
+    err = _stderr_after_exit(proc)
     assert proc.returncode == 143
     line = one_line(err)
     assert line.startswith("innet: terminated: ") and "points kept in results/t" in line
