@@ -43,8 +43,36 @@ def require_simulator(sim):
         pytest.skip(f"{sim} is not installed: {hint}")
 
 
+def spread_over_simulators(argnames, cases):
+    """``@pytest.mark.parametrize(*spread_over_simulators("a, b", cases))``: each case on one
+    requested simulator, taken in turn, instead of every case on every simulator. Both
+    simulators still run the test's bench (what differs between them is the simulator, not
+    the case), and CI spends half the time."""
+    sims = requested_simulators()
+    params = [pytest.param(sims[i % len(sims)], *(case if isinstance(case, tuple) else (case,)))
+              for i, case in enumerate(cases)]
+    return f"sim, {argnames}", params
+
+
+def one_simulator(preferred):
+    """``@pytest.mark.parametrize("sim", one_simulator("icarus"))``: a test whose bench another
+    test already runs on both simulators runs on ``preferred`` only (or on the one ``SIM``
+    asks for)."""
+    sims = requested_simulators()
+    return [preferred] if preferred in sims else sims[:1]
+
+
+def _parametrized_by_hand(metafunc, name):
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0]
+        names = [n.strip() for n in names.split(",")] if isinstance(names, str) else names
+        if name in names:
+            return True
+    return False
+
+
 def pytest_generate_tests(metafunc):
-    if "sim" in metafunc.fixturenames:
+    if "sim" in metafunc.fixturenames and not _parametrized_by_hand(metafunc, "sim"):
         metafunc.parametrize("sim", requested_simulators())
 
 

@@ -13,7 +13,7 @@ from sim.replay.config import ReplayConfig
 from sim.replay.plan import build_plan
 from sim.trace.format import TraceRecord
 
-from .conftest import require_simulator
+from .conftest import one_simulator, require_simulator
 
 #: The real switch: 8 ports, 32 B flits, an A100's 300 GB/s and 350 ns hop.
 REAL = dict(ports=8, lanes=8, link_gbps=300.0, link_latency_ns=350.0)
@@ -93,6 +93,7 @@ def test_link_latency_is_validated():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("sim", one_simulator("icarus"))
 def test_allreduce_model_matches_rtl(sim, build_dir):
     """The curve's small points on the RTL: ring and in-switch with a 40-cycle hop, every
     delivery cycle equal to the model's (credits gated by the round trip in both)."""

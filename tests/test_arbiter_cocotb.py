@@ -6,13 +6,20 @@ from hw.export import export_arbiter
 from hw.spec import Policy
 from sim.cosim.runner import run_cocotb
 
-from .conftest import require_simulator
+from .conftest import require_simulator, spread_over_simulators
+
+
+def _cases():
+    """Every policy x ports x lanes, the lane counts alternating in order so that spreading
+    the cases over the simulators puts each policy, port count and lane count on both."""
+    for p, policy in enumerate(Policy.names()):
+        for q, ports in enumerate((2, 4, 8)):
+            for lanes in ((1, 4) if (p + q) % 2 == 0 else (4, 1)):
+                yield policy, ports, lanes
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lanes", [1, 4])
-@pytest.mark.parametrize("ports", [2, 4, 8])
-@pytest.mark.parametrize("policy", list(Policy.names()))
+@pytest.mark.parametrize(*spread_over_simulators("policy, ports, lanes", list(_cases())))
 def test_arbiter(sim, policy, ports, lanes, build_dir):
     require_simulator(sim)
     verilog, meta = export_arbiter(ports, lanes, policy)

@@ -18,7 +18,7 @@ from sim.replay.result import compare
 from sim.trace.format import SWITCH_PORT, TraceRecord
 from sim.trace.synthetic import stress_trace
 
-from .conftest import require_simulator
+from .conftest import one_simulator, require_simulator, spread_over_simulators
 
 SMALL = dict(lanes=2, slots=8, chunk_flits=4, flit_scale=1, link_gbps=8.0, mtu_flits=16)
 
@@ -34,9 +34,9 @@ def contrib(rid, gpu, nbytes, t=0, piece=0):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ports, policy, seed, arbitration", [
-    (4, "rr", 1, {}), (4, "prio", 2, {}), (8, "drr", 3, {"quantum_flits": 6}),
-    (4, "wrr", 4, {"mem_weight": 2, "result_weight": 5})])
+@pytest.mark.parametrize(*spread_over_simulators("ports, policy, seed, arbitration", [
+    (4, "rr", 1, {}), (8, "drr", 3, {"quantum_flits": 6}), (4, "prio", 2, {}),
+    (4, "wrr", 4, {"mem_weight": 2, "result_weight": 5})]))
 def test_model_matches_rtl(sim, ports, policy, seed, arbitration, build_dir):
     """Mixed memory writes, reads, dependency chains and in-switch reductions under contention:
     every delivery cycle of the model equals the RTL's, and every packet and result is exact;
@@ -63,6 +63,7 @@ def test_model_matches_rtl(sim, ports, policy, seed, arbitration, build_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("sim", one_simulator("icarus"))
 def test_equal_priorities_are_round_robin(sim, build_dir):
     """`innet run` replays round-robin windows on the prio build with equal priorities
     (sim.experiment.point.rtl_config): on a contended trace that RTL delivers exactly as the rr
@@ -87,6 +88,7 @@ def test_equal_priorities_are_round_robin(sim, build_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("sim", one_simulator("verilator"))
 def test_switch_under_backpressure(sim, build_dir):
     """Random backpressure on every egress (30 %): every memory packet intact and every
     reduction exact (the scoreboard fails the cocotb test otherwise), nothing dropped."""

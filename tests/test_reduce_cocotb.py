@@ -7,11 +7,12 @@ from hw.export import export_reduce
 from hw.spec import SwitchSpec
 from sim.cosim.runner import run_cocotb
 
-from .conftest import require_simulator
+from .conftest import require_simulator, spread_over_simulators
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ports, lanes, slots, chunk", [(4, 2, 6, 2), (3, 1, 3, 3)])
+@pytest.mark.parametrize(*spread_over_simulators("ports, lanes, slots, chunk",
+                                                  [(4, 2, 6, 2), (3, 1, 3, 3)]))
 def test_reduce(sim, ports, lanes, slots, chunk, build_dir):
     require_simulator(sim)
     verilog, meta = export_reduce(SwitchSpec(ports=ports, lanes=lanes, slots=slots,
