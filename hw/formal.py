@@ -207,6 +207,28 @@ class ReductionProperties(Elaboratable):
                 m.d.comb += Assert(st.slot_arrived[s] == 0)
             m.d.comb += Assert((st.slot_arrived[s] & ~st.slot_members[s]) == 0)
 
+        # invariants of the engine: the slot it reads and the slot it picked are complete
+        def complete(slot):
+            return (at(st.slot_valid, slot, 1) & (at(st.slot_arrived, slot, N) ==
+                                                   at(st.slot_members, slot, N)) &
+                    at(st.slot_members, slot, N).any())
+
+        with m.If(st.busy):
+            m.d.comb += [Assert(complete(st.eng_slot)),
+                         Assert(st.eng_slot_members == at(st.slot_members, st.eng_slot, N)),
+                         Assert(st.eng_idx != 0), Assert(st.eng_idx < dut.chunk_flits)]
+        with m.If(st.pick_ok):
+            m.d.comb += [Assert(complete(st.pick)),
+                         Assert(st.pick_members == at(st.slot_members, st.pick, N))]
+        # ... and every result flit it issued is counted until it leaves a FIFO
+        m.d.comb += Assert(st.in_flight == sum(st.stage_valid[d]
+                                               for d in range(len(st.stage_valid))))
+        for k in range(N):
+            m.d.comb += [Assert(st.result_occupancy[k] == st.fifo_level[k] + st.in_flight),
+                         Assert(st.fifo_level[k] + sum(st.stage_valid[d] & st.stage_members[d][k]
+                                                       for d in range(len(st.stage_valid)))
+                                <= dut.spec.result_fifo_flits)]
+
         for k in range(N):
             hdr = st.in_flit[k]   # the flit leaving the hold FIFO (judged, if a first flit)
             # 2. counted once
@@ -272,4 +294,4 @@ class ReductionProperties(Elaboratable):
 
 def harness_rtlil(harness, name="top"):
     """RTLIL text of a formal harness."""
-    return rtlil.convert(harness, name=name, ports=[])
+    return rtlil.convert(harness, name=name, ports=[], platform="formal")

@@ -209,6 +209,19 @@ class ReductionUnit(wiring.Component):
             write=[Signal(name=f"p{k}_write") for k in range(N)],
             write_slot=[Signal(slot_range, name=f"p{k}_write_slot") for k in range(N)],
             result_lost=Signal(N, name="result_lost"),         # a result met a full FIFO
+            # the engine: the slot it reads (busy) and the registered pick of the next one
+            busy=Signal(name="busy"),
+            eng_slot=Signal(slot_range, name="eng_slot"),
+            eng_idx=Signal(range(max(P, 2)), name="eng_idx"),
+            eng_slot_members=Signal(N, name="eng_slot_members"),
+            pick=Signal(slot_range, name="pick"),
+            pick_ok=Signal(name="pick_ok"),
+            pick_members=Signal(N, name="pick_members"),
+            in_flight=Signal(range(self._pipeline + 2), name="in_flight"),
+            stage_valid=Signal(self._pipeline, name="stage_valid"),
+            stage_members=[Signal(N, name=f"stage{d}_members") for d in range(self._pipeline)],
+            fifo_level=[Signal(range(self._fifo_depth + 1), name=f"result{k}_level")
+                        for k in range(N)],
             # per egress: its result FIFO's level plus the flits in the engine's pipeline
             result_occupancy=[Signal(range(self._fifo_depth + self._pipeline + 2),
                                      name=f"result{k}_occupancy") for k in range(N)],
@@ -301,7 +314,7 @@ class ReductionUnit(wiring.Component):
         # members and saturation — is pushed with the flit into the port's hold FIFO. (The job
         # table a packet sees is the one of the cycle it arrived in.) The flit waits there
         # until its packet's header has been judged.
-        hold_layout = data.StructLayout({"flit": flit_layout(L), "static": 7, "members": N,
+        hold_layout = data.StructLayout({"flit": flit_layout(L), "static": 6, "members": N,
                                          "sat": 1})
         heads, head_valid, holds = [], [], []
         for k, port in enumerate(self.i):
@@ -319,7 +332,8 @@ class ReductionUnit(wiring.Component):
                 ~((job_id < J) & job_enable.bit_select(job_id[:jbits], 1)),
                 slot_id >= S,
                 ~whole & ((slot < lo) | (slot >= hi)),   # (slot_range decides ids >= S)
-                ~members[k],
+                # (not_member is not stored: the judge reads it from `members`, so a held
+                # flit cannot say two different things about it)
                 hdr.user.dtype.as_value() != select_tree(m, job_id, job_dtype, 2, f"p{k}_jdtype"),
             ]
             m.submodules[f"hold{k}"] = hold = fifo.SyncFIFO(width=hold_layout.size, depth=H)
@@ -375,7 +389,8 @@ class ReductionUnit(wiring.Component):
             v_arrived.eq(select_tree(m, jslot, slot_arrived, N, "judge_sarrived")),
         ]
         jmembers = Mux(v_valid, v_members, jhead.members)
-        alone = jhead.static   # kind, source, job, range, foreign, member, dtype
+        # kind, source, job, range, foreign, member (of the job as the flit arrived), dtype
+        alone = Cat(jhead.static[:5], ~jhead.members.bit_select(turn, 1), jhead.static[5])
         jchecks = [alone[0], alone[1], alone[2], alone[3], alone[4],
                    ~jmembers.bit_select(turn, 1),   # the slot's snapshot, once it has one
                    alone[6],
@@ -471,13 +486,9 @@ class ReductionUnit(wiring.Component):
         complete = Signal(S)
         m.d.comb += complete.eq(Cat(slot_valid[s] & (slot_arrived[s] == slot_members[s]) &
                                     slot_members[s].any() for s in range(S)))
-        busy = Signal()
-        eng_slot = Signal(range(max(S, 2)))
-        eng_idx = Signal(range(max(P, 2)))
-        eng_slot_members = Signal(N)     # members of the slot being read
-        pick = Signal(range(max(S, 2)))  # registered: the slot to start next
-        pick_ok = Signal()
-        pick_members = Signal(N)
+        busy, eng_slot, eng_idx = st.busy, st.eng_slot, st.eng_idx
+        eng_slot_members = st.eng_slot_members     # members of the slot being read
+        pick, pick_ok, pick_members = st.pick, st.pick_ok, st.pick_members  # the next slot
         cur = Signal(range(max(S, 2)))
         m.d.comb += cur.eq(Mux(busy, eng_slot, pick))
         others = Signal(S)
@@ -493,7 +504,7 @@ class ReductionUnit(wiring.Component):
             m.submodules[f"result_fifo{k}"] = q = fifo.SyncFIFOBuffered(
                 width=flit_layout(L).size, depth=self._fifo_depth)
             fifos.append(q)
-        in_flight = Signal(range(self._pipeline + 2))
+        in_flight = st.in_flight
         # occupancy[k] is kept equal to fifos[k].level + in_flight, updated from the events
         # that change either, so the issue decision compares a register with a constant
         # instead of adding two counters first (the engine's longest path).
@@ -538,6 +549,9 @@ class ReductionUnit(wiring.Component):
         ]
         for d in range(1, self._pipeline):
             m.d.sync += stages[d].eq(stages[d - 1])
+        m.d.comb += [st.stage_valid.eq(Cat(stage.valid for stage in stages))]
+        m.d.comb += [st.stage_members[d].eq(stages[d].members) for d in range(self._pipeline)]
+        m.d.comb += [st.fifo_level[k].eq(q.level) for k, q in enumerate(fifos)]
         # in_flight counts issued flits not yet in the FIFOs
         entering = issue
         leaving = stages[-1].valid

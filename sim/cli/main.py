@@ -353,6 +353,9 @@ def _cmd_formal_arbiter(args):
 def _cmd_formal_reduce(args):
     from sim.flow.formal import prove_reduction
 
+    if args.depth is None:
+        args.depth = 2 if args.mode == "prove" else 12
+
     if not args.json:
         print(f"... {args.mode} reduction unit, {args.ports} ports x {args.slots} slots x "
               f"{args.chunk_flits}-flit chunks, {args.jobs} jobs, depth {args.depth}",
@@ -483,11 +486,11 @@ def build_parser():
     fred.add_argument("--slots", type=_SLOTS, default=2)
     fred.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=2)
     fred.add_argument("--jobs", type=_positive("--jobs"), default=2)
-    fred.add_argument("--mode", choices=["bmc", "prove"], default="bmc",
-                      help="bmc: every trace of --depth cycles from reset (default); "
-                           "prove: k-induction")
-    fred.add_argument("--depth", type=_positive("--depth"), default=12,
-                      help="cycles (bmc) or induction depth (prove); default 12")
+    fred.add_argument("--mode", choices=["bmc", "prove"], default="prove",
+                      help="prove: k-induction, every reachable state (default); bmc: every "
+                           "trace of --depth cycles from reset")
+    fred.add_argument("--depth", type=_positive("--depth"), default=None,
+                      help="induction depth (prove; default 2) or cycles (bmc; default 12)")
     fred.add_argument("--json", action="store_true")
     fred.set_defaults(func=_cmd_formal_reduce)
 
