@@ -132,7 +132,7 @@ static i64 max64(i64 a, i64 b) { return a > b ? a : b; }
 /* The event queue: pops (cycle, key, arg) in (cycle, key) order, as a binary heap would, but  */
 /* in O(1) for the events within CAL_W cycles of the last one popped (nearly all: a port's    */
 /* next packet, an egress's next start, the engine's next flit are a few cycles ahead). Those */
-/* sit in a ring of per-cycle buckets, each a list sorted by key (a cycle's events are few),   */
+/* sit in a ring of per-cycle buckets, each a list sorted by key (mostly appended to its end), */
 /* with a bitmap of the non-empty ones; later events wait in a heap (`far`) and move into     */
 /* their bucket when the window reaches them, before anything else can be put there; events   */
 /* before the last one popped (none in the model's own use, but a heap would take them) go to */
@@ -145,7 +145,7 @@ static i64 max64(i64 a, i64 b) { return a > b ? a : b; }
 typedef struct { i64 key, arg, next; } CalNode;   /* next: node index, -1 at the end */
 typedef struct {
     i64 cur, n;                  /* the window starts at cycle cur; events held */
-    i64 head[CAL_W];             /* per bucket: its first node, -1 */
+    i64 head[CAL_W], tail[CAL_W];   /* per bucket: its first and last node, -1 */
     uint64_t bits[CAL_WORDS];    /* non-empty buckets */
     CalNode *pool;
     i64 pool_n, pool_cap, free;  /* nodes made; the first free node, -1 */
@@ -156,7 +156,7 @@ static void cal_init(Cal *q) {
     q->cur = q->n = q->pool_n = q->pool_cap = 0;
     q->pool = NULL;
     q->free = -1;
-    for (i64 i = 0; i < CAL_W; i++) q->head[i] = -1;
+    for (i64 i = 0; i < CAL_W; i++) q->head[i] = q->tail[i] = -1;
     memset(q->bits, 0, sizeof(q->bits));
     q->far = (tvec){0};
     q->past = (tvec){0};
@@ -178,9 +178,14 @@ static void cal_bucket(Cal *q, i64 t, i64 key, i64 arg) {
         q->pool = grow(q->pool, &q->pool_cap, q->pool_n + 1, sizeof(CalNode));
         node = q->pool_n++;
     }
-    i64 b = t & (CAL_W - 1), *link = &q->head[b];
-    while (*link >= 0 && q->pool[*link].key < key) link = &q->pool[*link].next;
+    i64 b = t & (CAL_W - 1), *link = &q->head[b], last = q->tail[b];
+    if (last >= 0 && q->pool[last].key < key) {   /* the usual case: after all of them */
+        link = &q->pool[last].next;
+    } else {
+        while (*link >= 0 && q->pool[*link].key < key) link = &q->pool[*link].next;
+    }
     q->pool[node] = (CalNode){key, arg, *link};
+    if (*link < 0) q->tail[b] = node;
     *link = node;
     q->bits[b >> 6] |= (uint64_t)1 << (b & 63);
 }
@@ -212,7 +217,10 @@ static trip cal_pop(Cal *q) {
         if (node >= 0) {
             CalNode *e = &q->pool[node];
             q->head[b] = e->next;
-            if (e->next < 0) q->bits[b >> 6] &= ~((uint64_t)1 << (b & 63));
+            if (e->next < 0) {
+                q->tail[b] = -1;
+                q->bits[b >> 6] &= ~((uint64_t)1 << (b & 63));
+            }
             e->next = q->free;
             q->free = node;
             return (trip){q->cur, e->key, e->arg};
