@@ -630,6 +630,7 @@ static void at(SwitchRun *s, i64 t, i64 kind, i64 arg) {
 static void try_source(SwitchRun *s, i64 k, i64 t) {
     tqueue *q = &s->src_q[k];
     i64 lo = q->head, hi = q->n;   /* the first entry at or after cycle t */
+    if (lo == hi || q->v[hi - 1].a < t) lo = hi;   /* the usual case: after them all */
     while (lo < hi) {
         i64 mid = (lo + hi) / 2;
         if (q->v[mid].a < t) lo = mid + 1; else hi = mid;
