@@ -304,7 +304,7 @@ def test_replay_slot_occupancy_matches_a_cycle_by_cycle_count():
         if not (end >= 0).any():
             continue
         level = [sum(1 for c in range(chunks) if end[c] >= 0 and start[c] <= t <= end[c])
-                 for t in range(0, int(end.max()) + 2)]
+                 for t in range(int(end.max()) + 2)]
         life = sum(end[c] + 1 - start[c] for c in range(chunks) if end[c] >= 0)
         span = max(end) + 1 - min(start[c] for c in range(chunks) if end[c] >= 0)
         peak, mean = slot_occupancy(SimpleNamespace(chunks=chunks, seq=seq), inject,
