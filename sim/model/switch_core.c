@@ -38,9 +38,11 @@
  *     messages of each port sorted by first chunk (con_off, con_first, con_mid);
  *   - Python's src_tries[k] (the cycles of port k's pending source events) and its entries in
  *     the event heap are src_q[k], the port's source events sorted by (cycle, order), of which
- *     the event heap holds only the first (and any it held when an earlier one came in, each
- *     popped when it is the first): the heap pops the same events in the same order, but
+ *     the event queue holds only the first (and any it held when an earlier one came in, each
+ *     popped when it is the first): the queue pops the same events in the same order, but
  *     stays a few dozen entries long where every credit in flight would make it hundreds;
+ *   - Python's event heap is a calendar queue (Cal): the same events in the same (cycle,
+ *     kind, order) order, a bucket per cycle near the present;
  *   - "None" is NONE (INT64_MIN).
  *
  * Built by sim/model/switch_core.py with the system C compiler and called through ctypes.
