@@ -1,6 +1,8 @@
 """The per-point metrics (sim/experiment/metrics.py, docs/metrics.md) on hand-built replays and
 GPU-model results whose answers are worked out by hand here."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -10,7 +12,7 @@ from sim.gpu.iteration import IterationResult
 from sim.model.switch import replay_model
 from sim.replay.config import ReplayConfig
 from sim.replay.plan import Message, Plan, build_plan
-from sim.replay.result import ReplayResult
+from sim.replay.result import ReplayResult, ResultCycles, slot_occupancy
 from sim.trace.format import SWITCH_PORT, TraceRecord
 
 
@@ -284,3 +286,28 @@ def test_rtl_agreement():
     # nothing compared (compare() then reports only deliveries and missing)
     assert metrics.rtl_agreement({"deliveries": 0, "missing": 2}) == {
         "rtl_exact_fraction": 0.0, "rtl_mae_fraction": None, "rtl_makespan_error": None}
+
+
+def test_replay_slot_occupancy_matches_a_cycle_by_cycle_count():
+    """sim.replay.result.slot_occupancy (one sort of starts and ends) against counting, cycle
+    by cycle, the chunks between their first contribution in and their last result out."""
+    rng = np.random.default_rng(7)
+    for _ in range(100):
+        chunks, ports = int(rng.integers(1, 12)), 2
+        seq = np.concatenate([rng.permutation(chunks), [-1, -1]])   # two memory packets
+        inject = rng.integers(0, 30, len(seq))
+        start = {int(c): int(inject[i]) for i, c in enumerate(seq) if c >= 0}
+        cycles = np.array([[start[c] + int(rng.integers(0, 8)) for c in range(chunks)]
+                           for _ in range(ports)])
+        cycles[:, rng.random(chunks) < 0.2] = -1   # not finished
+        end = cycles.max(axis=0)
+        if not (end >= 0).any():
+            continue
+        level = [sum(1 for c in range(chunks) if end[c] >= 0 and start[c] <= t <= end[c])
+                 for t in range(int(end.max()) + 2)]
+        life = sum(end[c] + 1 - start[c] for c in range(chunks) if end[c] >= 0)
+        span = max(end) + 1 - min(start[c] for c in range(chunks) if end[c] >= 0)
+        peak, mean = slot_occupancy(SimpleNamespace(chunks=chunks, seq=seq), inject,
+                                    ResultCycles(cycles))
+        assert peak == max(level)
+        assert mean == pytest.approx(life / span)

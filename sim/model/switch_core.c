@@ -38,9 +38,11 @@
  *     messages of each port sorted by first chunk (con_off, con_first, con_mid);
  *   - Python's src_tries[k] (the cycles of port k's pending source events) and its entries in
  *     the event heap are src_q[k], the port's source events sorted by (cycle, order), of which
- *     the event heap holds only the first (and any it held when an earlier one came in, each
- *     popped when it is the first): the heap pops the same events in the same order, but
+ *     the event queue holds only the first (and any it held when an earlier one came in, each
+ *     popped when it is the first): the queue pops the same events in the same order, but
  *     stays a few dozen entries long where every credit in flight would make it hundreds;
+ *   - Python's event heap is a calendar queue (Cal): the same events in the same (cycle,
+ *     kind, order) order, a bucket per cycle near the present;
  *   - "None" is NONE (INT64_MIN).
  *
  * Built by sim/model/switch_core.py with the system C compiler and called through ctypes.
@@ -127,6 +129,113 @@ static void sorted_insert(tvec *s, trip x) {
 }
 
 static i64 max64(i64 a, i64 b) { return a > b ? a : b; }
+
+/* ------------------------------------------------------------------------------------------ */
+/* The event queue: pops (cycle, key, arg) in (cycle, key) order, as a binary heap would, but  */
+/* in O(1) for the events within CAL_W cycles of the last one popped (nearly all: a port's    */
+/* next packet, an egress's next start, the engine's next flit are a few cycles ahead). Those */
+/* sit in a ring of per-cycle buckets, each a list sorted by key (mostly appended to its end), */
+/* with a bitmap of the non-empty ones; later events wait in a heap (`far`) and move into     */
+/* their bucket when the window reaches them, before anything else can be put there; events   */
+/* before the last one popped (none in the model's own use, but a heap would take them) go to */
+/* a heap (`past`) popped first.                                                              */
+
+#define CAL_BITS 14
+#define CAL_W ((i64)1 << CAL_BITS)
+#define CAL_WORDS (CAL_W / 64)
+
+typedef struct { i64 key, arg, next; } CalNode;   /* next: node index, -1 at the end */
+typedef struct {
+    i64 cur, n;                  /* the window starts at cycle cur; events held */
+    i64 head[CAL_W], tail[CAL_W];   /* per bucket: its first and last node, -1 */
+    uint64_t bits[CAL_WORDS];    /* non-empty buckets */
+    CalNode *pool;
+    i64 pool_n, pool_cap, free;  /* nodes made; the first free node, -1 */
+    tvec far, past;              /* heaps of (cycle, key, arg) */
+} Cal;
+
+static void cal_init(Cal *q) {
+    q->cur = q->n = q->pool_n = q->pool_cap = 0;
+    q->pool = NULL;
+    q->free = -1;
+    for (i64 i = 0; i < CAL_W; i++) q->head[i] = q->tail[i] = -1;
+    memset(q->bits, 0, sizeof(q->bits));
+    q->far = (tvec){0};
+    q->past = (tvec){0};
+}
+
+static void cal_free(Cal *q) {
+    if (!q) return;
+    free(q->pool);
+    free(q->far.v);
+    free(q->past.v);
+}
+
+/* Into its bucket (t within the window), after the entries of smaller key. */
+static void cal_bucket(Cal *q, i64 t, i64 key, i64 arg) {
+    i64 node = q->free;
+    if (node >= 0) {
+        q->free = q->pool[node].next;
+    } else {
+        q->pool = grow(q->pool, &q->pool_cap, q->pool_n + 1, sizeof(CalNode));
+        node = q->pool_n++;
+    }
+    i64 b = t & (CAL_W - 1), *link = &q->head[b], last = q->tail[b];
+    if (last >= 0 && q->pool[last].key < key) {   /* the usual case: after all of them */
+        link = &q->pool[last].next;
+    } else {
+        while (*link >= 0 && q->pool[*link].key < key) link = &q->pool[*link].next;
+    }
+    q->pool[node] = (CalNode){key, arg, *link};
+    if (*link < 0) q->tail[b] = node;
+    *link = node;
+    q->bits[b >> 6] |= (uint64_t)1 << (b & 63);
+}
+
+static void cal_push(Cal *q, i64 t, i64 key, i64 arg) {
+    q->n++;
+    if (t < q->cur) heap_push(&q->past, (trip){t, key, arg});
+    else if (t - q->cur >= CAL_W) heap_push(&q->far, (trip){t, key, arg});
+    else cal_bucket(q, t, key, arg);
+}
+
+/* Cycles from bucket `b` (excluded) to the next non-empty bucket, or 0 if none. */
+static i64 cal_gap(const Cal *q, i64 b) {
+    for (i64 d = 1; d < CAL_W;) {
+        i64 i = (b + d) & (CAL_W - 1);
+        uint64_t w = q->bits[i >> 6] >> (i & 63);
+        if (w) return d + __builtin_ctzll(w);
+        d += 64 - (i & 63);
+    }
+    return 0;
+}
+
+/* The first event; q->n must be positive. */
+static trip cal_pop(Cal *q) {
+    q->n--;
+    if (q->past.n) return heap_pop(&q->past);
+    for (;;) {
+        i64 b = q->cur & (CAL_W - 1), node = q->head[b];
+        if (node >= 0) {
+            CalNode *e = &q->pool[node];
+            q->head[b] = e->next;
+            if (e->next < 0) {
+                q->tail[b] = -1;
+                q->bits[b >> 6] &= ~((uint64_t)1 << (b & 63));
+            }
+            e->next = q->free;
+            q->free = node;
+            return (trip){q->cur, e->key, e->arg};
+        }
+        i64 gap = cal_gap(q, b), next = gap ? q->cur + gap : INT64_MAX;
+        if (q->far.n && q->far.v[0].a < next) next = q->far.v[0].a;
+        q->cur = next;
+        while (q->far.n && q->far.v[0].a - q->cur < CAL_W) {
+            trip e = heap_pop(&q->far);
+            cal_bucket(q, e.a, e.b, e.c);
+        }
+    }
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* An egress's result packets: packet r (absolute, counted from 0) is at r - base; its flit n  */
@@ -267,7 +376,7 @@ typedef struct {
     i64 engine_free, engine_armed, engine_blocked;
     i64 eng_active, eng_nissues, eng_last_issue, *eng_r, *mem_ports;
     /* events */
-    tvec events;
+    Cal *events;
     i64 order, now, handled;
     i64 *valid, *scratch;
 } SwitchRun;
@@ -516,13 +625,14 @@ static i64 arbitrate(SwitchRun *s, i64 d, const i64 *valid) {
 
 static void at(SwitchRun *s, i64 t, i64 kind, i64 arg) {
     s->order++;
-    heap_push(&s->events, (trip){t, (kind << KIND_SHIFT) | s->order, arg});
+    cal_push(s->events, t, (kind << KIND_SHIFT) | s->order, arg);
 }
 
 /* Python's `if t in tries: return; tries.add(t); at(t, SOURCE, k)`, on src_q[k]. */
 static void try_source(SwitchRun *s, i64 k, i64 t) {
     tqueue *q = &s->src_q[k];
     i64 lo = q->head, hi = q->n;   /* the first entry at or after cycle t */
+    if (lo == hi || q->v[hi - 1].a < t) lo = hi;   /* the usual case: after them all */
     while (lo < hi) {
         i64 mid = (lo + hi) / 2;
         if (q->v[mid].a < t) lo = mid + 1; else hi = mid;
@@ -541,7 +651,7 @@ static void try_source(SwitchRun *s, i64 k, i64 t) {
     trip e = {t, ((i64)EV_SOURCE << KIND_SHIFT) | s->order, 0};
     if (lo == q->head) {   /* the port's first source event: the heap must hold it */
         e.c = 1;
-        heap_push(&s->events, (trip){e.a, e.b, k});
+        cal_push(s->events, e.a, e.b, k);
     }
     q->v[lo] = e;
 }
@@ -555,7 +665,7 @@ static void pop_source(SwitchRun *s, i64 k) {
         q->head = q->n = 0;
     } else if (!q->v[q->head].c) {
         q->v[q->head].c = 1;
-        heap_push(&s->events, (trip){q->v[q->head].a, q->v[q->head].b, k});
+        cal_push(s->events, q->v[q->head].a, q->v[q->head].b, k);
     }
 }
 
@@ -1032,6 +1142,8 @@ int innet_switch_run(const SwitchArgs *a) {
     ZALLOC(s->mem_ports, N);
     ZALLOC(s->valid, R);
     ZALLOC(s->scratch, R);
+    ZALLOC(s->events, 1);
+    cal_init(s->events);
 
     for (i64 d = 0; d < N; d++)
         if (s->members >> d & 1) s->mem_ports[s->nmembers++] = d;
@@ -1044,8 +1156,8 @@ int innet_switch_run(const SwitchArgs *a) {
         if (a->m_dep[m] < 0) loop_push_future(s, s->m_src[m], s->m_issue[m], m);
     }
     for (i64 k = 0; k < N; k++) try_source(s, k, 0);
-    while (s->events.n) {
-        trip e = heap_pop(&s->events);
+    while (s->events->n) {
+        trip e = cal_pop(s->events);
         s->now = e.a;
         i64 kind = e.b >> KIND_SHIFT;
         if (kind == EV_SOURCE) source(s, e.c, e.a);
@@ -1078,7 +1190,7 @@ fail:
     vec *vs[] = {&s->woken};
     for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) free(vs[i]->v);
     free(s->engine.v);
-    free(s->events.v);
+    cal_free(s->events);
     void *ps[] = {s->future, s->active, s->ready, s->pend, s->con_state, s->con_at, s->act_key,
                   s->next_index, s->remaining, s->con_hint,
                   s->src_start, s->ring, s->ing_n, s->fifo_head,
@@ -1088,7 +1200,7 @@ fail:
                   s->rh_head, s->arb_ptr, s->arb_count, s->arb_deficit, s->hold_taken,
                   s->hold_free, s->hold_lo, s->hold_hi, s->hold_j0, s->hold_fl, s->hold_pop,
                   s->arrivals, s->arrived_at, s->eng_r, s->mem_ports,
-                  s->valid, s->scratch};
+                  s->valid, s->scratch, s->events};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) free(ps[i]);
     return status;
 }

@@ -203,13 +203,16 @@ def slot_occupancy(plan, inject, results):
     if not done.any():
         return 0, 0.0
     # Occupancy rises at each start and falls the cycle after each end (a chunk ending at t
-    # and one starting at t + 1 do not overlap). Its peak is reached at a start: the starts so
-    # far less the ends so far. Its time-average is the total of the chunks' lifetimes over
+    # and one starting at t + 1 do not overlap). Its peak is the highest running count over
+    # the starts and ends in cycle order, an end before a start of the same cycle: one sort of
+    # both as 2 × cycle + 1 (a start) and 2 × cycle (an end), cheaper than sorting each and
+    # searching one in the other. Its time-average is the total of the chunks' lifetimes over
     # the span.
-    starts = np.sort(start[done])
-    ends = np.sort(end[done] + 1)
-    level = np.arange(1, len(starts) + 1) - np.searchsorted(ends, starts, side="right")
-    peak = int(level.max())
-    span = int(ends[-1] - starts[0])
+    starts, ends = start[done], end[done] + 1
+    steps = np.concatenate([2 * starts + 1, 2 * ends])
+    steps.sort()
+    steps = (steps & 1) * 2 - 1   # +1 at a start, -1 at an end
+    peak = int(np.cumsum(steps).max())
+    span = int(ends.max() - starts.min())
     mean = float((ends.sum() - starts.sum()) / span) if span else float(peak)
     return peak, mean
