@@ -231,9 +231,11 @@ class LinkArbiter(wiring.Component):
         ]
         m.d.comb += self.o.payload.eq(
             select(m, cur, [port.payload for port in self.i], self.o.payload.shape(), "o_mux"))
-        # Gate ready like valid: with no choice (e.g. every requester disabled by weight 0)
-        # the default index must not swallow a flit.
-        m.d.comb += [self.i[k].ready.eq(self.o.ready & sel_hot[k] & cur_ok) for k in range(n)]
+        # Gate ready like the grant: with no choice (e.g. every requester disabled by weight 0)
+        # the default index must not swallow a flit, and a choice whose requester stopped
+        # requesting is not granted.
+        m.d.comb += [self.i[k].ready.eq(self.o.ready & sel_hot[k] & cur_ok &
+                                        (self.busy | valid[k])) for k in range(n)]
         with m.If(self.busy | self.o.valid):
             m.d.comb += self.grant.eq(sel_hot)
 
