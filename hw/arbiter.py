@@ -255,10 +255,29 @@ class LinkArbiter(wiring.Component):
             count_next = Signal(WEIGHT_BITS)
             m.d.comb += count_next.eq(Mux(start, Mux(turn, 1, self._count + 1), self._count))
             m.d.sync += self._count.eq(count_next)
-        deficit_next = None
         if self._policy == Policy.DRR:
             deficit_next = self._drr_update(m, valid, ptr, cur, start, accept, turn)
-        self._choose(m, valid, ptr_next, count_next, deficit_next, pick, found, new_turn)
+            self._choose(m, valid, ptr_next, None, deficit_next, pick, found, new_turn)
+        else:
+            # The state after this cycle is one of two, each known from registers: no packet
+            # starts (the state stays), or `cur` starts one. Choose for both and let `start`
+            # pick the answer, so the choice does not wait for `start`.
+            stay_state = (ptr, self._count if count_next is not None else None)
+            start_state = (cur, Mux(turn, 1, self._count + 1) if count_next is not None
+                           else None)
+            answers = []
+            for name, (p_, c_) in (("kept", stay_state), ("started", start_state)):
+                a = (Signal(range(n), name=f"pick_{name}"), Signal(name=f"found_{name}"),
+                     Signal(name=f"new_turn_{name}"))
+                if c_ is not None:
+                    count_s = Signal(WEIGHT_BITS, name=f"count_{name}")
+                    m.d.comb += count_s.eq(c_)
+                    c_ = count_s
+                self._choose(m, valid, p_, c_, None, *a, prefix=name)
+                answers.append(a)
+            (pk, fk, tk), (ps, fs, ts) = answers
+            m.d.comb += [pick.eq(Mux(start, ps, pk)), found.eq(Mux(start, fs, fk)),
+                         new_turn.eq(Mux(start, ts, tk))]
 
         # Next cycle's requester: the held one while a packet continues, else the choice.
         with m.If(busy_next):
@@ -269,13 +288,13 @@ class LinkArbiter(wiring.Component):
 
     # -- policy-specific choice ----------------------------------------------------------------
 
-    def _choose(self, m, valid, ptr, count, deficit, pick, found, new_turn):
+    def _choose(self, m, valid, ptr, count, deficit, pick, found, new_turn, prefix=""):
         """Next cycle's choice (``pick``, ``found``, ``new_turn``) from this cycle's ``valid``
         and the policy state as it will be next cycle (``ptr``, wrr's ``count``, drr's
         ``deficit``)."""
         n = self._ports
         if self._policy == Policy.RR:
-            any_valid, index = first_after(m, valid, ptr, "rr")
+            any_valid, index = first_after(m, valid, ptr, f"{prefix}rr")
             m.d.comb += [pick.eq(index), found.eq(any_valid), new_turn.eq(1)]
 
         elif self._policy == Policy.PRIO:
@@ -285,18 +304,18 @@ class LinkArbiter(wiring.Component):
             m.d.comb += eligible.eq(Cat(
                 valid[k] & ~Cat(valid[j] & (prio[j] > prio[k]) for j in range(n)).any()
                 for k in range(n)))
-            any_eligible, index = first_after(m, eligible, ptr, "prio")
+            any_eligible, index = first_after(m, eligible, ptr, f"{prefix}prio")
             m.d.comb += [pick.eq(index), found.eq(any_eligible), new_turn.eq(1)]
 
         elif self._policy == Policy.WRR:
             enabled = Signal(n)
             m.d.comb += enabled.eq(valid & Cat(self.weight[k] != 0 for k in range(n)))
-            any_enabled, index = first_after(m, enabled, ptr, "wrr")
+            any_enabled, index = first_after(m, enabled, ptr, f"{prefix}wrr")
             stay = Signal()
             m.d.comb += [
-                stay    .eq(bit_at(m, enabled, ptr, "ptr_hot") &
+                stay    .eq(bit_at(m, enabled, ptr, f"{prefix}ptr_hot") &
                             (count < select(m, ptr, list(self.weight), WEIGHT_BITS,
-                                            "weight_ptr"))),
+                                            f"{prefix}weight_ptr"))),
                 pick    .eq(Mux(stay, ptr, index)),
                 new_turn.eq(~stay),
                 found   .eq(any_enabled),
