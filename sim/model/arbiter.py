@@ -46,7 +46,7 @@ class ArbiterModel:
         # the choice registered for the next cycle: (index or None, starts a new turn)
         self.choice, self.choice_new_turn = None, True
 
-    def _pick(self, valid):
+    def choose(self, valid):
         """The choice for the next cycle, from this cycle's ``valid`` and the state after this
         cycle: ``(index or None, new_turn)``. No side effects (the fast model peeks)."""
         n, ptr = self.ports, self.ptr
@@ -101,7 +101,7 @@ class ArbiterModel:
         if out_valid:
             self.start(valid, sel, new_turn, accepted)
             self.busy = not (accepted and last[sel])
-        self.choice, self.choice_new_turn = self._pick(valid)
+        self.choice, self.choice_new_turn = self.choose(valid)
         return (sel, accepted) if out_valid else (None, False)
 
     def start(self, valid, sel, new_turn, accepted):
