@@ -6,7 +6,8 @@
  * injection, delivery, result, stall and flit count equal. The Python model is the readable
  * reference; read it first. Its class _SwitchRun is the struct SwitchRun below, field for field,
  * and its methods are the functions of the section "The model", of the same names and in the
- * same order (arbitrate stands for ArbiterModel.step, loop_* for ClosedLoop's methods). This
+ * same order (arb_choose and arb_start stand for ArbiterModel.choose and .start, loop_* for
+ * ClosedLoop's methods). This
  * file only changes the data structures:
  *
  *   - a packet is an index (pid) into the plan's flat arrays; an ingress's packets are numbered
