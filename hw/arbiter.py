@@ -3,8 +3,15 @@
 The arbiter forwards one requester's flits at a time. A choice, once presented on the output,
 holds until the packet's last flit is accepted (so a packet's flits are contiguous on the link,
 and the output obeys the stream rule that a presented payload stays until it is accepted).
-When a packet ends, the next choice is made combinationally in the same cycle the next flit is
-presented, so back-to-back packets leave no bubble: 1 flit/cycle while requests are continuous.
+The choice is made one cycle ahead: each cycle the policy chooses, from this cycle's ``valid``
+bits and the policy state as it will be after this cycle, the requester to present next cycle,
+and registers it (as the reduction engine's pick). The output multiplexer and the ``ready``
+fan-out are driven from that register, so the choice logic is off the output paths and the
+state loop is register to register. A packet ending this cycle is followed by the registered
+choice in the next: back-to-back packets leave no bubble, 1 flit/cycle while requests are
+continuous. The requester whose last flit leaves this cycle counts as requesting (its
+``valid`` is high): if it is chosen again and has no next packet, the cycle after is idle and
+the choice is made afresh; a requester that starts requesting is seen one cycle later.
 
 Four policies choose among the requesters whose ``valid`` is high:
 
@@ -203,56 +210,92 @@ class LinkArbiter(wiring.Component):
         m.d.comb += valid.eq(Cat(port.valid for port in self.i))
 
         ptr = self.pointer        # last winner: the round-robin search starts after it
-        held = Signal(range(n))   # the held choice while `busy`
-        pick = Signal(range(n))   # the fresh choice when not `busy`
-        found = Signal()          # there is a fresh choice
-        sel = Signal(range(n))
-        new_turn = Signal()       # wrr/drr: the pick starts a new turn (not a stay)
+        # The requester on the output this cycle, a register: while `busy` the held choice,
+        # else the choice made in the previous cycle (`cur_ok` says there was one). The
+        # output multiplexer and the ready fan-out are driven from flip-flops, not from the
+        # choice logic.
+        cur = Signal(range(n))
+        cur_ok = Signal()
+        turn = Signal()           # wrr/drr: the registered choice starts a new turn
+        pick = Signal(range(n))   # next cycle's choice, made this cycle
+        found = Signal()
+        new_turn = Signal()
 
-        if self._policy == Policy.WRR:
-            self._count = Signal(WEIGHT_BITS)   # packets granted in the current turn
-        self._choose(m, valid, ptr, pick, found, new_turn)
-
-        m.d.comb += sel.eq(Mux(self.busy, held, pick))
-        sel_hot = one_hot(m, sel, n, "sel_hot")
+        sel_hot = one_hot(m, cur, n, "sel_hot")
         start = Signal()   # a packet's first flit is presented this cycle
         accept = Signal()
         m.d.comb += [
-            self.o.valid.eq((valid & sel_hot).any() & (self.busy | found)),
+            self.o.valid.eq((valid & sel_hot).any() & cur_ok),
             start       .eq(~self.busy & self.o.valid),
             accept      .eq(self.o.valid & self.o.ready),
         ]
         m.d.comb += self.o.payload.eq(
-            select(m, sel, [port.payload for port in self.i], self.o.payload.shape(), "o_mux"))
-        # Gate ready like valid: with no fresh choice (e.g. every requester disabled by weight
-        # 0) the default index must not swallow a flit.
-        m.d.comb += [self.i[k].ready.eq(self.o.ready & sel_hot[k] & (self.busy | found))
-                     for k in range(n)]
-        with m.If(self.busy | found):
+            select(m, cur, [port.payload for port in self.i], self.o.payload.shape(), "o_mux"))
+        # Gate ready like the grant: with no choice (e.g. every requester disabled by weight 0)
+        # the default index must not swallow a flit, and a choice whose requester stopped
+        # requesting is not granted.
+        m.d.comb += [self.i[k].ready.eq(self.o.ready & sel_hot[k] & cur_ok &
+                                        (self.busy | valid[k])) for k in range(n)]
+        with m.If(self.busy | self.o.valid):
             m.d.comb += self.grant.eq(sel_hot)
 
-        with m.If(self.o.valid):
-            m.d.sync += [
-                held.eq(sel),
-                self.busy.eq(~(self.o.ready & self.o.payload.last)),
-            ]
+        busy_next = Signal()
+        m.d.comb += busy_next.eq(Mux(self.o.valid, ~(self.o.ready & self.o.payload.last),
+                                     self.busy))
+        m.d.sync += self.busy.eq(busy_next)
         with m.If(start):
-            m.d.sync += ptr.eq(sel)
+            m.d.sync += ptr.eq(cur)
 
+        # The policy state as it will be next cycle, from which next cycle's choice is made.
+        ptr_next = Signal.like(ptr, name="ptr_next")
+        m.d.comb += ptr_next.eq(Mux(start, cur, ptr))
+        count_next = None
         if self._policy == Policy.WRR:
-            with m.If(start):
-                m.d.sync += self._count.eq(Mux(new_turn, 1, self._count + 1))
+            self._count = Signal(WEIGHT_BITS)   # packets granted in the current turn
+            count_next = Signal(WEIGHT_BITS)
+            m.d.comb += count_next.eq(Mux(start, Mux(turn, 1, self._count + 1), self._count))
+            m.d.sync += self._count.eq(count_next)
         if self._policy == Policy.DRR:
-            self._drr_update(m, valid, ptr, sel, start, accept, new_turn)
+            deficit_next = self._drr_update(m, valid, ptr, cur, start, accept, turn)
+            self._choose(m, valid, ptr_next, None, deficit_next, pick, found, new_turn)
+        else:
+            # The state after this cycle is one of two, each known from registers: no packet
+            # starts (the state stays), or `cur` starts one. Choose for both and let `start`
+            # pick the answer, so the choice does not wait for `start`.
+            stay_state = (ptr, self._count if count_next is not None else None)
+            start_state = (cur, Mux(turn, 1, self._count + 1) if count_next is not None
+                           else None)
+            answers = []
+            for name, (p_, c_) in (("kept", stay_state), ("started", start_state)):
+                a = (Signal(range(n), name=f"pick_{name}"), Signal(name=f"found_{name}"),
+                     Signal(name=f"new_turn_{name}"))
+                if c_ is not None:
+                    count_s = Signal(WEIGHT_BITS, name=f"count_{name}")
+                    m.d.comb += count_s.eq(c_)
+                    c_ = count_s
+                self._choose(m, valid, p_, c_, None, *a, prefix=name)
+                answers.append(a)
+            (pk, fk, tk), (ps, fs, ts) = answers
+            m.d.comb += [pick.eq(Mux(start, ps, pk)), found.eq(Mux(start, fs, fk)),
+                         new_turn.eq(Mux(start, ts, tk))]
+
+        # Next cycle's requester: the held one while a packet continues, else the choice.
+        with m.If(busy_next):
+            m.d.sync += cur_ok.eq(1)
+        with m.Else():
+            m.d.sync += [cur.eq(pick), cur_ok.eq(found), turn.eq(new_turn)]
         return m
 
     # -- policy-specific choice ----------------------------------------------------------------
 
-    def _choose(self, m, valid, ptr, pick, found, new_turn):
+    def _choose(self, m, valid, ptr, count, deficit, pick, found, new_turn, prefix=""):
+        """Next cycle's choice (``pick``, ``found``, ``new_turn``) from this cycle's ``valid``
+        and the policy state as it will be next cycle (``ptr``, wrr's ``count``, drr's
+        ``deficit``)."""
         n = self._ports
         if self._policy == Policy.RR:
-            any_valid, index = first_after(m, valid, ptr, "rr")
-            m.d.comb += [pick.eq(index), found.eq(any_valid)]
+            any_valid, index = first_after(m, valid, ptr, f"{prefix}rr")
+            m.d.comb += [pick.eq(index), found.eq(any_valid), new_turn.eq(1)]
 
         elif self._policy == Policy.PRIO:
             # A requester is eligible when no valid requester has a strictly higher priority.
@@ -261,37 +304,35 @@ class LinkArbiter(wiring.Component):
             m.d.comb += eligible.eq(Cat(
                 valid[k] & ~Cat(valid[j] & (prio[j] > prio[k]) for j in range(n)).any()
                 for k in range(n)))
-            any_eligible, index = first_after(m, eligible, ptr, "prio")
-            m.d.comb += [pick.eq(index), found.eq(any_eligible)]
+            any_eligible, index = first_after(m, eligible, ptr, f"{prefix}prio")
+            m.d.comb += [pick.eq(index), found.eq(any_eligible), new_turn.eq(1)]
 
         elif self._policy == Policy.WRR:
             enabled = Signal(n)
             m.d.comb += enabled.eq(valid & Cat(self.weight[k] != 0 for k in range(n)))
-            any_enabled, index = first_after(m, enabled, ptr, "wrr")
+            any_enabled, index = first_after(m, enabled, ptr, f"{prefix}wrr")
             stay = Signal()
             m.d.comb += [
-                stay    .eq(bit_at(m, enabled, ptr, "ptr_hot") &
-                            (self._count < select(m, ptr, list(self.weight), WEIGHT_BITS,
-                                                  "weight_ptr"))),
+                stay    .eq(bit_at(m, enabled, ptr, f"{prefix}ptr_hot") &
+                            (count < select(m, ptr, list(self.weight), WEIGHT_BITS,
+                                            f"{prefix}weight_ptr"))),
                 pick    .eq(Mux(stay, ptr, index)),
                 new_turn.eq(~stay),
                 found   .eq(any_enabled),
             ]
 
         elif self._policy == Policy.DRR:
-            self._deficit = [Signal(signed(DEFICIT_BITS), name=f"deficit{k}") for k in range(n)]
             quantum = Signal(signed(DEFICIT_BITS + 1))
             m.d.comb += quantum.eq(self.quantum)
-            # Deficit at the start of a turn, and who could go on it.
-            topped = [Signal(signed(DEFICIT_BITS + 1), name=f"topped{k}") for k in range(n)]
-            m.d.comb += [topped[k].eq(self._deficit[k].as_signed() + quantum) for k in range(n)]
+            # Who could go on a new turn: deficit plus quantum positive.
             eligible = Signal(n)
             zero = Const(0, signed(DEFICIT_BITS + 1))
-            m.d.comb += eligible.eq(valid & Cat(topped[k] > zero for k in range(n)))
+            m.d.comb += eligible.eq(valid & Cat(
+                (deficit[k].as_signed() + quantum) > zero for k in range(n)))
             found_eligible, index_eligible = first_after(m, eligible, ptr, "drr_eligible")
             any_valid, index_any = first_after(m, valid, ptr, "drr_any")
             m.d.comb += found.eq(any_valid)
-            deficit_ptr = select(m, ptr, self._deficit, signed(DEFICIT_BITS), "deficit_ptr")
+            deficit_ptr = select(m, ptr, deficit, signed(DEFICIT_BITS), "deficit_ptr")
             stay = Signal()
             m.d.comb += stay.eq(bit_at(m, valid, ptr, "ptr_hot") &
                                 (deficit_ptr > Const(0, signed(DEFICIT_BITS))))
@@ -302,18 +343,25 @@ class LinkArbiter(wiring.Component):
             with m.Else():   # everyone requesting is in debt: go anyway, never idle the link
                 m.d.comb += pick.eq(index_any)
             m.d.comb += new_turn.eq(~stay)
-            self._topped = topped
 
     def _drr_update(self, m, valid, ptr, sel, start, accept, new_turn):
+        """The deficit counters' update for this cycle's start and accepted flit; returns
+        their next values (the choice made this cycle reads them)."""
         n = self._ports
+        self._deficit = [Signal(signed(DEFICIT_BITS), name=f"deficit{k}") for k in range(n)]
+        quantum = Signal(signed(DEFICIT_BITS + 1))
+        m.d.comb += quantum.eq(self.quantum)
         wide = signed(DEFICIT_BITS + 2)
         lo = Const(-(1 << (DEFICIT_BITS - 1)), wide)
         hi = Const((1 << (DEFICIT_BITS - 1)) - 1, wide)
         zero = Const(0, signed(DEFICIT_BITS))
         spent = Signal(wide)   # flits taken from the granted requester's deficit this cycle
         m.d.comb += spent.eq(accept)
+        result = []
         for k in range(n):
-            deficit, topped = self._deficit[k], self._topped[k]
+            deficit = self._deficit[k]
+            topped = Signal(signed(DEFICIT_BITS + 1), name=f"topped{k}")
+            m.d.comb += topped.eq(deficit.as_signed() + quantum)
             granted = index_is(sel, k)
             # Requesters strictly between the old turn holder and the new one in circular
             # order were passed over with their turn: they bank the quantum.
@@ -335,9 +383,13 @@ class LinkArbiter(wiring.Component):
                     m.d.comb += nxt.eq(topped - spent)
             with m.Elif(granted):
                 m.d.comb += nxt.eq(deficit - spent)
+            clamped = Signal(signed(DEFICIT_BITS), name=f"deficit{k}_clamped")
             with m.If(nxt < lo):
-                m.d.sync += deficit.eq(lo)
+                m.d.comb += clamped.eq(lo)
             with m.Elif(nxt > hi):
-                m.d.sync += deficit.eq(hi)
+                m.d.comb += clamped.eq(hi)
             with m.Else():
-                m.d.sync += deficit.eq(nxt)
+                m.d.comb += clamped.eq(nxt)
+            m.d.sync += deficit.eq(clamped)
+            result.append(clamped)
+        return result

@@ -15,7 +15,8 @@ from .packet import JOB_BITS, MAX_PORTS, SLOT_BITS, DType
 
 __all__ = ["SwitchSpec", "Policy", "ELEMENT_TYPES", "element_type", "ParameterError",
            "ParameterTypeError", "MIN_PORTS", "MAX_SLOTS", "MAX_JOBS", "MAX_CHUNK_FLITS",
-           "INGRESS_LATENCY", "ENGINE_PICK_LATENCY", "FP_ADD_STAGES"]
+           "INGRESS_LATENCY", "ENGINE_PICK_LATENCY", "FP_ADD_STAGES", "EGRESS_PICK_LATENCY",
+           "EGRESS_OUTPUT_LATENCY"]
 
 #: A switch has at least two ports (one reduction needs two members) and at most
 #: :data:`hw.packet.MAX_PORTS` (a port number is ``PORT_BITS`` wide).
@@ -42,6 +43,14 @@ FP_ADD_STAGES = 3
 #: Cycles between the engine reading a chunk's flit and the result flit reaching the egress
 #: arbiters, besides the reduction pipeline: the result FIFO's write and registered read.
 RESULT_FIFO_LATENCY = 2
+#: Cycles an egress arbiter (:mod:`hw.arbiter`) takes to see a requester: it chooses one cycle
+#: ahead and registers the choice, so a packet whose first flit is presented to an idle arbiter
+#: at cycle t leaves the arbiter at t + 1 at the earliest. (A requester whose last flit leaves
+#: at t counts as requesting at t, so its next packet can follow at t + 1.)
+EGRESS_PICK_LATENCY = 1
+#: Cycles from an egress arbiter's output to the switch's port: the egress register slice
+#: (:class:`hw.regslice.RegisterSlice`).
+EGRESS_OUTPUT_LATENCY = 1
 
 
 class Policy(str, enum.Enum):
@@ -234,6 +243,24 @@ class SwitchSpec:
         """Cycles from a chunk's last contribution flit to the engine's first chance to start
         it."""
         return ENGINE_PICK_LATENCY
+
+    @property
+    def egress_pick_latency(self):
+        """Cycles from a packet's first flit reaching an idle egress arbiter to the arbiter
+        presenting it (its registered choice)."""
+        return EGRESS_PICK_LATENCY
+
+    @property
+    def egress_output_latency(self):
+        """Cycles from an egress arbiter's output to the switch's output port (the egress
+        register slice)."""
+        return EGRESS_OUTPUT_LATENCY
+
+    @property
+    def egress_latency(self):
+        """Cycles an unloaded packet's first flit spends between reaching its egress arbiter
+        and leaving the switch: :attr:`egress_pick_latency` + :attr:`egress_output_latency`."""
+        return self.egress_pick_latency + self.egress_output_latency
 
     @property
     def result_latency(self):

@@ -21,7 +21,9 @@ Per egress port d, a :class:`hw.arbiter.LinkArbiter` with N requesters: requeste
 memory traffic from ingress k, and requester d — the place of d's own ingress, which never
 sends to d — is the reduction unit's results for d. N requesters, a power of two for the usual
 port counts, keep each egress's output multiplexer to the FPGA's wide-mux cells (a ninth input
-cost nearly five times the LUTs at 8 lanes; docs/hw.md). The arbitration policy is chosen at
+cost nearly five times the LUTs at 8 lanes; docs/hw.md). Each arbiter's output passes a
+register slice (:class:`hw.regslice.RegisterSlice`), so the egress ports are driven from
+flip-flops (``SwitchSpec.egress_output_latency``). The arbitration policy is chosen at
 elaboration; priorities / weights are set per traffic class at run time (``cfg_mem_*``,
 ``cfg_result_*``).
 
@@ -41,6 +43,7 @@ from amaranth.lib.wiring import In, Out
 from .arbiter import PRIO_BITS, QUANTUM_BITS, WEIGHT_BITS, LinkArbiter
 from .packet import Kind, flit_layout
 from .reduce import ReductionUnit, config_signature, count_events
+from .regslice import RegisterSlice
 from .spec import Policy
 
 __all__ = ["Switch", "DROP_CAUSES"]
@@ -138,7 +141,10 @@ class Switch(wiring.Component):
             if self._policy == Policy.DRR:
                 m.d.comb += arb.quantum.eq(self.cfg_quantum)
             wiring.connect(m, red.o[d], arb.i[d])
-            wiring.connect(m, arb.o, wiring.flipped(self.o[d]))
+            # The egress port is driven from flip-flops (the multiplexer's output registered).
+            m.submodules[f"egress{d}_out"] = out = RegisterSlice(layout)
+            wiring.connect(m, arb.o, out.i)
+            wiring.connect(m, out.o, wiring.flipped(self.o[d]))
 
         drop_hits = [[] for _ in DROP_CAUSES]
         for k in range(N):

@@ -98,11 +98,23 @@ def test_rtl_matches_model(policy, ports):
 
 def test_model_policies_directed():
     """Directed cases for the model itself (it is the golden reference)."""
+    # The choice is registered: nothing is presented in the first cycle after reset.
     prio = ArbiterModel(4, "prio", priority=[0, 7, 0, 0])
-    assert [prio.step([True] * 4, [True] * 4, True)[0] for _ in range(3)] == [1, 1, 1]
+    assert [prio.step([True] * 4, [True] * 4, True)[0] for _ in range(4)] == [None, 1, 1, 1]
     # RR from reset searches after port 0: port 1 first, then 2, 3, 0.
     rr = ArbiterModel(4, "rr")
-    assert [rr.step([True] * 4, [True] * 4, True)[0] for _ in range(4)] == [1, 2, 3, 0]
+    assert [rr.step([True] * 4, [True] * 4, True)[0] for _ in range(5)] == [None, 1, 2, 3, 0]
+    # A lone requester's one-flit packets leave back to back (it counts as requesting in the
+    # cycle its last flit leaves).
+    lone = ArbiterModel(4, "rr")
+    assert [lone.step([False, True, False, False], [True] * 4, True)[0]
+            for _ in range(4)] == [None, 1, 1, 1]
+    # A requester that starts requesting is seen a cycle later; one chosen again as its last
+    # flit leaves that then stops requesting costs one idle cycle.
+    prio = ArbiterModel(4, "prio", priority=[0, 7, 0, 0])
+    steps = [([False, True, False, False], None), ([False, True, True, False], 1),
+             ([False, False, True, False], None), ([False, False, True, False], 2)]
+    assert [prio.step(v, [True] * 4, True)[0] for v, _ in steps] == [s for _, s in steps]
 
 
 @pytest.mark.parametrize("args, error, message", [

@@ -220,9 +220,11 @@ def test_model_single_packet_latency():
     cfg = ReplayConfig(ports=2, **SMALL)
     plan = build_plan({"gpus": 2}, [write(0, 0, 1, 5 * 8)], cfg)
     result = replay_model(plan)
-    # First flit at the head INGRESS_LATENCY cycles after it entered; then one flit a cycle.
+    # First flit at the head INGRESS_LATENCY cycles after it entered, out of the switch
+    # egress_latency cycles later (the arbiter's registered choice, the egress register);
+    # then one flit a cycle.
     assert result.inject[0] == 0
-    assert result.deliver[0] == INGRESS_LATENCY + 5 - 1
+    assert result.deliver[0] == INGRESS_LATENCY + cfg.switch.egress_latency + 5 - 1
 
 
 def test_model_serialises_an_egress():
@@ -232,15 +234,16 @@ def test_model_serialises_an_egress():
     records = [write(0, 0, 2, 16 * 8 * 4), write(1, 1, 2, 16 * 8 * 4)]
     result = replay_model(build_plan({"gpus": 3}, records, cfg))
     total = 2 * 4 * 16
-    assert result.cycles == INGRESS_LATENCY + total
+    assert result.cycles == INGRESS_LATENCY + cfg.switch.egress_latency + total
     assert result.egress_flits[2] == total
     assert sum(result.stall_cycles) > 0
 
 
 def test_model_reduction_latency():
-    """The result leaves 5 + pipeline cycles after the last contribution flit is at the
-    reduction unit (the hold FIFO, the registered arrival, the engine's registered pick; bank
-    read, adder levels, result select; result FIFO, arbiter), then one flit a cycle — plus the
+    """The result leaves 5 + pipeline + egress_latency cycles after the last contribution flit
+    is at the reduction unit (the hold FIFO, the registered arrival, the engine's registered
+    pick; bank read, adder levels, result select; result FIFO; the arbiter's registered choice
+    and the egress register), then one flit a cycle — plus the
     judge's wait: the four headers head their hold FIFOs in the same cycle and the judge takes
     one port a cycle, so the member judged last waits ports - 1 = 3 cycles."""
     cfg = ReplayConfig(ports=4, **SMALL)
@@ -248,7 +251,8 @@ def test_model_reduction_latency():
     result = replay_model(build_plan({"gpus": 4}, records, cfg))
     last_at_unit = INGRESS_LATENCY + 4 - 1
     pipeline = SwitchSpec(ports=4, slots=1, chunk_flits=1).reduction_pipeline_depth
-    assert set(result.results.values()) == {last_at_unit + 3 + 5 + pipeline + 4 - 1}
+    assert set(result.results.values()) == {last_at_unit + 3 + 5 + pipeline +
+                                            cfg.switch.egress_latency + 4 - 1}
 
 
 def test_model_takes_chunks_below_the_judges_line_rate_in_its_turns():

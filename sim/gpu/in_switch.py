@@ -26,11 +26,12 @@ The switch's cycle is one flit per port at the GPU's effective link rate (as the
 mapping, ``ReplayConfig.cycle_ns = flit bytes / link rate``): the RTL sustains 1.00
 flit/cycle/port in and out (``innet bench reduce``, docs/hw.md), so a port carries the GPU's
 whole effective link. The pipeline, first contribution flit in to first result flit out, is
-``(chunk_flits − 1) + judge_wait_cycles + engine_pick_latency + result_latency`` cycles of the
-specification: 16, 19, 24, 33 at 2, 4, 8, 16 ports with 8-flit chunks for a unit built for
-int32 alone (the member judged last waits ``ports − 1`` cycles for the one judge's turn), two
-cycles more per adder-tree level with fp adders (pipelined, three stages a level: 18 at 2
-ports, 30 at 8), the RTL's measured latencies. Below the judge's line rate (``chunk_flits``
+``(chunk_flits − 1) + judge_wait_cycles + engine_pick_latency + result_latency +
+egress_latency`` cycles of the specification: 18, 21, 26, 35 at 2, 4, 8, 16 ports with 8-flit
+chunks for a unit built for int32 alone (the member judged last waits ``ports − 1`` cycles for
+the one judge's turn; the egress arbiter's registered choice and the egress register add two),
+two cycles more per adder-tree level with fp adders (pipelined, three stages a level: 20 at 2
+ports, 32 at 8), the RTL's measured latencies. Below the judge's line rate (``chunk_flits``
 not a multiple of ``ports``) a port carries ``judge_flits_per_cycle`` of its link.
 GPU side: the send/receive kernels occupy ``gpu.nvls_channels`` SMs, the same loads and stores to
 the switch as NVLS's (NCCL's 16 channels are what NVSwitch traffic needs to reach line rate);
@@ -163,7 +164,7 @@ class SwitchTiming:
         self.line_gbps = gpu.link_effective_gbps * RTL_LINE_RATE
         self.cycle_s = self.flit_bytes / (self.line_gbps * 1e9)
         self.pipeline_cycles = (spec.chunk_flits - 1) + spec.judge_wait_cycles + \
-            spec.engine_pick_latency + spec.result_latency
+            spec.engine_pick_latency + spec.result_latency + spec.egress_latency
         self.round_trip_s = 2 * gpu.link_latency_s + \
             (self.pipeline_cycles + spec.chunk_flits) * self.cycle_s
         self.window_bytes = spec.slots * self.chunk_bytes

@@ -43,9 +43,12 @@ class ArbiterModel:
         self.held = 0
         self.count = 0
         self.deficit = [0] * ports
+        # the choice registered for the next cycle: (index or None, starts a new turn)
+        self.choice, self.choice_new_turn = None, True
 
-    def _pick(self, valid):
-        """The fresh choice when not busy: ``(index or None, new_turn)``."""
+    def choose(self, valid):
+        """The choice for the next cycle, from this cycle's ``valid`` and the state after this
+        cycle: ``(index or None, new_turn)``. No side effects (the fast model peeks)."""
         n, ptr = self.ports, self.ptr
         if self.policy == Policy.RR:
             return _first_after(valid, ptr), True
@@ -70,6 +73,10 @@ class ArbiterModel:
     def step(self, valid, last, ready):
         """Advance one cycle.
 
+        The requester presented when not mid-packet is the one chosen in the previous cycle
+        (the RTL registers its choice): from that cycle's ``valid`` and the state as it was
+        after that cycle. Every cycle ends by choosing for the next.
+
         Parameters
         ----------
         valid : sequence of bool
@@ -88,13 +95,19 @@ class ArbiterModel:
         if self.busy:
             sel, new_turn = self.held, False
         else:
-            sel, new_turn = self._pick(valid)
+            sel, new_turn = self.choice, self.choice_new_turn
         out_valid = sel is not None and valid[sel]
-        if not out_valid:
-            return None, False
-        accepted = bool(ready)
-        start = not self.busy
-        if start:
+        accepted = out_valid and bool(ready)
+        if out_valid:
+            self.start(valid, sel, new_turn, accepted)
+            self.busy = not (accepted and last[sel])
+        self.choice, self.choice_new_turn = self.choose(valid)
+        return (sel, accepted) if out_valid else (None, False)
+
+    def start(self, valid, sel, new_turn, accepted):
+        """Present requester ``sel`` this cycle (a packet's first flit unless ``busy``): the
+        policy state's update. The fast switch model calls it once per packet."""
+        if not self.busy:
             if self.policy == Policy.WRR:
                 self.count = 1 if new_turn else self.count + 1
             if self.policy == Policy.DRR:
@@ -103,8 +116,6 @@ class ArbiterModel:
         elif self.policy == Policy.DRR and accepted:
             self._set_deficit(sel, self.deficit[sel] - 1)
         self.held = sel
-        self.busy = not (accepted and last[sel])
-        return sel, accepted
 
     def _set_deficit(self, k, value):
         lo, hi = -(1 << (DEFICIT_BITS - 1)), (1 << (DEFICIT_BITS - 1)) - 1

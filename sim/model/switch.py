@@ -11,6 +11,10 @@ traces (``tests/test_cosim.py``, ``innet bench cosim``):
   golden model) over N requesters: memory traffic from every other ingress, and the reduction
   results in the place of d's own ingress (as hw/switch.py); a granted packet leaves at one
   flit per cycle, and the next packet can start the cycle after its last flit (zero bubble).
+  The arbiter registers its choice: it presents at t the choice made at t −
+  ``egress_pick_latency`` among the requesters valid then (the one whose last flit left then
+  counting as valid), and each flit leaves the switch ``egress_output_latency`` cycles after
+  it leaves the arbiter (the egress register slice).
 * **Reduction unit**: a contribution at its ingress FIFO's head is taken at one flit per cycle
   once the unit's hold FIFO for the port has room for a whole chunk (:meth:`_SwitchRun.
   hold_bound`); its header is judged when it heads the hold FIFO, in the port's turn of the
@@ -129,6 +133,10 @@ class _SwitchRun:
         each egress's result FIFO (flits).
     ingress_latency, pick_latency : int
         The switch specification's ``ingress_latency`` and ``engine_pick_latency`` (cycles).
+    pick_lag, out_lag : int
+        Its ``egress_pick_latency`` (an egress arbiter presents at t what it chose at
+        t - pick_lag) and ``egress_output_latency`` (a flit the arbiter sends at t leaves the
+        switch at t + out_lag).
     hold_depth, judge_phase : int
         Depth of the reduction unit's hold FIFOs (``judge_hold_flits``); the judge serves
         port ``(t + judge_phase) mod N`` at cycle t (:data:`JUDGE_PHASE`).
@@ -139,9 +147,8 @@ class _SwitchRun:
     mem_ports, nmembers, hist_limit : list of int, int, int
         Ports of the reduction's members and their number; result packets remembered per
         egress for :meth:`result_read`.
-    arbiters, all_last : list of ArbiterModel, tuple of bool
-        Per egress (the C core's ``arb_*`` arrays, ``policy``, ``priority``, ``weight``);
-        the ``last`` input they are stepped with: True for every requester.
+    arbiters : list of ArbiterModel
+        Per egress (the C core's ``arb_*`` arrays, ``policy``, ``priority``, ``weight``).
     loop, plan : ClosedLoop, Plan
         The GPUs' side (the C core's ``loop_*`` functions) and its growing copy of the plan.
     inject, deliver, results : dict
@@ -155,9 +162,10 @@ class _SwitchRun:
         Per ingress: flits ever started; last read of the latest granted packet; a packet is
         being written; first cycle the source may start another; the packet whose writes wait
         for FIFO room (or None); cycles of pending source events.
-    egress_free, egress_armed, streaming, result_last_read : list
+    egress_free, egress_armed, egress_last, streaming, result_last_read : list
         Per egress: first cycle it may start a packet; cycle of its live event (or None;
         events of d at other cycles are superseded and dropped, see :meth:`arm_egress`);
+        cycle its latest packet's last flit left the arbiter (or None);
         the result packet it is sending (or None); last read of its latest result packet.
     heads : list of list of _Packet
         Per egress, per requester: the visible head (the C core's ``head_mem``; ``heads[d][d]``
@@ -183,13 +191,14 @@ class _SwitchRun:
 
     __slots__ = (
         "N", "D", "P", "S", "result_lag", "result_depth", "ingress_latency", "pick_latency",
-        "hold_depth", "judge_phase", "hold_taken", "hold_free", "hold_hist",
-        "mem_ports", "nmembers", "hist_limit", "arbiters", "all_last",
+        "pick_lag", "out_lag", "hold_depth", "judge_phase", "hold_taken", "hold_free", "hold_hist",
+        "mem_ports", "nmembers", "hist_limit", "arbiters",
         "loop", "plan",
         "inject", "deliver", "results", "out_flits", "in_flits", "stall",
         "fifo", "hist", "written", "prev_last_read", "src_busy", "src_free", "pending",
         "src_tries",
-        "egress_free", "egress_armed", "heads", "streaming", "result_last_read", "result_q",
+        "egress_free", "egress_armed", "egress_last", "heads", "streaming", "result_last_read",
+        "result_q",
         "result_hist", "result_count",
         "arrivals", "arrived_at", "engine", "engine_free", "engine_armed", "engine_blocked",
         "eng_active", "eng_r",
@@ -203,6 +212,8 @@ class _SwitchRun:
         self.result_lag, self.result_depth = model.result_lag, model.result_depth
         self.ingress_latency = cfg.switch.ingress_latency
         self.pick_latency = cfg.switch.engine_pick_latency
+        self.pick_lag = cfg.switch.egress_pick_latency
+        self.out_lag = cfg.switch.egress_output_latency
         self.hold_depth = cfg.switch.judge_hold_flits
         self.judge_phase = model.judge_phase
         # the reduction unit's hold FIFOs: flits ever taken, first cycle the judge may see the
@@ -214,7 +225,6 @@ class _SwitchRun:
         self.nmembers = bin(plan.members).count("1")
         self.hist_limit = 4 + self.result_depth // self.P
         self.arbiters = model.arbiters
-        self.all_last = (True,) * N   # the arbiters see every packet as one flit
         # closed loop
         self.loop, self.plan = loop, plan
         # outputs
@@ -232,6 +242,7 @@ class _SwitchRun:
         # egress state
         self.egress_free = [0] * N
         self.egress_armed = [None] * N
+        self.egress_last = [None] * N
         self.heads = [[None] * N for _ in range(N)]
         self.streaming = [None] * N
         self.result_last_read = [-1] * N
@@ -245,14 +256,6 @@ class _SwitchRun:
         self.eng_active, self.eng_r = False, None
         # events
         self.events, self.order, self.now, self.handled = [], 0, 0, 0
-
-    # -- the arbiter (the C core's arbitrate) ----------------------------------------------
-
-    def arbitrate(self, d, valid):
-        """Grant one packet at egress d among ``valid`` (requester d: the reduction results),
-        or None. Packet-atomic with the output ready: the arbiter picks afresh at every start
-        (it sees each packet as one flit; :meth:`egress` charges DRR for the rest)."""
-        return self.arbiters[d].step(valid, self.all_last, True)[0]
 
     # -- the model -------------------------------------------------------------------------
 
@@ -391,7 +394,7 @@ class _SwitchRun:
             self.grant_contribution(k, pk)
         else:
             self.heads[pk.dst][k] = pk
-            self.arm_egress(pk.dst, pk.visible)
+            self.arm_egress(pk.dst, pk.visible + self.pick_lag)
 
     def result_read(self, d, n):
         """Cycle result flit n (counted per egress) is read at egress d; None while not
@@ -422,7 +425,7 @@ class _SwitchRun:
         rp = self.result_q[d][0]
         rp.visible = max(rp.a0, self.result_last_read[d] + 1)
         self.heads[d][d] = rp
-        self.arm_egress(d, rp.visible)
+        self.arm_egress(d, rp.visible + self.pick_lag)
 
     def stream_result(self, d):
         """Extend the read times of the result packet egress d is sending, as far as its
@@ -441,12 +444,14 @@ class _SwitchRun:
         self.streaming[d] = None
         last = reads[-1]
         self.egress_free[d] = last + 1
+        self.egress_last[d] = last
         self.out_flits[d] += rp.flits
         self.result_q[d].popleft()
         self.result_last_read[d] = last
-        self.results[(d, rp.seq)] = last
-        for k in self.loop.result(d, rp.seq, last):
-            self.try_source(k, self.loop.credit_cycle(last))
+        out = last + self.out_lag   # the egress register slice
+        self.results[(d, rp.seq)] = out
+        for k in self.loop.result(d, rp.seq, out):
+            self.try_source(k, self.loop.credit_cycle(out))
         if self.result_q[d]:
             self.expose_result(d)
         self.arm_egress(d, last + 1)
@@ -532,19 +537,34 @@ class _SwitchRun:
         if t < self.egress_free[d]:
             self.arm_egress(d, self.egress_free[d])
             return
-        cand = self.heads[d]
-        valid = [p is not None and p.visible <= t for p in cand]
+        # The arbiter presents at t what it chose at t - pick_lag (its registered choice,
+        # requester d: the reduction results), from the requesters valid then; the one whose
+        # last flit left then counts as requesting.
+        cand, lag = self.heads[d], self.pick_lag
+        seen = t - lag
+        valid = [p is not None and p.visible <= seen for p in cand]
+        arb = self.arbiters[d]
+        if self.egress_last[d] == seen:
+            valid[arb.ptr] = True
         if not any(valid):
             nxt = [p.visible for p in cand if p is not None]
             if nxt:
-                self.arm_egress(d, min(nxt))
+                self.arm_egress(d, min(nxt) + lag)
             return
-        sel = self.arbitrate(d, valid)
+        sel, new_turn = arb.choose(valid)
         if sel is None:
             return   # only when every valid requester has weight 0
         pk = cand[sel]
+        if pk is None or pk.visible > t:
+            # chosen as its last flit left, with no next packet here now: an idle cycle,
+            # and the choice is made afresh from this cycle's requests
+            self.arm_egress(d, t + 1)
+            return
+        # Packet-atomic with the output ready: one start per packet, with the requests of
+        # this cycle (the arbiter sees each packet as one flit; DRR is charged for the rest
+        # here).
+        arb.start([p is not None and p.visible <= t for p in cand], sel, new_turn, True)
         cand[sel] = None
-        arb = self.arbiters[d]
         if arb.policy == Policy.DRR and pk.flits > 1:
             arb._set_deficit(sel, arb.deficit[sel] - (pk.flits - 1))
         pk.grant = t
@@ -556,10 +576,12 @@ class _SwitchRun:
             return
         last = t + pk.flits - 1
         self.egress_free[d] = last + 1
+        self.egress_last[d] = last
         self.out_flits[d] += pk.flits
         self.in_flits[sel] += pk.flits
-        self.deliver[pk.pid] = last
-        for w in self.loop.delivered(pk.pid, last):
+        out = last + self.out_lag   # the egress register slice
+        self.deliver[pk.pid] = out
+        for w in self.loop.delivered(pk.pid, out):
             self.wake(w)
         self.leave_fifo(sel, pk)
         self.arm_egress(d, last + 1)

@@ -6,7 +6,8 @@
  * injection, delivery, result, stall and flit count equal. The Python model is the readable
  * reference; read it first. Its class _SwitchRun is the struct SwitchRun below, field for field,
  * and its methods are the functions of the section "The model", of the same names and in the
- * same order (arbitrate stands for ArbiterModel.step, loop_* for ClosedLoop's methods). This
+ * same order (arb_choose and arb_start stand for ArbiterModel.choose and .start, loop_* for
+ * ClosedLoop's methods). This
  * file only changes the data structures:
  *
  *   - a packet is an index (pid) into the plan's flat arrays; an ingress's packets are numbered
@@ -299,7 +300,7 @@ typedef struct { InPkt *v; i64 mask; } Ring;
     X(i64, slots) X(i64, policy) X(i64, quantum) X(i64, deficit_bits) X(i64, members)          \
     X(i64, chunks) X(i64, mtu) X(i64, packets) X(i64, packet_cap) X(i64, messages)             \
     X(i64, message_cap) X(i64, ingress_latency) X(i64, pick_latency) X(i64, round_trip)        \
-    X(i64, hold_depth) X(i64, judge_phase)                                                     \
+    X(i64, hold_depth) X(i64, judge_phase) X(i64, egress_pick_lag) X(i64, egress_out_lag)      \
     /* arbiter inputs, per egress, per requester: ports x ports */                             \
     X(const i64 *, priority) X(const i64 *, weight)                                            \
     /* the plan's packets (packet_cap) and messages (message_cap), grown by read responses */  \
@@ -336,7 +337,7 @@ typedef struct {
     i64 N, D, result_lag, result_depth, P, S, policy, quantum, dbits, members, nmembers;
     i64 chunks, mtu;
     i64 ingress_latency, pick_latency, hist_limit, rt;
-    i64 hold_depth, judge_phase;
+    i64 hold_depth, judge_phase, pick_lag, out_lag;
     const i64 *priority, *weight;
     /* plan: packets (growing with read responses) */
     i64 npk, pk_cap;
@@ -363,7 +364,8 @@ typedef struct {
     i64 *fifo_head, *hist_head, *written, *prev_last_read, *src_busy, *src_free, *pending;
     tqueue *src_q;   /* per ingress: pending source events (cycle, event key, in the heap) */
     /* egress state */
-    i64 *egress_free, *egress_armed, *head_mem, *head_res, *streaming, *result_last_read;
+    i64 *egress_free, *egress_armed, *egress_last, *head_mem, *head_res, *streaming;
+    i64 *result_last_read;
     RTab *rtabs;
     i64 *rq_head, *rh_head;
     /* arbiters */
@@ -568,13 +570,13 @@ static void set_deficit(SwitchRun *s, i64 *deficit, i64 k, i64 value) {
     deficit[k] = value < lo ? lo : value > hi ? hi : value;
 }
 
-/* Grant one packet at egress d among valid[0..N) (requester d: the reduction results). The
- * caller charges a DRR requester for the rest of a multi-flit packet (the model's
- * ArbiterModel.step sees only its first flit). */
-static i64 arbitrate(SwitchRun *s, i64 d, const i64 *valid) {
-    i64 n = s->N, ptr = s->arb_ptr[d], sel, new_turn = 1;
+/* ArbiterModel.choose: egress d's choice among valid[0..N) (requester d: the reduction
+ * results), or NONE; *new_turn says whether it starts a new turn. No side effects. */
+static i64 arb_choose(SwitchRun *s, i64 d, const i64 *valid, i64 *new_turn) {
+    i64 n = s->N, ptr = s->arb_ptr[d], sel;
     i64 *mask = s->scratch, *deficit = s->arb_deficit + d * n;
     const i64 *priority = s->priority + d * n, *weight = s->weight + d * n;
+    *new_turn = 1;
     if (s->policy == RR) {
         sel = first_after(valid, n, ptr);
     } else if (s->policy == PRIO) {
@@ -587,27 +589,35 @@ static i64 arbitrate(SwitchRun *s, i64 d, const i64 *valid) {
         for (i64 k = 0; k < n; k++) mask[k] = valid[k] && weight[k] != 0;
         if (mask[ptr] && s->arb_count[d] < weight[ptr]) {
             sel = ptr;
-            new_turn = 0;
+            *new_turn = 0;
         } else {
             sel = first_after(mask, n, ptr);
         }
     } else {
         if (valid[ptr] && deficit[ptr] > 0) {
             sel = ptr;
-            new_turn = 0;
+            *new_turn = 0;
         } else {
             for (i64 k = 0; k < n; k++) mask[k] = valid[k] && deficit[k] + s->quantum > 0;
             sel = first_after(mask, n, ptr);
             if (sel == NONE) sel = first_after(valid, n, ptr);
         }
     }
-    if (sel == NONE) return NONE;   /* only when every valid requester has weight 0 */
+    return sel;
+}
+
+/* ArbiterModel.start: requester sel starts a packet at egress d, valid[0..N) the requests of
+ * that cycle. The caller charges a DRR requester for the rest of a multi-flit packet (the
+ * arbiter sees only its first flit). */
+static void arb_start(SwitchRun *s, i64 d, const i64 *valid, i64 sel, i64 new_turn) {
+    i64 n = s->N, ptr = s->arb_ptr[d];
+    i64 *deficit = s->arb_deficit + d * n;
     if (s->policy == WRR) s->arb_count[d] = new_turn ? 1 : s->arb_count[d] + 1;
     if (s->policy == DRR) {
         if (!new_turn) {
             set_deficit(s, deficit, sel, deficit[sel] - 1);
         } else {
-            i64 *was = mask;   /* the deficits before this start */
+            i64 *was = s->scratch;   /* the deficits before this start */
             memcpy(was, deficit, (size_t)n * sizeof(i64));
             if (deficit[ptr] > 0) deficit[ptr] = 0;
             for (i64 k = (ptr + 1) % n; k != sel; k = (k + 1) % n)
@@ -617,7 +627,6 @@ static i64 arbitrate(SwitchRun *s, i64 d, const i64 *valid) {
         }
     }
     s->arb_ptr[d] = sel;
-    return sel;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -797,7 +806,7 @@ static void update_visible(SwitchRun *s, i64 k) {
         grant_contribution(s, k, i);
     } else {
         s->head_mem[s->pk_dst[p] * s->N + k] = i;
-        arm_egress(s, s->pk_dst[p], e->visible);
+        arm_egress(s, s->pk_dst[p], e->visible + s->pick_lag);
     }
 }
 
@@ -831,7 +840,7 @@ static void expose_result(SwitchRun *s, i64 d) {
     i64 r = s->rq_head[d];
     R_(d, visible, r) = max64(R_(d, a0, r), s->result_last_read[d] + 1);
     s->head_res[d] = r;
-    arm_egress(s, d, R_(d, visible, r));
+    arm_egress(s, d, R_(d, visible, r) + s->pick_lag);
 }
 
 static void stream_result(SwitchRun *s, i64 d) {
@@ -854,12 +863,14 @@ static void stream_result(SwitchRun *s, i64 d) {
     s->streaming[d] = -1;
     i64 last = R_READ(d, j0 + s->P - 1), seq = R_(d, seq, r);
     s->egress_free[d] = last + 1;
+    s->egress_last[d] = last;
     s->out_flits[d] += s->P;
     s->rq_head[d]++;
     s->result_last_read[d] = last;
-    s->results[d * s->chunks + seq] = last;
-    loop_result(s, d, seq, last);
-    for (i64 i = 0; i < s->woken.n; i++) try_source(s, s->woken.v[i], last + 1 + s->rt);
+    i64 out = last + s->out_lag;   /* the egress register slice */
+    s->results[d * s->chunks + seq] = out;
+    loop_result(s, d, seq, out);
+    for (i64 i = 0; i < s->woken.n; i++) try_source(s, s->woken.v[i], out + 1 + s->rt);
     if (s->rq_head[d] < s->rtabs[d].n) expose_result(s, d);
     arm_egress(s, d, last + 1);
 }
@@ -949,20 +960,38 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
         arm_egress(s, d, s->egress_free[d]);
         return;
     }
+    /* The arbiter presents at t what it chose at t - pick_lag from the requests then; the
+     * requester whose last flit left then counts as requesting. */
     i64 N = s->N, *valid = s->valid, *hm = s->head_mem + d * N, any = 0, nxt = NONE;
+    i64 seen = t - s->pick_lag;
     for (i64 k = 0; k < N; k++) {
         i64 vis = k != d ? (hm[k] >= 0 ? ING(k, hm[k])->visible : NONE)
                          : (s->head_res[d] >= 0 ? R_(d, visible, s->head_res[d]) : NONE);
-        valid[k] = vis != NONE && vis <= t;
-        any |= valid[k];
+        valid[k] = vis != NONE && vis <= seen;
         if (vis != NONE && (nxt == NONE || vis < nxt)) nxt = vis;
     }
+    if (s->egress_last[d] == seen) valid[s->arb_ptr[d]] = 1;
+    for (i64 k = 0; k < N; k++) any |= valid[k];
     if (!any) {
-        if (nxt != NONE) arm_egress(s, d, nxt);
+        if (nxt != NONE) arm_egress(s, d, nxt + s->pick_lag);
         return;
     }
-    i64 sel = arbitrate(s, d, valid);
-    if (sel == NONE) return;
+    i64 new_turn, sel = arb_choose(s, d, valid, &new_turn);
+    if (sel == NONE) return;   /* only when every valid requester has weight 0 */
+    {   /* chosen as its last flit left, with no next packet here now: an idle cycle */
+        i64 vis = sel != d ? (hm[sel] >= 0 ? ING(sel, hm[sel])->visible : NONE)
+                           : (s->head_res[d] >= 0 ? R_(d, visible, s->head_res[d]) : NONE);
+        if (vis == NONE || vis > t) {
+            arm_egress(s, d, t + 1);
+            return;
+        }
+    }
+    for (i64 k = 0; k < N; k++) {   /* this cycle's requests */
+        i64 vis = k != d ? (hm[k] >= 0 ? ING(k, hm[k])->visible : NONE)
+                         : (s->head_res[d] >= 0 ? R_(d, visible, s->head_res[d]) : NONE);
+        valid[k] = vis != NONE && vis <= t;
+    }
+    arb_start(s, d, valid, sel, new_turn);
     i64 flits = sel == d ? s->P : ING(sel, hm[sel])->flits, *deficit = s->arb_deficit + d * N;
     if (s->policy == DRR && flits > 1) set_deficit(s, deficit, sel, deficit[sel] - (flits - 1));
     if (sel == d) {
@@ -982,10 +1011,12 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
     e->grant = t;
     i64 last = t + flits - 1;
     s->egress_free[d] = last + 1;
+    s->egress_last[d] = last;
     s->out_flits[d] += flits;
     s->in_flits[sel] += flits;
-    s->deliver[p] = last;
-    loop_delivered(s, p, last);
+    i64 out = last + s->out_lag;   /* the egress register slice */
+    s->deliver[p] = out;
+    loop_delivered(s, p, out);
     /* wake() never touches the loop's woken list, so iterate it in place */
     for (i64 w = 0; w < s->woken.n; w++) wake(s, s->woken.v[w]);
     leave_fifo(s, sel, i);
@@ -1075,6 +1106,8 @@ int innet_switch_run(const SwitchArgs *a) {
     s->rt = a->round_trip;
     s->hold_depth = a->hold_depth;
     s->judge_phase = a->judge_phase;
+    s->pick_lag = a->egress_pick_lag;
+    s->out_lag = a->egress_out_lag;
     s->hold_cap = s->hold_depth - s->P + 4;   /* live entries: at most hold_depth - P + 2 */
     s->hist_limit = 4 + s->result_depth / s->P;
     s->priority = a->priority;
@@ -1118,6 +1151,7 @@ int innet_switch_run(const SwitchArgs *a) {
     ZALLOC(s->src_q, N);
     ZALLOC(s->egress_free, N);
     ALLOC(s->egress_armed, N, NONE);
+    ALLOC(s->egress_last, N, NONE);
     ALLOC(s->head_mem, N * N, -1);
     ALLOC(s->head_res, N, -1);
     ALLOC(s->streaming, N, -1);
@@ -1195,8 +1229,8 @@ fail:
                   s->next_index, s->remaining, s->con_hint,
                   s->src_start, s->ring, s->ing_n, s->fifo_head,
                   s->hist_head, s->written, s->prev_last_read, s->src_busy, s->src_free,
-                  s->pending, s->src_q, s->egress_free, s->egress_armed, s->head_mem,
-                  s->head_res, s->streaming, s->result_last_read, s->rtabs, s->rq_head,
+                  s->pending, s->src_q, s->egress_free, s->egress_armed, s->egress_last,
+                  s->head_mem, s->head_res, s->streaming, s->result_last_read, s->rtabs, s->rq_head,
                   s->rh_head, s->arb_ptr, s->arb_count, s->arb_deficit, s->hold_taken,
                   s->hold_free, s->hold_lo, s->hold_hi, s->hold_j0, s->hold_fl, s->hold_pop,
                   s->arrivals, s->arrived_at, s->eng_r, s->mem_ports,

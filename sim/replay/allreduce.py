@@ -61,7 +61,7 @@ def slot_bound(config):
     Returns a dict: ``switch_cycles`` — an unloaded chunk's first contribution flit in to its
     last result flit out (ingress latency, the chunk's P flits in, the judge's wait for the
     member judged last, the hold FIFO/arrival/pick registers, the reduction pipeline, the
-    result FIFO, the P flits out); ``round_trip_cycles``
+    result FIFO, the egress arbiter and register, the P flits out); ``round_trip_cycles``
     R — a slot's whole cycle: that, plus the credit's way back (one cycle, then two link hops);
     ``bound_gbps`` — S·C/R in GB/s; ``line_gbps``; ``limit_gbps`` — the smaller.
     """
@@ -73,11 +73,13 @@ def slot_bound(config):
     # the chunk engine_pick_latency cycles after its last flit would have entered without
     # that wait (the hold FIFO, the registered arrival, the pick) and its result's first
     # flit reaches the egress result_latency cycles after that (the reduction pipeline, then
-    # the result FIFO's write and registered read); its last flit leaves P − 1 cycles later.
+    # the result FIFO's write and registered read) and leaves the switch egress_latency
+    # cycles after that (the arbiter's registered choice, the egress register); its last flit
+    # leaves P − 1 cycles later.
     # All are the switch specification's, the ones the fast model and the RTL run on
     # (tests/test_cosim.py, test_model_reduction_latency).
     switch = (spec.ingress_latency + P - 1 + spec.judge_wait_cycles + spec.engine_pick_latency
-              + spec.result_latency + P - 1)
+              + spec.result_latency + spec.egress_latency + P - 1)
     R = switch + 1 + 2 * config.link_cycles
     bound = config.slots * config.chunk_bytes / (R * config.cycle_ns)
     return {"switch_cycles": switch, "round_trip_cycles": R,
