@@ -236,17 +236,18 @@ def test_model_serialises_an_egress():
 
 
 def test_model_reduction_latency():
-    """The result leaves 5 + pipeline cycles after the last contribution flit is at the
-    reduction unit (the hold FIFO, the registered arrival, the engine's registered pick; bank
-    read, adder levels, result select; result FIFO, arbiter), then one flit a cycle — plus the
-    judge's wait: the four headers head their hold FIFOs in the same cycle and the judge takes
-    one port a cycle, so the member judged last waits ports - 1 = 3 cycles."""
+    """The result leaves 6 + pipeline cycles after the last contribution flit is at the
+    reduction unit (the hold FIFO, the registered arrival, the engine's pick in two registered
+    steps; bank read, adder levels, result select; result FIFO, arbiter), then one flit a
+    cycle — plus the judge's wait: the four headers head their hold FIFOs in the same cycle
+    and the judge takes one port a cycle, so the member judged last waits ports - 1 = 3
+    cycles."""
     cfg = ReplayConfig(ports=4, **SMALL)
     records = [contrib(g, g, 4 * 8) for g in range(4)]
     result = replay_model(build_plan({"gpus": 4}, records, cfg))
     last_at_unit = INGRESS_LATENCY + 4 - 1
     pipeline = SwitchSpec(ports=4, slots=1, chunk_flits=1).reduction_pipeline_depth
-    assert set(result.results.values()) == {last_at_unit + 3 + 5 + pipeline + 4 - 1}
+    assert set(result.results.values()) == {last_at_unit + 3 + 6 + pipeline + 4 - 1}
 
 
 def test_model_takes_chunks_below_the_judges_line_rate_in_its_turns():
