@@ -96,22 +96,20 @@ PICK_GROUP = 8
 
 def lowest_two(m, mask, name):
     """The lowest and second-lowest set bits of a narrow ``mask``: ``(any, index, any2,
-    index2)`` (an index is 0 when its bit does not exist). Each output is a function of the
-    ``len(mask)`` bits alone, a few LUT levels for the engine's groups of 8."""
+    index2)`` (an index is 0 when its bit does not exist). Written as a table of every mask
+    value, so each output is one function of the ``len(mask)`` bits (two or three LUT levels
+    for the engine's groups of 8) instead of a chain through the first bit's one-hot."""
     n = len(mask)
-    first = Signal(n, name=f"{name}_first")
-    m.d.comb += first.eq(Cat(mask[i] & ~mask[:i].any() if i else mask[0] for i in range(n)))
-    rest = Signal(n, name=f"{name}_rest")
-    m.d.comb += rest.eq(mask & ~first)
-    second = Signal(n, name=f"{name}_second")
-    m.d.comb += second.eq(Cat(rest[i] & ~rest[:i].any() if i else rest[0] for i in range(n)))
-    out = []
-    for onehot, tag in ((first, "1"), (second, "2")):
-        index = Signal(range(max(n, 2)), name=f"{name}_idx{tag}")
-        m.d.comb += index.eq(Cat(Cat(onehot[k] for k in range(n) if k >> b & 1).any()
-                                 for b in range(len(index))))
-        out += [onehot.any(), index]
-    return tuple(out)
+    outs = [Signal(name=f"{name}_any1"), Signal(range(max(n, 2)), name=f"{name}_idx1"),
+            Signal(name=f"{name}_any2"), Signal(range(max(n, 2)), name=f"{name}_idx2")]
+    with m.Switch(mask):
+        for value in range(1, 1 << n):
+            bits = [i for i in range(n) if value >> i & 1]
+            with m.Case(value):
+                m.d.comb += [outs[0].eq(1), outs[1].eq(bits[0])]
+                if len(bits) > 1:
+                    m.d.comb += [outs[2].eq(1), outs[3].eq(bits[1])]
+    return tuple(outs)
 
 
 def count_events(m, counter, events, clear, name):
@@ -297,8 +295,8 @@ class ReductionUnit(wiring.Component):
             # The judgement drives a write request; the bank takes it a cycle later from
             # registers, so the first-flit checks end at a flip-flop instead of at the bank's
             # write enable (far away, with a long setup in LUT-RAM). The engine cannot miss the
-            # delayed write: it reads a chunk no earlier than two cycles after its last arrival
-            # (the arrival and the pick are both registered).
+            # delayed write: it reads a chunk no earlier than three cycles after its last arrival
+            # (the arrival and both steps of the pick are registered).
             bank_wp = bank.write_port()
             wp = SimpleNamespace(en=Signal(name=f"bank{k}_wreq"),
                                  addr=Signal(range(addr_depth), name=f"bank{k}_wreq_addr"),

@@ -63,6 +63,24 @@ def test_model_matches_rtl(sim, ports, policy, seed, arbitration, build_dir):
 
 
 @pytest.mark.slow
+def test_model_matches_rtl_with_one_flit_chunks(sim, build_dir):
+    """One-flit chunks and two slots: the engine rests a cycle after each chunk (its two-step
+    pick skips one slot only; SwitchSpec.engine_restart_cycles) and both model cores follow
+    the RTL delivery for delivery."""
+    require_simulator(sim)
+    meta, records = stress_trace(gpus=4, seed=3, messages=30, span_ns=20_000)
+    plan = build_plan(meta, records, ReplayConfig(ports=4, policy="rr",
+                                                  **dict(SMALL, slots=2, chunk_flits=1)))
+    assert plan.config.switch.engine_restart_cycles == 2
+    rtl = replay_rtl(plan, sim, build_dir=build_dir, seed=3)
+    assert rtl.mismatches == 0 and not any(rtl.errors.values())
+    for core in ("python", "c"):
+        agreement = compare(rtl, replay_model(plan, core=core))
+        assert agreement["missing"] == 0
+        assert agreement["exact"] == agreement["deliveries"] > 1000, (core, agreement)
+
+
+@pytest.mark.slow
 def test_equal_priorities_are_round_robin(sim, build_dir):
     """`innet run` replays round-robin windows on the prio build with equal priorities
     (sim.experiment.point.rtl_config): on a contended trace that RTL delivers exactly as the rr
