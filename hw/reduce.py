@@ -109,6 +109,8 @@ def lowest_two(m, mask, name):
                 m.d.comb += [outs[0].eq(1), outs[1].eq(bits[0])]
                 if len(bits) > 1:
                     m.d.comb += [outs[2].eq(1), outs[3].eq(bits[1])]
+        with m.Default():   # no bit set (a case, so Verilator sees every value covered)
+            m.d.comb += [out.eq(0) for out in outs]
     return tuple(outs)
 
 
