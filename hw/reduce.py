@@ -89,6 +89,31 @@ def lowest_set(m, mask, name):
     return index
 
 
+#: Slots per group of the engine's two-step pick (:class:`ReductionUnit`): the lowest complete
+#: slot of each group of 8 is found in one cycle, the lowest such group in the next.
+PICK_GROUP = 8
+
+
+def lowest_two(m, mask, name):
+    """The lowest and second-lowest set bits of a narrow ``mask``: ``(any, index, any2,
+    index2)`` (an index is 0 when its bit does not exist). Written as a table of every mask
+    value, so each output is one function of the ``len(mask)`` bits (two or three LUT levels
+    for the engine's groups of 8) instead of a chain through the first bit's one-hot."""
+    n = len(mask)
+    outs = [Signal(name=f"{name}_any1"), Signal(range(max(n, 2)), name=f"{name}_idx1"),
+            Signal(name=f"{name}_any2"), Signal(range(max(n, 2)), name=f"{name}_idx2")]
+    with m.Switch(mask):
+        for value in range(1, 1 << n):
+            bits = [i for i in range(n) if value >> i & 1]
+            with m.Case(value):
+                m.d.comb += [outs[0].eq(1), outs[1].eq(bits[0])]
+                if len(bits) > 1:
+                    m.d.comb += [outs[2].eq(1), outs[3].eq(bits[1])]
+        with m.Default():   # no bit set (a case, so Verilator sees every value covered)
+            m.d.comb += [out.eq(0) for out in outs]
+    return tuple(outs)
+
+
 def count_events(m, counter, events, clear, name):
     """Add the number of ``events`` (1-bit values) that are high to ``counter``, saturating at
     its maximum; ``clear`` zeroes it and discards events of its own cycle and the one before.
@@ -285,8 +310,8 @@ class ReductionUnit(wiring.Component):
             # The judgement drives a write request; the bank takes it a cycle later from
             # registers, so the first-flit checks end at a flip-flop instead of at the bank's
             # write enable (far away, with a long setup in LUT-RAM). The engine cannot miss the
-            # delayed write: it reads a chunk no earlier than two cycles after its last arrival
-            # (the arrival and the pick are both registered).
+            # delayed write: it reads a chunk no earlier than three cycles after its last arrival
+            # (the arrival and both steps of the pick are registered).
             bank_wp = bank.write_port()
             wp = SimpleNamespace(en=Signal(name=f"bank{k}_wreq"),
                                  addr=Signal(range(addr_depth), name=f"bank{k}_wreq_addr"),
@@ -478,25 +503,63 @@ class ReductionUnit(wiring.Component):
                              slot_sat[s].eq(jhead.sat)]
 
         # -- engine: pick a complete slot, read its flits, reduce ---------------------------
-        # The pick is registered: each cycle the lowest complete slot of this cycle's table
-        # is chosen for the next cycle, so the engine's issue decision starts from flip-flops
-        # (one cycle more latency when the engine is idle; none between back-to-back chunks).
-        # The slot the engine frees this cycle is still complete in this cycle's table, so a
-        # second pick without it is made alongside and taken when the engine frees one.
+        # The pick of the lowest complete slot is two registered steps, so neither the 64-slot
+        # priority choice nor the 64:1 read of its members is one path: step 1 finds, in each
+        # group of PICK_GROUP slots of this cycle's table, the lowest and second-lowest
+        # complete slot and reads their members (8:1); step 2 takes the lowest group that has
+        # one. A pick is thus made from the table of two cycles before it is used, and the
+        # only slot that table can still show complete but the engine has taken is the one
+        # the engine is reading, or finished reading the cycle before (``eng_slot``): step 2
+        # skips it, taking its group's second-lowest slot instead. (With one-flit chunks the
+        # engine rests a cycle after each, so that slot stays the only one:
+        # ``SwitchSpec.engine_restart_cycles``.)
         complete = Signal(S)
         m.d.comb += complete.eq(Cat(slot_valid[s] & (slot_arrived[s] == slot_members[s]) &
                                     slot_members[s].any() for s in range(S)))
         busy, eng_slot, eng_idx = st.busy, st.eng_slot, st.eng_idx
         eng_slot_members = st.eng_slot_members     # members of the slot being read
         pick, pick_ok, pick_members = st.pick, st.pick_ok, st.pick_members  # the next slot
+        finished = Signal()              # the engine read a chunk's last flit the cycle before
         cur = Signal(range(max(S, 2)))
         m.d.comb += cur.eq(Mux(busy, eng_slot, pick))
-        others = Signal(S)
-        m.d.comb += others.eq(complete & ~(Const(1, S) << cur))
-        pick_all = lowest_set(m, complete, "pick_all")
-        pick_others = lowest_set(m, others, "pick_others")
-        members_all = select_tree(m, pick_all, slot_members, N, "pick_all_members")
-        members_others = select_tree(m, pick_others, slot_members, N, "pick_others_members")
+
+        G = PICK_GROUP
+        groups = []
+        for g in range(-(-S // G)):
+            width = min(G, S - g * G)
+            first, first_idx, second, second_idx = lowest_two(m, complete[g * G:g * G + width],
+                                                             f"pick_g{g}")
+            regs = SimpleNamespace(
+                any1=Signal(name=f"pick_g{g}_any1"), idx1=Signal(range(G), name=f"pick_g{g}_idx1"),
+                mem1=Signal(N, name=f"pick_g{g}_mem1"),
+                any2=Signal(name=f"pick_g{g}_any2"), idx2=Signal(range(G), name=f"pick_g{g}_idx2"),
+                mem2=Signal(N, name=f"pick_g{g}_mem2"))
+            members_here = slot_members[g * G:g * G + width]
+            m.d.sync += [
+                regs.any1.eq(first), regs.idx1.eq(first_idx),
+                regs.mem1.eq(select_tree(m, first_idx, members_here, N, f"pick_g{g}_m1")),
+                regs.any2.eq(second), regs.idx2.eq(second_idx),
+                regs.mem2.eq(select_tree(m, second_idx, members_here, N, f"pick_g{g}_m2")),
+            ]
+            groups.append(regs)
+        skipping = Signal()
+        m.d.comb += skipping.eq(busy | finished)
+        g_bits = max(1, (len(groups) - 1).bit_length())
+        g_any, g_slot, g_mem = [], [], []
+        for g, regs in enumerate(groups):
+            skip = Signal(name=f"pick_g{g}_skip")
+            if len(groups) > 1:
+                m.d.comb += skip.eq(skipping & (eng_slot[3:] == g) & (regs.idx1 == eng_slot[:3]))
+            else:
+                m.d.comb += skip.eq(skipping & (regs.idx1 == eng_slot))
+            g_any.append(Mux(skip, regs.any2, regs.any1))
+            g_slot.append(Cat(Mux(skip, regs.idx2, regs.idx1), Const(g, g_bits)))
+            g_mem.append(Mux(skip, regs.mem2, regs.mem1))
+        g_any = Cat(*g_any)
+        g_pick = lowest_set(m, g_any, "pick_group") if len(groups) > 1 else Const(0, 1)
+        m.d.sync += [pick.eq(select_tree(m, g_pick, g_slot, 3 + g_bits, "pick_next")),
+                     pick_ok.eq(g_any.any()),
+                     pick_members.eq(select_tree(m, g_pick, g_mem, N, "pick_next_members"))]
 
         # Credits: results in flight must fit in every member's FIFO.
         fifos = []
@@ -514,24 +577,21 @@ class ReductionUnit(wiring.Component):
         m.d.comb += eng_members.eq(Mux(busy, eng_slot_members, pick_members))
         m.d.comb += room.eq(Cat(~eng_members[k] | (occupancy[k] < self._fifo_depth - 1)
                                 for k in range(N)).all())
-        start = ~busy & pick_ok
+        # One-flit chunks: the engine rests the cycle after each (see the pick, above).
+        start = ~busy & pick_ok & (~finished if P == 1 else Const(1, 1))
         issue = Signal()
         m.d.comb += issue.eq((busy | start) & room)
         last_issue = Signal()
         m.d.comb += last_issue.eq(issue & Mux(busy, eng_idx == P - 1, P == 1))
-        with m.If(last_issue):
-            m.d.sync += [pick.eq(pick_others), pick_ok.eq(others.any()),
-                         pick_members.eq(members_others)]
-        with m.Else():
-            m.d.sync += [pick.eq(pick_all), pick_ok.eq(complete.any()),
-                         pick_members.eq(members_all)]
+        m.d.sync += finished.eq(last_issue)
         with m.If(issue):
             m.d.comb += [read_en.eq(1), read_addr.eq(cur * P + Mux(busy, eng_idx, 0))]
+            m.d.sync += eng_slot.eq(cur)
             with m.If(last_issue):
                 m.d.sync += [busy.eq(0), eng_idx.eq(0)]
                 m.d.comb += slot_free_now.eq(Const(1, S) << cur)
             with m.Else():
-                m.d.sync += [busy.eq(1), eng_slot.eq(cur), eng_slot_members.eq(eng_members),
+                m.d.sync += [busy.eq(1), eng_slot_members.eq(eng_members),
                              eng_idx.eq(Mux(busy, eng_idx + 1, 1))]
 
         # Metadata travels beside the data through the pipeline.

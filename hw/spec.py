@@ -32,9 +32,10 @@ MAX_CHUNK_FLITS = 1 << 16
 INGRESS_LATENCY = 2
 #: Cycles from a chunk's last contribution flit at the reduction unit to the first cycle its
 #: engine may start the chunk, when its header met the judge without waiting for its turn:
-#: the flit passes the hold FIFO, the arrival is registered, then the engine's pick
-#: (:mod:`hw.reduce`). A header's wait for its turn (0 to ``ports - 1`` cycles) adds to it.
-ENGINE_PICK_LATENCY = 3
+#: the flit passes the hold FIFO, the arrival is registered, then the engine's pick in two
+#: registered steps (per group of 8 slots, then across groups: :mod:`hw.reduce`). A header's
+#: wait for its turn (0 to ``ports - 1`` cycles) adds to it.
+ENGINE_PICK_LATENCY = 4
 #: Pipeline stages of each floating-point adder in the reduction tree (:func:`hw.fpadd.float_add`):
 #: a whole fp32 addition in one cycle limits the switch to what one adder reaches alone; three
 #: stages per tree level cut it after the operand ordering and after the addition (docs/hw.md,
@@ -261,6 +262,15 @@ class SwitchSpec:
         """Cycles an unloaded packet's first flit spends between reaching its egress arbiter
         and leaving the switch: :attr:`egress_pick_latency` + :attr:`egress_output_latency`."""
         return self.egress_pick_latency + self.egress_output_latency
+
+    @property
+    def engine_restart_cycles(self):
+        """Cycles from the engine reading a chunk's last flit to its first chance to start the
+        next chunk: 1 (back to back), or 2 with one-flit chunks. The engine's two-step pick
+        works on the slot table of two cycles before and skips only the one slot the engine
+        is reading or has just finished; a one-flit chunk is both at once, so the engine rests
+        a cycle after it (:mod:`hw.reduce`)."""
+        return 2 if self.chunk_flits == 1 else 1
 
     @property
     def result_latency(self):

@@ -64,6 +64,25 @@ def test_model_matches_rtl(sim, ports, policy, seed, arbitration, build_dir):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sim", one_simulator("icarus"))
+def test_model_matches_rtl_with_one_flit_chunks(sim, build_dir):
+    """One-flit chunks and two slots: the engine rests a cycle after each chunk (its two-step
+    pick skips one slot only; SwitchSpec.engine_restart_cycles) and both model cores follow
+    the RTL delivery for delivery."""
+    require_simulator(sim)
+    meta, records = stress_trace(gpus=4, seed=3, messages=30, span_ns=20_000)
+    plan = build_plan(meta, records, ReplayConfig(ports=4, policy="rr",
+                                                  **dict(SMALL, slots=2, chunk_flits=1)))
+    assert plan.config.switch.engine_restart_cycles == 2
+    rtl = replay_rtl(plan, sim, build_dir=build_dir, seed=3)
+    assert rtl.mismatches == 0 and not any(rtl.errors.values())
+    for core in ("python", "c"):
+        agreement = compare(rtl, replay_model(plan, core=core))
+        assert agreement["missing"] == 0
+        assert agreement["exact"] == agreement["deliveries"] > 1000, (core, agreement)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sim", one_simulator("icarus"))
 def test_equal_priorities_are_round_robin(sim, build_dir):
     """`innet run` replays round-robin windows on the prio build with equal priorities
     (sim.experiment.point.rtl_config): on a contended trace that RTL delivers exactly as the rr
@@ -240,18 +259,18 @@ def test_model_serialises_an_egress():
 
 
 def test_model_reduction_latency():
-    """The result leaves 5 + pipeline + egress_latency cycles after the last contribution flit
-    is at the reduction unit (the hold FIFO, the registered arrival, the engine's registered
-    pick; bank read, adder levels, result select; result FIFO; the arbiter's registered choice
-    and the egress register), then one flit a cycle — plus the
-    judge's wait: the four headers head their hold FIFOs in the same cycle and the judge takes
-    one port a cycle, so the member judged last waits ports - 1 = 3 cycles."""
+    """The result leaves 6 + pipeline + egress_latency cycles after the last contribution flit
+    is at the reduction unit (the hold FIFO, the registered arrival, the engine's pick in two
+    registered steps; bank read, adder levels, result select; result FIFO; the arbiter's
+    registered choice and the egress register), then one flit a cycle — plus the judge's wait:
+    the four headers head their hold FIFOs in the same cycle and the judge takes one port a
+    cycle, so the member judged last waits ports - 1 = 3 cycles."""
     cfg = ReplayConfig(ports=4, **SMALL)
     records = [contrib(g, g, 4 * 8) for g in range(4)]
     result = replay_model(build_plan({"gpus": 4}, records, cfg))
     last_at_unit = INGRESS_LATENCY + 4 - 1
     pipeline = SwitchSpec(ports=4, slots=1, chunk_flits=1).reduction_pipeline_depth
-    assert set(result.results.values()) == {last_at_unit + 3 + 5 + pipeline +
+    assert set(result.results.values()) == {last_at_unit + 3 + 6 + pipeline +
                                             cfg.switch.egress_latency + 4 - 1}
 
 

@@ -191,8 +191,8 @@ class _SwitchRun:
 
     __slots__ = (
         "N", "D", "P", "S", "result_lag", "result_depth", "ingress_latency", "pick_latency",
-        "pick_lag", "out_lag", "hold_depth", "judge_phase", "hold_taken", "hold_free", "hold_hist",
-        "mem_ports", "nmembers", "hist_limit", "arbiters",
+        "pick_lag", "out_lag", "restart", "hold_depth", "judge_phase", "hold_taken", "hold_free",
+        "hold_hist", "mem_ports", "nmembers", "hist_limit", "arbiters", "all_last",
         "loop", "plan",
         "inject", "deliver", "results", "out_flits", "in_flits", "stall",
         "fifo", "hist", "written", "prev_last_read", "src_busy", "src_free", "pending",
@@ -214,6 +214,7 @@ class _SwitchRun:
         self.pick_latency = cfg.switch.engine_pick_latency
         self.pick_lag = cfg.switch.egress_pick_latency
         self.out_lag = cfg.switch.egress_output_latency
+        self.restart = cfg.switch.engine_restart_cycles
         self.hold_depth = cfg.switch.judge_hold_flits
         self.judge_phase = model.judge_phase
         # the reduction unit's hold FIFOs: flits ever taken, first cycle the judge may see the
@@ -474,7 +475,7 @@ class _SwitchRun:
             for rp in packets:
                 if self.streaming[rp.dst] is rp:
                     self.stream_result(rp.dst)
-        self.engine_free = issues[-1] + 1
+        self.engine_free = issues[-1] + self.restart
         self.eng_active, self.eng_r = False, None
         self.arm_engine()
 

@@ -301,6 +301,7 @@ typedef struct { InPkt *v; i64 mask; } Ring;
     X(i64, chunks) X(i64, mtu) X(i64, packets) X(i64, packet_cap) X(i64, messages)             \
     X(i64, message_cap) X(i64, ingress_latency) X(i64, pick_latency) X(i64, round_trip)        \
     X(i64, hold_depth) X(i64, judge_phase) X(i64, egress_pick_lag) X(i64, egress_out_lag)      \
+    X(i64, engine_restart)                                                                     \
     /* arbiter inputs, per egress, per requester: ports x ports */                             \
     X(const i64 *, priority) X(const i64 *, weight)                                            \
     /* the plan's packets (packet_cap) and messages (message_cap), grown by read responses */  \
@@ -337,7 +338,7 @@ typedef struct {
     i64 N, D, result_lag, result_depth, P, S, policy, quantum, dbits, members, nmembers;
     i64 chunks, mtu;
     i64 ingress_latency, pick_latency, hist_limit, rt;
-    i64 hold_depth, judge_phase, pick_lag, out_lag;
+    i64 hold_depth, judge_phase, pick_lag, out_lag, engine_restart;
     const i64 *priority, *weight;
     /* plan: packets (growing with read responses) */
     i64 npk, pk_cap;
@@ -893,7 +894,7 @@ static void continue_engine(SwitchRun *s) {
         for (i64 m = 0; m < s->nmembers; m++)
             if (s->streaming[s->mem_ports[m]] == s->eng_r[m]) stream_result(s, s->mem_ports[m]);
     }
-    s->engine_free = s->eng_last_issue + 1;
+    s->engine_free = s->eng_last_issue + s->engine_restart;
     s->eng_active = 0;
     arm_engine(s);
 }
@@ -1108,6 +1109,7 @@ int innet_switch_run(const SwitchArgs *a) {
     s->judge_phase = a->judge_phase;
     s->pick_lag = a->egress_pick_lag;
     s->out_lag = a->egress_out_lag;
+    s->engine_restart = a->engine_restart;
     s->hold_cap = s->hold_depth - s->P + 4;   /* live entries: at most hold_depth - P + 2 */
     s->hist_limit = 4 + s->result_depth / s->P;
     s->priority = a->priority;

@@ -46,7 +46,7 @@ FLAGS = ["-O2", "-std=c11", "-shared", "-fPIC"]
 PARAMS = ("ports", "depth", "result_lag", "result_depth", "chunk_flits", "slots", "policy",
           "quantum", "deficit_bits", "members", "chunks", "mtu", "packets", "packet_cap",
           "messages", "message_cap", "ingress_latency", "pick_latency", "round_trip",
-          "hold_depth", "judge_phase", "egress_pick_lag", "egress_out_lag")
+          "hold_depth", "judge_phase", "egress_pick_lag", "egress_out_lag", "engine_restart")
 #: The entry point's arrays, in ``SwitchArgs`` order after the parameters: int64 but for
 #: :data:`PACKET_ARRAYS`.
 ARRAYS = ("priority", "weight", "pk_flits", "pk_dst", "pk_seq", "pk_msg",
@@ -284,7 +284,8 @@ def _run(lib, model, plan):
               "round_trip": 2 * cfg.link_cycles,
               "hold_depth": cfg.switch.judge_hold_flits, "judge_phase": model.judge_phase,
               "egress_pick_lag": cfg.switch.egress_pick_latency,
-              "egress_out_lag": cfg.switch.egress_output_latency}
+              "egress_out_lag": cfg.switch.egress_output_latency,
+              "engine_restart": cfg.switch.engine_restart_cycles}
     out = {"inject": np.full(p_cap, -1, np.int64), "deliver": np.full(p_cap, -1, np.int64),
            "results": np.full(N * C, -1, np.int64), "done_at": np.full(m_cap, -1, np.int64),
            "out_flits": np.zeros(N, np.int64), "in_flits": np.zeros(N, np.int64),
