@@ -10,7 +10,7 @@ from amaranth.back import rtlil
 from amaranth.hdl import Assert, Assume, Cat, Elaboratable, Module, Mux, ResetSignal, Signal
 
 from .arbiter import LinkArbiter
-from .reduce import ReductionUnit
+from .reduce import PICK_GROUP, ReductionUnit
 from .spec import Policy, SwitchSpec
 
 __all__ = ["ArbiterProperties", "ReductionProperties", "harness_rtlil"]
@@ -217,9 +217,22 @@ class ReductionProperties(Elaboratable):
             m.d.comb += [Assert(complete(st.eng_slot)),
                          Assert(st.eng_slot_members == at(st.slot_members, st.eng_slot, N)),
                          Assert(st.eng_idx != 0), Assert(st.eng_idx < dut.chunk_flits)]
-        with m.If(st.pick_ok):
-            m.d.comb += [Assert(complete(st.pick)),
-                         Assert(st.pick_members == at(st.slot_members, st.pick, N))]
+        # A pick (and each group's choice in its first step) names a complete slot with its
+        # members, or the slot the engine finished reading the cycle before, which the
+        # engine then does not start (it skips that slot, or rests after a one-flit chunk).
+        def picked(ok, slot, members):
+            with m.If(ok & ~(st.finished & (slot == st.eng_slot))):
+                m.d.comb += [Assert(complete(slot)),
+                             Assert(members == at(st.slot_members, slot, N))]
+
+        picked(st.pick_ok, st.pick, st.pick_members)
+        G = PICK_GROUP
+        for g, regs in enumerate(st.pick_groups):
+            for n in (1, 2):
+                slot = Signal(range(max(S, 2) + G), name=f"inv_g{g}_slot{n}")
+                m.d.comb += slot.eq(g * G + getattr(regs, f"idx{n}"))
+                picked(getattr(regs, f"any{n}"), slot, getattr(regs, f"mem{n}"))
+            m.d.comb += Assert(~regs.any2 | (regs.any1 & (regs.idx2 != regs.idx1)))
         # ... and every result flit it issued is counted until it leaves a FIFO
         m.d.comb += Assert(st.in_flight == sum(st.stage_valid[d]
                                                for d in range(len(st.stage_valid))))

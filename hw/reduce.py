@@ -242,6 +242,14 @@ class ReductionUnit(wiring.Component):
             pick=Signal(slot_range, name="pick"),
             pick_ok=Signal(name="pick_ok"),
             pick_members=Signal(N, name="pick_members"),
+            finished=Signal(name="finished"),   # the engine read a chunk's last flit before
+            # the pick's first step, per group of PICK_GROUP slots: its lowest and
+            # second-lowest complete slot (index in the group) and their members
+            pick_groups=[SimpleNamespace(**{
+                f"{what}{n}": Signal(shape, name=f"pick_g{g}_{what}{n}")
+                for n in (1, 2)
+                for what, shape in (("any", 1), ("idx", range(PICK_GROUP)), ("mem", N))})
+                for g in range(-(-S // PICK_GROUP))],
             in_flight=Signal(range(self._pipeline + 2), name="in_flight"),
             stage_valid=Signal(self._pipeline, name="stage_valid"),
             stage_members=[Signal(N, name=f"stage{d}_members") for d in range(self._pipeline)],
@@ -519,7 +527,7 @@ class ReductionUnit(wiring.Component):
         busy, eng_slot, eng_idx = st.busy, st.eng_slot, st.eng_idx
         eng_slot_members = st.eng_slot_members     # members of the slot being read
         pick, pick_ok, pick_members = st.pick, st.pick_ok, st.pick_members  # the next slot
-        finished = Signal()              # the engine read a chunk's last flit the cycle before
+        finished = st.finished           # the engine read a chunk's last flit the cycle before
         cur = Signal(range(max(S, 2)))
         m.d.comb += cur.eq(Mux(busy, eng_slot, pick))
 
@@ -529,11 +537,7 @@ class ReductionUnit(wiring.Component):
             width = min(G, S - g * G)
             first, first_idx, second, second_idx = lowest_two(m, complete[g * G:g * G + width],
                                                              f"pick_g{g}")
-            regs = SimpleNamespace(
-                any1=Signal(name=f"pick_g{g}_any1"), idx1=Signal(range(G), name=f"pick_g{g}_idx1"),
-                mem1=Signal(N, name=f"pick_g{g}_mem1"),
-                any2=Signal(name=f"pick_g{g}_any2"), idx2=Signal(range(G), name=f"pick_g{g}_idx2"),
-                mem2=Signal(N, name=f"pick_g{g}_mem2"))
+            regs = st.pick_groups[g]
             members_here = slot_members[g * G:g * G + width]
             m.d.sync += [
                 regs.any1.eq(first), regs.idx1.eq(first_idx),
