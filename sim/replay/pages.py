@@ -22,7 +22,7 @@ import gc
 
 import numpy as np
 
-__all__ = ["small_pages", "paused_gc"]
+__all__ = ["paused_gc", "small_pages"]
 
 
 def _hugepage_switch():
