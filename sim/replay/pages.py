@@ -49,7 +49,9 @@ def small_pages():
 
 @contextlib.contextmanager
 def paused_gc():
-    """The cyclic garbage collector off inside (on again on the way out if it was on)."""
+    """The cyclic garbage collector off inside (on again on the way out if it was on). Like
+    numpy's page advice it is process-wide: replays in several threads leave it on once the
+    first that found it on is done; it changes only when memory is reclaimed, never a value."""
     was = gc.isenabled()
     gc.disable()
     try:
