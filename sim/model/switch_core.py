@@ -32,7 +32,7 @@ from hw.arbiter import DEFICIT_BITS
 from hw.packet import Kind
 from hw.spec import Policy
 from sim.files import cache_dir
-from sim.replay.pages import small_pages
+from sim.replay.pages import paused_gc, small_pages
 from sim.replay.plan import PACKET_DTYPE, Message, Plan
 from sim.replay.result import ReplayResult, ResultCycles
 
@@ -257,7 +257,8 @@ def run_core(model, plan):
     :class:`sim.model.switch.FastSwitch`); the same :class:`ReplayResult` the Python model
     returns."""
     lib = library()
-    with small_pages():   # the outputs of a whole iteration are GBs of fresh memory
+    # the outputs of a whole iteration are GBs of fresh memory and 100,000s of objects
+    with small_pages(), paused_gc():
         return _run(lib, model, plan)
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from hw.packet import Kind
 from sim.errors import InputError
 from sim.replay.config import ReplayConfig
-from sim.replay.pages import small_pages
+from sim.replay.pages import paused_gc, small_pages
 from sim.trace.format import GRAD, MEM
 
 __all__ = ["Plan", "Message", "build_plan", "PlanError", "MEM_KINDS", "PACKET_DTYPE",
@@ -121,7 +121,7 @@ def build_plan(meta, records, config, path="trace"):
     packet ids (:attr:`Message.packets` is a ``range``), memory messages first in record order,
     then the contributions chunk by chunk.
     """
-    with small_pages():
+    with small_pages(), paused_gc():
         return _build_plan(meta, records, config, path)
 
 

