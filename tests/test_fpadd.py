@@ -7,7 +7,7 @@ from amaranth.sim import Simulator
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hw.fpadd import BF16, FP32, FloatAdder, float_add
+from hw.fpadd import BF16, FP32, MAX_STAGES, FloatAdder, float_add
 
 
 def f32_bits(x):
@@ -101,7 +101,7 @@ def special_values(fmt):
     return signed
 
 
-@pytest.mark.parametrize("stages", [1, 2, 3])
+@pytest.mark.parametrize("stages", range(1, MAX_STAGES + 1))
 @pytest.mark.parametrize("fmt", [FP32, BF16], ids=["fp32", "bf16"])
 def test_special_value_grid(fmt, stages):
     """Every pair of: ±0, subnormals, the smallest normal, the largest finite value, ±Inf,
@@ -144,10 +144,11 @@ def test_fp32_random_near_cancellation(pairs, negate):
     check(FP32, [(a, b ^ (0x80000000 if negate else 0)) for a, b in pairs])
 
 
+@pytest.mark.parametrize("stages", [3, MAX_STAGES])
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(fp32_bits, fp32_bits) | fp32_close, min_size=40, max_size=40))
-def test_fp32_pipelined_random(pairs):
-    check(FP32, pairs, stages=3)
+@given(pairs=st.lists(st.tuples(fp32_bits, fp32_bits) | fp32_close, min_size=40, max_size=40))
+def test_fp32_pipelined_random(stages, pairs):
+    check(FP32, pairs, stages=stages)
 
 
 @settings(max_examples=200, deadline=None)
@@ -192,5 +193,6 @@ def test_registered_adder_pipelined():
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    with pytest.raises(ValueError, match="1, 2 or 3 stages"):
-        FloatAdder(FP32, stages=4)
+    for stages in (0, MAX_STAGES + 1):
+        with pytest.raises(ValueError, match=f"1 to {MAX_STAGES} stages"):
+            FloatAdder(FP32, stages=stages)
