@@ -132,10 +132,10 @@ def float_add(m, a, b, fmt, prefix="fadd", stages=1):
     def unpack(x):
         exp, frac = x[F:F + E], x[:F]
         top = exp == fmt.exp_max
-        return x[W - 1], exp, frac, top & frac.any(), top & ~frac.any()
+        return x[W - 1], exp, top & frac.any(), top & ~frac.any()
 
-    sa, ea_raw, fa, nan_a, inf_a = unpack(a)
-    sb, eb_raw, fb, nan_b, inf_b = unpack(b)
+    sa, ea_raw, nan_a, inf_a = unpack(a)
+    sb, eb_raw, nan_b, inf_b = unpack(b)
     # Exponent and fraction compare as one unsigned integer: the magnitude order.
     swap = sig(1, "swap")
     m.d.comb += swap.eq(b[:W - 1] > a[:W - 1])
