@@ -12,21 +12,24 @@ adders, and each adder is exactly one correctly rounded IEEE addition (what nump
 rounded once to bf16, which is exact because 24 ≥ 2·8 + 2 (double rounding is innocuous).
 
 Algorithm (one guard, one round and one sticky bit, the classic single-path adder): order the
-operands by magnitude (exponent and fraction compared as one integer); align the smaller one by
-a logarithmic right shift whose steps OR the bits they shift out into sticky; add or subtract on
-one carry chain (the carry in below the LSB); count leading zeros by a tree, the carry bit
-included, so one left shift normalises both ways (a carry out is a shift of 0), but never below
-the minimum exponent, which produces subnormals; round to nearest even by one increment of the
-packed exponent and fraction, so a rounding carry moves into the exponent and out of the largest
-finite exponent gives infinity. NaN, infinity (in, or by a carry out at the largest exponent)
-and exact zero replace the word before that increment.
+operands by magnitude (exponent and fraction compared as one integer on one carry chain; the
+exponent difference from two short chains beside it); align the smaller one by a logarithmic
+right shift whose steps OR the bits they shift out into sticky; add or subtract on one carry
+chain (the carry in below the LSB); normalise by one left shift by the leading-zero count of
+the sum with its carry bit (a carry out is a shift of 0), stopped at the minimum exponent by a
+marker bit in the counted word, which produces subnormals; round to nearest even by one
+increment of the packed exponent and fraction (the implicit bit added into the exponent), so a
+rounding carry moves into the exponent and out of the largest finite exponent gives infinity;
+the round-up decision comes from the sum's low bits beside the count, not after the shift.
+NaN, infinity (in, or by a carry out at the largest exponent) and exact zero replace the word
+before that increment.
 
-Pipelining: ``float_add(..., stages=6)`` registers the adder at all five cuts (after the
-ordering, the aligning shift, the addition, the leading-zero count and the normalising shift),
-so each stage is a few LUT levels or one carry chain and the reduction tree's adders reach the
-clock the rest of the switch runs at (docs/hw.md, Synthesis). Fewer stages register fewer of
-the cuts (:data:`STAGE_CUTS`). The registers only delay values: the result is the same bits,
-``stages − 1`` cycles later.
+Pipelining: ``float_add(..., stages=7)`` registers the adder at all six cuts (:data:`CUTS`:
+after the comparison, the swap with the aligning shift's large steps, the small steps, the
+addition, the leading-zero count and the normalising shift), so each stage is a few LUT levels
+or one carry chain and the reduction tree's adders reach 150 MHz on the ECP5 (docs/hw.md,
+Synthesis). Fewer stages register fewer of the cuts (:data:`STAGE_CUTS`). The registers only
+delay values: the result is the same bits, ``stages − 1`` cycles later.
 """
 
 from dataclasses import dataclass
@@ -66,10 +69,11 @@ BF16 = FloatFormat("bf16", 8, 7)
 
 
 #: The adder's pipeline cuts, in datapath order (see :func:`float_add`).
-CUTS = ("order", "align", "add", "count", "normalise")
-#: Which cuts ``stages`` 1 to 6 register: each added stage splits the deepest remaining span.
-STAGE_CUTS = {1: (), 2: ("count",), 3: ("order", "count"), 4: ("order", "add", "normalise"),
-              5: ("order", "align", "count", "normalise"), 6: CUTS}
+CUTS = ("compare", "swap", "align", "add", "count", "normalise")
+#: Which cuts ``stages`` 1 to 7 register: each added stage splits the deepest remaining span.
+STAGE_CUTS = {1: (), 2: ("count",), 3: ("compare", "count"),
+              4: ("compare", "add", "normalise"), 5: ("compare", "align", "count", "normalise"),
+              6: ("compare", "align", "add", "count", "normalise"), 7: CUTS}
 MAX_STAGES = max(STAGE_CUTS)
 
 
@@ -94,12 +98,13 @@ def _leading_zeros(value):
 
 def float_add(m, a, b, fmt, prefix="fadd", stages=1):
     """``a + b`` in format ``fmt``; returns the result signal, ``stages − 1`` cycles after
-    ``a`` and ``b`` (``stages`` 1: combinational, up to 6).
+    ``a`` and ``b`` (``stages`` 1: combinational, up to :data:`MAX_STAGES`).
 
-    The datapath has five cuts (:data:`CUTS`): after ordering the operands by magnitude
-    (``order``), after the aligning shift (``align``), after the significand addition
-    (``add``), after the leading-zero count (``count``) and after the normalising shift
-    (``normalise``); ``stages`` registers ``stages − 1`` of them (:data:`STAGE_CUTS`) in the
+    The datapath has six cuts (:data:`CUTS`): after the magnitude comparison (``compare``),
+    after swapping the operands and the aligning shift's large steps (``swap``), after its
+    small steps (``align``), after the significand addition (``add``), after the leading-zero
+    count (``count``) and after the normalising shift (``normalise``); ``stages`` registers
+    ``stages − 1`` of them (:data:`STAGE_CUTS`) in the
     ``sync`` domain. Every value crosses each cut in a register, so the result is bit-for-bit
     the combinational adder's, later; the registers hold no reset (the caller tracks which
     cycles carry a real operand pair).
@@ -128,120 +133,139 @@ def float_add(m, a, b, fmt, prefix="fadd", stages=1):
             regs[tag] = reg
         return SimpleNamespace(**regs)
 
-    # -- order: special operands, magnitude comparison, exponent differences ----------------
+    # -- compare: special operands, which is larger, the exponent difference ----------------
     def unpack(x):
         exp, frac = x[F:F + E], x[:F]
         top = exp == fmt.exp_max
-        return x[W - 1], exp, top & frac.any(), top & ~frac.any()
+        # effective exponent (a subnormal's is 1), implicit bit
+        return x[W - 1], Mux(exp.any(), exp, 1), exp.any(), top & frac.any(), top & ~frac.any()
 
-    sa, ea_raw, nan_a, inf_a = unpack(a)
-    sb, eb_raw, nan_b, inf_b = unpack(b)
+    sa, ea, ha, nan_a, inf_a = unpack(a)
+    sb, eb, hb, nan_b, inf_b = unpack(b)
     # Exponent and fraction compare as one unsigned integer: the magnitude order.
     swap = sig(1, "swap")
     m.d.comb += swap.eq(b[:W - 1] > a[:W - 1])
-    ea, eb = sig(E, "ea"), sig(E, "eb")     # effective exponents: subnormals count as 1
-    m.d.comb += [ea.eq(Mux(ea_raw.any(), ea_raw, 1)), eb.eq(Mux(eb_raw.any(), eb_raw, 1))]
-    # Both differences (one of them is the larger minus the smaller), clamped to the aligning
-    # shifter's range: a shift of 2**SH - 1 already moves every bit into sticky.
+    # The larger exponent and the difference come from the two exponent subtractions alone
+    # (short carry chains beside the comparison, not after it: equal exponents give either);
+    # both differences are clamped to the aligning shifter's range (2**SH - 1 already moves
+    # every bit into sticky) and picked after the cut.
+    a_minus_b, b_minus_a = ea - eb, eb - ea
+    b_larger = sig(1, "b_larger")
+    m.d.comb += b_larger.eq(a_minus_b[E])     # the borrow
+
     def clamped(diff, tag):
         out = sig(SH, tag)
         m.d.comb += out.eq(Mux(diff[SH:E].any(), (1 << SH) - 1, diff[:SH]))
         return out
-    d_ab = clamped((ea - eb)[:E], "d_ab")
-    d_ba = clamped((eb - ea)[:E], "d_ba")
+    ex = sig(E, "ex")
+    m.d.comb += ex.eq(Mux(b_larger, eb, ea))
+    diff_ab, diff_ba = clamped(a_minus_b[:E], "diff_ab"), clamped(b_minus_a[:E], "diff_ba")
+    # x + (−x) = +0 in round-to-nearest; (−0) + (−0) = −0.
+    zero_sign = sig(1, "zero_sign")
+    m.d.comb += zero_sign.eq(sa & sb)
     special = sig(1, "special")     # NaN or infinity in: the result is known from the operands
     m.d.comb += special.eq(nan_a | nan_b | inf_a | inf_b)
     special_nan = sig(1, "special_nan")
     m.d.comb += special_nan.eq(nan_a | nan_b | (inf_a & inf_b & (sa ^ sb)))
     inf_sign = sig(1, "inf_sign")
     m.d.comb += inf_sign.eq(Mux(inf_a, sa, sb))
-    v = cut("order", a=a, b=b, ea=ea, eb=eb, d_ab=d_ab, d_ba=d_ba, swap=swap, special=special,
-            special_nan=special_nan, inf_sign=inf_sign)
+    v = cut("compare", a=Cat(a[:F], ha, sa), b=Cat(b[:F], hb, sb), swap=swap, ex=ex,
+            b_larger=b_larger, diff_ab=diff_ab, diff_ba=diff_ba,
+            flags=Cat(zero_sign, special, special_nan, inf_sign))
 
-    # -- align: x is the larger operand; shift y right by the exponent difference -----------
-    def significand(word):   # the implicit bit is set unless the exponent field is 0
-        return Cat(word[:F], word[F:F + E].any())
-    ma, mb = significand(v.a), significand(v.b)
+    # -- swap: x is the larger operand, y the smaller; the aligning shift's large steps -------
     mx, my = sig(F + 1, "mx"), sig(F + 1, "my")
-    ex, sx, sy = sig(E, "ex"), sig(1, "sx"), sig(1, "sy")
-    diff = sig(SH, "diff")
-    m.d.comb += [
-        mx.eq(Mux(v.swap, mb, ma)), my.eq(Mux(v.swap, ma, mb)), ex.eq(Mux(v.swap, v.eb, v.ea)),
-        sx.eq(Mux(v.swap, v.b[W - 1], v.a[W - 1])), sy.eq(Mux(v.swap, v.a[W - 1], v.b[W - 1])),
-        diff.eq(Mux(v.swap, v.d_ba, v.d_ab)),
-    ]
+    sx, sy = sig(1, "sx"), sig(1, "sy")
+    m.d.comb += [mx.eq(Mux(v.swap, v.b[:F + 1], v.a[:F + 1])),
+                 my.eq(Mux(v.swap, v.a[:F + 1], v.b[:F + 1])),
+                 sx.eq(Mux(v.swap, v.b[F + 1], v.a[F + 1])),
+                 sy.eq(Mux(v.swap, v.a[F + 1], v.b[F + 1]))]
     subtract = sig(1, "subtract")
     m.d.comb += subtract.eq(sx ^ sy)
-    # x + (−x) = +0 in round-to-nearest; (−0) + (−0) = −0.
-    zero_sign = sig(1, "zero_sign")
-    m.d.comb += zero_sign.eq(v.a[W - 1] & v.b[W - 1])
-    # A logarithmic right shift, largest step first; each step ORs the bits it shifts out into
-    # sticky (a few small OR trees instead of a mask as wide as the value).
-    y = Cat(Const(0, GRS), my)
-    sticky = Const(0, 1)
-    for k in reversed(range(SH)):
-        step = 1 << k
-        lost = y[:min(step, S)].any()
-        sticky = sticky | (diff[k] & lost)
-        y = Mux(diff[k], y >> step, y)[:S]
+    diff = sig(SH, "diff")
+    m.d.comb += diff.eq(Mux(v.b_larger, v.diff_ba, v.diff_ab))
+
+    # A logarithmic right shift of y by the exponent difference, largest step first; each step
+    # ORs the bits it shifts out into sticky (small OR trees, not a mask as wide as the value).
+    def shift_steps(y, sticky, diff, steps):
+        for k in steps:
+            step = 1 << k
+            sticky = sticky | (diff[k] & y[:min(step, S)].any())
+            y = Mux(diff[k], y >> step, y)[:S]
+        return y, sticky
+    large = range(SH - 1, SH // 2, -1)
+    y, sticky = shift_steps(Cat(Const(0, GRS), my), Const(0, 1), diff, large)
+    v = cut("swap", mx=mx, y=y, sticky=sticky, diff=diff, ex=v.ex, subtract=subtract,
+            flags=Cat(sx, v.flags))
+
+    # -- align: the small steps; the subtrahend's one's complement ---------------------------
+    y, sticky = shift_steps(v.y, v.sticky, v.diff, range(SH // 2, -1, -1))
     y_final = sig(N, "y_final")
     # Subtraction adds the one's complement (of the carry bit too) plus a carry in, below.
-    m.d.comb += y_final.eq(Cat(y[0] | sticky, y[1:], Const(0, 1)) ^ subtract.replicate(N))
-    v = cut("align", mx=mx, y_final=y_final, ex=ex, sx=sx, subtract=subtract,
-            zero_sign=zero_sign, special=v.special, special_nan=v.special_nan,
-            inf_sign=v.inf_sign)
+    m.d.comb += y_final.eq(Cat(y[0] | sticky, y[1:], Const(0, 1)) ^ v.subtract.replicate(N))
+    v = cut("align", mx=v.mx, y_final=y_final, ex=v.ex, subtract=v.subtract, flags=v.flags)
 
-    # -- add: one carry chain; the carry in rides below the LSB -----------------------------
+    # -- add: one carry chain, the carry in below the LSB ------------------------------------
     total = sig(N + 1, "total")
     m.d.comb += total.eq(Cat(Const(1, 1), Const(0, GRS), v.mx) + Cat(v.subtract, v.y_final))
     raw = sig(N, "raw")     # x ± y, never negative (x is the larger magnitude), one carry bit
     m.d.comb += raw.eq(total[1:])
-    ex_inc = sig(E + 1, "ex_inc")
-    m.d.comb += ex_inc.eq(v.ex + 1)
-    v = cut("add", raw=raw, ex=v.ex, ex_inc=ex_inc, sx=v.sx, zero_sign=v.zero_sign,
-            special=v.special, special_nan=v.special_nan, inf_sign=v.inf_sign)
+    # The normalising left shift is the leading-zero count, the carry bit included (a carry
+    # out is a shift of 0), but at most ex: what remains then is a subnormal. A marker bit at
+    # ex (beside the leading-zero count, not a comparison after it) stops the count there.
+    marked = sig(N, "marked")
+    m.d.comb += marked.eq(raw | (Const(1 << (N - 1), N) >> v.ex))
+    v = cut("add", raw=raw, marked=marked, ex=v.ex, flags=v.flags)
 
-    # -- count: leading zeros of the sum with its carry bit; the normalising shift ----------
+    # -- count: the shift; rounding and the results that replace it --------------------------
+    sx, zero_sign, special, special_nan, inf_sign = v.flags
     pad = (1 << (N - 1).bit_length()) - N      # zeros below, to a power of two
-    zero, lz = _leading_zeros(Cat(Const(0, pad), v.raw))
-    # Shift left by the leading zeros (the carry-out case is a shift of 0) but not below the
-    # minimum exponent: what remains is a subnormal. The result's exponent is ex + 1 − shift.
-    clamp = sig(1, "clamp")
-    m.d.comb += clamp.eq(lz > v.ex)
-    shift = sig(len(lz), "shift")
-    m.d.comb += shift.eq(Mux(clamp, v.ex, lz))
-    # Exponent field before rounding: 0 for a subnormal (clamped), else ex + 1 − lz.
-    exp_field = sig(E, "exp_field")
-    m.d.comb += exp_field.eq(Mux(clamp, 0, v.ex_inc - lz))
+    _, shift = _leading_zeros(Cat(Const(0, pad), v.marked))
+    zero = sig(1, "zero")
+    m.d.comb += zero.eq(~v.raw.any())
     # The exponent overflows only on a carry out at the largest finite exponent.
     overflow = sig(1, "overflow")
     m.d.comb += overflow.eq(v.raw[N - 1] & (v.ex == fmt.exp_max - 1))
-    v = cut("count", raw=v.raw, shift=shift, exp_field=exp_field, zero=zero, overflow=overflow,
-            sx=v.sx, zero_sign=v.zero_sign, special=v.special, special_nan=v.special_nan,
-            inf_sign=v.inf_sign)
-
-    # -- normalise: shift, then the word to round (or the special result, unrounded) --------
-    norm = sig(N, "norm")   # the significand's MSB at the top; then guard, round, two sticky
-    m.d.comb += norm.eq(v.raw << v.shift)
-    lsb, guard, rnd, stk = norm[GRS + 1], norm[GRS], norm[GRS - 1], norm[:GRS - 1].any()
-    # NaN, infinity (in, or by overflow) and exact zero replace the rounded word outright.
-    fixed = v.special | v.overflow | v.zero
+    # Round to nearest even, from the sum itself: after a shift s the LSB, guard, round and
+    # sticky are raw bits 4−s, 3−s, 2−s and below. A shift of 3 or more follows a cancellation
+    # of operands at most one exponent apart, which leaves raw's two low bits (round, sticky)
+    # zero, so the guard is zero too; clamping at ex = 1 or 2 likewise leaves nothing to round.
+    def rounds(lsb, guard, rnd, stk):
+        return guard & (rnd | stk | lsb)
+    r = v.raw
     round_up = sig(1, "round_up")
-    m.d.comb += round_up.eq(guard & (rnd | stk | lsb) & ~fixed)
-    word = sig(W, "word")   # sign, exponent field, fraction: rounding carries into the exponent
-    fixed_exp = (v.special | v.overflow).replicate(E)
-    with m.If(fixed):
-        m.d.comb += word.eq(Cat(Const(0, F - 1), v.special & v.special_nan, fixed_exp,
-                                Mux(v.special, v.inf_sign & ~v.special_nan,
-                                    Mux(v.overflow, v.sx, v.zero_sign))))
-    with m.Else():
-        m.d.comb += word.eq(Cat(norm[GRS + 1:N - 1], v.exp_field, v.sx))
-    v = cut("normalise", word=word, round_up=round_up)
+    m.d.comb += round_up.eq(~special & ~overflow & Mux(
+        r[N - 1], rounds(r[GRS + 1], r[GRS], r[GRS - 1], r[:GRS - 1].any()), Mux(
+            r[N - 2], rounds(r[GRS], r[GRS - 1], r[GRS - 2], r[0]),
+            r[N - 3] & rounds(r[GRS - 1], r[GRS - 2], r[0], 0))))
+    v = cut("count", raw=v.raw, shift=shift, ex=v.ex, zero=zero, overflow=overflow,
+            round_up=round_up, flags=v.flags)
 
-    # -- round to nearest even: a carry out of the fraction increments the exponent, and out
-    # of the largest finite exponent gives infinity with a zero fraction -------------------
+    # -- normalise: shift; the word to round, or the result that replaces it -----------------
+    sx, zero_sign, special, special_nan, inf_sign = v.flags
+    norm = sig(N, "norm")   # the implicit bit at the top, then the fraction, guard, round, sticky
+    m.d.comb += norm.eq(v.raw << v.shift)
+    # NaN, infinity (in, or by overflow) and exact zero replace the rounded word outright.
+    fixed = special | v.overflow | v.zero
+    fixed_exp = special | v.overflow
+    # The exponent field is ex − shift plus the implicit bit (0 for a subnormal); the implicit
+    # bit is added by the rounding increment, where a carry out of the fraction also lands.
+    word = sig(W, "word")
+    implicit = sig(1, "implicit")
+    m.d.comb += [
+        word.eq(Mux(fixed,
+                    Cat(Const(0, F - 1), special & special_nan, fixed_exp.replicate(E),
+                        Mux(special, inf_sign & ~special_nan, Mux(v.overflow, sx, zero_sign))),
+                    Cat(norm[GRS + 1:N - 1], (v.ex - v.shift)[:E], sx))),
+        implicit.eq(norm[N - 1] & ~fixed),
+    ]
+    v = cut("normalise", word=word, implicit=implicit, round_up=v.round_up)
+
+    # -- round: one increment of exponent and fraction together; out of the largest finite
+    # exponent it gives infinity with a zero fraction --------------------------------------
     result = sig(W, "result")
-    m.d.comb += result.eq(Cat((v.word[:W - 1] + v.round_up)[:W - 1], v.word[W - 1]))
+    m.d.comb += result.eq(Cat((v.word[:W - 1] + Cat(v.round_up, Const(0, F - 1), v.implicit))
+                              [:W - 1], v.word[W - 1]))
     return result
 
 
@@ -253,7 +277,7 @@ class FloatAdder(wiring.Component):
     fmt : FloatFormat
         :data:`FP32` or :data:`BF16`.
     stages : int
-        Pipeline stages, 1 to 6 (see :func:`float_add`); a new operand pair every cycle.
+        Pipeline stages, 1 to 7 (see :func:`float_add`); a new operand pair every cycle.
 
     Members
     -------
