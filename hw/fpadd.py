@@ -138,28 +138,31 @@ def float_add(m, a, b, fmt, prefix="fadd", stages=1):
         exp, frac = x[F:F + E], x[:F]
         top = exp == fmt.exp_max
         # effective exponent (a subnormal's is 1), implicit bit
-        return x[W - 1], Mux(exp.any(), exp, 1), exp.any(), top & frac.any(), top & ~frac.any()
+        return (x[W - 1], exp, Mux(exp.any(), exp, 1), exp.any(), top & frac.any(),
+                top & ~frac.any())
 
-    sa, ea, ha, nan_a, inf_a = unpack(a)
-    sb, eb, hb, nan_b, inf_b = unpack(b)
+    sa, ea_raw, ea, ha, nan_a, inf_a = unpack(a)
+    sb, eb_raw, eb, hb, nan_b, inf_b = unpack(b)
     # Exponent and fraction compare as one unsigned integer: the magnitude order.
     swap = sig(1, "swap")
     m.d.comb += swap.eq(b[:W - 1] > a[:W - 1])
-    # The larger exponent and the difference come from the two exponent subtractions alone
-    # (short carry chains beside the comparison, not after it: equal exponents give either);
-    # both differences are clamped to the aligning shifter's range (2**SH - 1 already moves
-    # every bit into sticky) and picked after the cut.
-    a_minus_b, b_minus_a = ea - eb, eb - ea
+    # The larger exponent and the difference come from two short carry chains beside the
+    # comparison (not after it), on the exponent fields as they are: the effective exponent of
+    # a subnormal (1, not 0) makes the difference one less when exactly one operand is
+    # subnormal, and one less than a − b is ~(b − a). Equal exponents give either.
+    a_minus_b, b_minus_a = ea_raw - eb_raw, eb_raw - ea_raw
     b_larger = sig(1, "b_larger")
     m.d.comb += b_larger.eq(a_minus_b[E])     # the borrow
-
-    def clamped(diff, tag):
-        out = sig(SH, tag)
-        m.d.comb += out.eq(Mux(diff[SH:E].any(), (1 << SH) - 1, diff[:SH]))
-        return out
+    one_subnormal = ha ^ hb
+    diff_full = sig(E, "diff_full")
+    m.d.comb += diff_full.eq(Mux(b_larger, Mux(one_subnormal, ~a_minus_b[:E], b_minus_a[:E]),
+                                 Mux(one_subnormal, ~b_minus_a[:E], a_minus_b[:E])))
+    # A difference of 2**SH or more shifts y by 2**SH - 1 (every bit into sticky): the shift
+    # steps take ``far`` beside each difference bit.
+    diff, far = sig(SH, "diff"), sig(1, "far")
+    m.d.comb += [diff.eq(diff_full[:SH]), far.eq(diff_full[SH:].any())]
     ex = sig(E, "ex")
     m.d.comb += ex.eq(Mux(b_larger, eb, ea))
-    diff_ab, diff_ba = clamped(a_minus_b[:E], "diff_ab"), clamped(b_minus_a[:E], "diff_ba")
     # x + (−x) = +0 in round-to-nearest; (−0) + (−0) = −0.
     zero_sign = sig(1, "zero_sign")
     m.d.comb += zero_sign.eq(sa & sb)
@@ -170,7 +173,7 @@ def float_add(m, a, b, fmt, prefix="fadd", stages=1):
     inf_sign = sig(1, "inf_sign")
     m.d.comb += inf_sign.eq(Mux(inf_a, sa, sb))
     v = cut("compare", a=Cat(a[:F], ha, sa), b=Cat(b[:F], hb, sb), swap=swap, ex=ex,
-            b_larger=b_larger, diff_ab=diff_ab, diff_ba=diff_ba,
+            diff=diff, far=far,
             flags=Cat(zero_sign, special, special_nan, inf_sign))
 
     # -- swap: x is the larger operand, y the smaller; the aligning shift's large steps -------
@@ -182,8 +185,8 @@ def float_add(m, a, b, fmt, prefix="fadd", stages=1):
                  sy.eq(Mux(v.swap, v.a[F + 1], v.b[F + 1]))]
     subtract = sig(1, "subtract")
     m.d.comb += subtract.eq(sx ^ sy)
-    diff = sig(SH, "diff")
-    m.d.comb += diff.eq(Mux(v.b_larger, v.diff_ba, v.diff_ab))
+    diff = sig(SH, "diff_clamped")
+    m.d.comb += diff.eq(v.diff | v.far.replicate(SH))
 
     # A logarithmic right shift of y by the exponent difference, largest step first; each step
     # ORs the bits it shifts out into sticky (small OR trees, not a mask as wide as the value).
