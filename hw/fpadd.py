@@ -82,18 +82,25 @@ def _check_stages(stages):
         raise ValueError(f"An adder has 1 to {MAX_STAGES} stages, not {stages!r}")
 
 
-def _leading_zeros(value):
-    """``(zero, count)``: whether ``value`` is all zeros, and its leading-zero count (the low
-    bits of it when zero), by a tree of halves — logarithmic depth and size linear in the width,
-    where a priority encoder is a chain as long as the value. ``len(value)`` is a power of two."""
-    width = len(value)
-    if width == 1:
-        return ~value[0], Const(0, 0)
-    half = width // 2
-    lo_zero, lo_count = _leading_zeros(value[:half])
-    hi_zero, hi_count = _leading_zeros(value[half:])
-    count = Cat(Mux(hi_zero, lo_count, hi_count), hi_zero) if len(lo_count) else hi_zero
-    return hi_zero & lo_zero, count
+def _pair_zeros(value):
+    """The first level of a leading-zero count of ``value`` (even width), per bit pair from the
+    bottom: ``(zeros, counts)``, whether the pair is all zeros and its leading-zero count
+    (its low bit when the pair is zero)."""
+    pairs = range(0, len(value), 2)
+    return (Cat(~(value[i] | value[i + 1]) for i in pairs), Cat(~value[i + 1] for i in pairs))
+
+
+def _leading_zeros(zeros, counts):
+    """``(zero, count)`` of the value whose bit pairs gave ``zeros, counts``
+    (:func:`_pair_zeros`, a power of two of them): whether it is all zeros, and its
+    leading-zero count (low bits of it when zero), by a tree of halves — logarithmic depth and
+    size linear in the width, where a priority encoder is a chain as long as the value."""
+    blocks = [(zeros[i], counts[i]) for i in range(len(zeros))]
+    while len(blocks) > 1:
+        blocks = [(hi_zero & lo_zero, Cat(Mux(hi_zero, lo_count, hi_count), hi_zero))
+                  for (lo_zero, lo_count), (hi_zero, hi_count)
+                  in zip(blocks[::2], blocks[1::2])]
+    return blocks[0]
 
 
 def float_add(m, a, b, fmt, prefix="fadd", stages=1):
@@ -216,14 +223,18 @@ def float_add(m, a, b, fmt, prefix="fadd", stages=1):
     # The normalising left shift is the leading-zero count, the carry bit included (a carry
     # out is a shift of 0), but at most ex: what remains then is a subnormal. A marker bit at
     # ex (beside the leading-zero count, not a comparison after it) stops the count there.
-    marked = sig(N, "marked")
-    m.d.comb += marked.eq(raw | (Const(1 << (N - 1), N) >> v.ex))
-    v = cut("add", raw=raw, marked=marked, ex=v.ex, flags=v.flags)
+    # The count's first level (per bit pair) fits beside the marker in this stage.
+    marked = sig(N + N % 2, "marked")     # to whole pairs, a zero below
+    m.d.comb += marked.eq(Cat(Const(0, N % 2), raw | (Const(1 << (N - 1), N) >> v.ex)))
+    pair_zeros, pair_counts = _pair_zeros(marked)
+    v = cut("add", raw=raw, pair_zeros=pair_zeros, pair_counts=pair_counts, ex=v.ex,
+            flags=v.flags)
 
     # -- count: the shift; rounding and the results that replace it --------------------------
     sx, zero_sign, special, special_nan, inf_sign = v.flags
-    pad = (1 << (N - 1).bit_length()) - N      # zeros below, to a power of two
-    _, shift = _leading_zeros(Cat(Const(0, pad), v.marked))
+    pad = (1 << (len(v.pair_zeros) - 1).bit_length()) - len(v.pair_zeros)  # zero pairs below
+    _, shift = _leading_zeros(Cat(Const((1 << pad) - 1, pad), v.pair_zeros),
+                              Cat(Const((1 << pad) - 1, pad), v.pair_counts))
     zero = sig(1, "zero")
     m.d.comb += zero.eq(~v.raw.any())
     # The exponent overflows only on a carry out at the largest finite exponent.
