@@ -145,10 +145,29 @@ def test_fp32_random_near_cancellation(pairs, negate):
 
 
 @pytest.mark.parametrize("stages", [3, MAX_STAGES])
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(pairs=st.lists(st.tuples(fp32_bits, fp32_bits) | fp32_close, min_size=40, max_size=40))
 def test_fp32_pipelined_random(stages, pairs):
     check(FP32, pairs, stages=stages)
+
+
+def subnormal_and_small(fmt):
+    """A subnormal and a normal number with a small exponent, either order, any signs: the
+    pairs where the effective exponent (1 for a subnormal) differs from the field (0)."""
+    F, sign = fmt.frac_bits, 1 << (fmt.width - 1)
+    sub = st.integers(0, (1 << F) - 1)
+    small = st.builds(lambda e, f: e << F | f, st.integers(1, F + 8), st.integers(0, (1 << F) - 1))
+
+    def signed(value):
+        return st.builds(lambda v, negative: v | (sign if negative else 0), value, st.booleans())
+    return st.tuples(signed(sub), signed(small)).flatmap(lambda p: st.sampled_from([p, p[::-1]]))
+
+
+@pytest.mark.parametrize("fmt", [FP32, BF16], ids=["fp32", "bf16"])
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_subnormal_with_normal(fmt, data):
+    check(fmt, data.draw(st.lists(subnormal_and_small(fmt), min_size=40, max_size=40)))
 
 
 @settings(max_examples=200, deadline=None)

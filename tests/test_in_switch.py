@@ -38,13 +38,14 @@ def run(capsys):
 
 @pytest.mark.parametrize("dtypes, ports, cycles", [
     (("int32",), 2, 16), (("int32",), 4, 19), (("int32",), 8, 24), (("int32",), 16, 33),
-    (("fp32", "int32", "bf16"), 2, 18), (("fp32", "int32", "bf16"), 8, 30)])
+    (("fp32", "int32", "bf16"), 2, 22), (("fp32", "int32", "bf16"), 8, 42)])
 def test_pipeline_is_the_rtls_measured_latency(dtypes, ports, cycles):
     """docs/hw.md, `innet bench reduce [--dtype ...] --quick`: first contribution flit in to
     first result flit out, 8-flit chunks, every member's first flit in the same cycle (the
-    member judged last waits ports - 1 cycles for the judge); a unit with fp adders has three
-    stages per tree level. (16 ports: `bench_line_rate(ports=16, lanes=1, slots=64,
-    chunk_flits=8, chunks=16)`, 33 cycles.)"""
+    member judged last waits ports - 1 cycles for the judge); a unit with fp adders has seven
+    stages per tree level (`bench_line_rate(ports=2 or 8, lanes=1, slots=64, chunk_flits=8,
+    chunks=4, dtypes=("fp32", "int32", "bf16"))`: 22 and 42 cycles). (16 ports:
+    `bench_line_rate(ports=16, lanes=1, slots=64, chunk_flits=8, chunks=16)`, 33 cycles.)"""
     spec = SwitchSpec(ports=ports, lanes=8, slots=64, chunk_flits=8, dtypes=dtypes)
     assert switch_timing(H100, spec).pipeline_cycles == cycles
 
