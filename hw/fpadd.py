@@ -185,13 +185,12 @@ def float_add(m, a, b, fmt, prefix="fadd", stages=1):
 
     # -- swap: x is the larger operand, y the smaller; the aligning shift's large steps -------
     mx, my = sig(F + 1, "mx"), sig(F + 1, "my")
-    sx, sy = sig(1, "sx"), sig(1, "sy")
+    sx = sig(1, "sx")
     m.d.comb += [mx.eq(Mux(v.swap, v.b[:F + 1], v.a[:F + 1])),
                  my.eq(Mux(v.swap, v.a[:F + 1], v.b[:F + 1])),
-                 sx.eq(Mux(v.swap, v.b[F + 1], v.a[F + 1])),
-                 sy.eq(Mux(v.swap, v.a[F + 1], v.b[F + 1]))]
-    subtract = sig(1, "subtract")
-    m.d.comb += subtract.eq(sx ^ sy)
+                 sx.eq(Mux(v.swap, v.b[F + 1], v.a[F + 1]))]
+    subtract = sig(1, "subtract")   # the signs differ, whichever is larger
+    m.d.comb += subtract.eq(v.a[F + 1] ^ v.b[F + 1])
     diff = sig(SH, "diff_clamped")
     m.d.comb += diff.eq(v.diff | v.far.replicate(SH))
 
