@@ -109,9 +109,9 @@ def float_add(m, a, b, fmt, prefix="fadd", stages=1):
 
     The datapath has six cuts (:data:`CUTS`): after the magnitude comparison (``compare``),
     after swapping the operands and the aligning shift's large steps (``swap``), after its
-    small steps (``align``), after the significand addition (``add``), after the leading-zero
-    count (``count``) and after the normalising shift (``normalise``); ``stages`` registers
-    ``stages − 1`` of them (:data:`STAGE_CUTS`) in the
+    small steps (``align``), after the significand addition and the leading-zero count's first
+    level (``add``), after the rest of the count (``count``) and after the normalising shift
+    (``normalise``); ``stages`` registers ``stages − 1`` of them (:data:`STAGE_CUTS`) in the
     ``sync`` domain. Every value crosses each cut in a register, so the result is bit-for-bit
     the combinational adder's, later; the registers hold no reset (the caller tracks which
     cycles carry a real operand pair).
