@@ -12,25 +12,35 @@ adders, and each adder is exactly one correctly rounded IEEE addition (what nump
 rounded once to bf16, which is exact because 24 ≥ 2·8 + 2 (double rounding is innocuous).
 
 Algorithm (one guard, one round and one sticky bit, the classic single-path adder): order the
-operands by magnitude; align the smaller one, collecting shifted-out bits into sticky; add or
-subtract; normalise (right by one on carry-out, left by the leading-zero count but never below
-the minimum exponent, which produces subnormals); round to nearest even; fix the exponent on a
-rounding carry; saturate to infinity.
+operands by magnitude (exponent and fraction compared as one integer on one carry chain; the
+exponent difference from two short chains beside it); align the smaller one by a logarithmic
+right shift whose steps OR the bits they shift out into sticky; add or subtract on one carry
+chain (the carry in below the LSB); normalise by one left shift by the leading-zero count of
+the sum with its carry bit (a carry out is a shift of 0), stopped at the minimum exponent by a
+marker bit in the counted word, which produces subnormals; round to nearest even by one
+increment of the packed exponent and fraction (the implicit bit added into the exponent), so a
+rounding carry moves into the exponent and out of the largest finite exponent gives infinity;
+the round-up decision comes from the sum's low bits beside the count, not after the shift.
+NaN, infinity (in, or by a carry out at the largest exponent) and exact zero replace the word
+before that increment.
 
-Pipelining: ``float_add(..., stages=3)`` registers the adder after ordering the operands and
-after the addition and leading-zero count, so the reduction tree's adders reach the clock
-the rest of the switch runs at (one level in one cycle limited an fp32 switch to about
-what one adder reaches alone; docs/hw.md, Synthesis). The registers only delay values: the
-result is the same bits, ``stages − 1`` cycles later.
+Pipelining: ``float_add(..., stages=7)`` registers the adder at all six cuts (:data:`CUTS`:
+after the comparison, the swap with the aligning shift's large steps, the small steps, the
+addition, the leading-zero count and the normalising shift), so each stage is a few LUT levels
+or one carry chain and the reduction tree's adders reach 150 MHz on the ECP5 (docs/hw.md,
+Synthesis). Fewer stages register fewer of the cuts (:data:`STAGE_CUTS`). The registers only
+delay values: the result is the same bits, ``stages − 1`` cycles later.
 """
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["FloatFormat", "FP32", "BF16", "float_add", "FloatAdder"]
+__all__ = ["FloatFormat", "FP32", "BF16", "float_add", "FloatAdder", "CUTS", "STAGE_CUTS",
+           "MAX_STAGES"]
 
 
 @dataclass(frozen=True)
@@ -58,163 +68,217 @@ FP32 = FloatFormat("fp32", 8, 23)
 BF16 = FloatFormat("bf16", 8, 7)
 
 
-def _leading_zeros(m, value, name):
-    """Leading-zero count of ``value`` (a priority encoder; width+1 when zero)."""
-    width = len(value)
-    count = Signal(range(width + 1), name=name)
-    m.d.comb += count.eq(width)
-    for i in range(width):   # later assignments win: the highest set bit decides
-        with m.If(value[i]):
-            m.d.comb += count.eq(width - 1 - i)
-    return count
+#: The adder's pipeline cuts, in datapath order (see :func:`float_add`).
+CUTS = ("compare", "swap", "align", "add", "count", "normalise")
+#: Which cuts ``stages`` 1 to 7 register: each added stage splits the deepest remaining span.
+STAGE_CUTS = {1: (), 2: ("count",), 3: ("compare", "count"),
+              4: ("compare", "add", "normalise"), 5: ("compare", "align", "count", "normalise"),
+              6: ("compare", "align", "add", "count", "normalise"), 7: CUTS}
+MAX_STAGES = max(STAGE_CUTS)
+
+
+def _check_stages(stages):
+    if stages not in STAGE_CUTS:
+        raise ValueError(f"An adder has 1 to {MAX_STAGES} stages, not {stages!r}")
+
+
+def _pair_zeros(value):
+    """The first level of a leading-zero count of ``value`` (even width), per bit pair from the
+    bottom: ``(zeros, counts)``, whether the pair is all zeros and its leading-zero count
+    (its low bit when the pair is zero)."""
+    pairs = range(0, len(value), 2)
+    return (Cat(~(value[i] | value[i + 1]) for i in pairs), Cat(~value[i + 1] for i in pairs))
+
+
+def _leading_zeros(zeros, counts):
+    """``(zero, count)`` of the value whose bit pairs gave ``zeros, counts``
+    (:func:`_pair_zeros`, a power of two of them): whether it is all zeros, and its
+    leading-zero count (low bits of it when zero), by a tree of halves — logarithmic depth and
+    size linear in the width, where a priority encoder is a chain as long as the value."""
+    blocks = [(zeros[i], counts[i]) for i in range(len(zeros))]
+    while len(blocks) > 1:
+        blocks = [(hi_zero & lo_zero, Cat(Mux(hi_zero, lo_count, hi_count), hi_zero))
+                  for (lo_zero, lo_count), (hi_zero, hi_count)
+                  in zip(blocks[::2], blocks[1::2])]
+    return blocks[0]
 
 
 def float_add(m, a, b, fmt, prefix="fadd", stages=1):
     """``a + b`` in format ``fmt``; returns the result signal, ``stages − 1`` cycles after
-    ``a`` and ``b`` (``stages`` 1: combinational).
+    ``a`` and ``b`` (``stages`` 1: combinational, up to :data:`MAX_STAGES`).
 
-    ``stages`` 2 or 3 registers the adder's inner values (in the ``sync`` domain) at one or two
-    of its cuts: after ordering the operands (cut A, only with 3 stages) and after the
-    significand addition and the leading-zero count (cut B). Every value crosses each cut in a
-    register, so the result is bit-for-bit the combinational adder's, later; the registers
-    hold no reset (the caller tracks which cycles carry a real operand pair).
+    The datapath has six cuts (:data:`CUTS`): after the magnitude comparison (``compare``),
+    after swapping the operands and the aligning shift's large steps (``swap``), after its
+    small steps (``align``), after the significand addition and the leading-zero count's first
+    level (``add``), after the rest of the count (``count``) and after the normalising shift
+    (``normalise``); ``stages`` registers ``stages − 1`` of them (:data:`STAGE_CUTS`) in the
+    ``sync`` domain. Every value crosses each cut in a register, so the result is bit-for-bit
+    the combinational adder's, later; the registers hold no reset (the caller tracks which
+    cycles carry a real operand pair).
     """
-    if stages not in (1, 2, 3):
-        raise ValueError(f"An adder has 1, 2 or 3 stages, not {stages!r}")
+    _check_stages(stages)
+    active = STAGE_CUTS[stages]
     E, F = fmt.exp_bits, fmt.frac_bits
     W = fmt.width
     GRS = 3
     S = F + 1 + GRS          # significand with guard, round, sticky
+    N = S + 1                # with the carry bit of the addition
+    SH = (S - 1).bit_length()   # aligning shift amount bits: 2**SH - 1 >= S shifts all out
     name = lambda n: f"{prefix}_{n}"  # noqa: E731
 
-    def cut(value, tag, active):
-        """``value`` registered when the cut is ``active``, else ``value`` itself."""
-        if not active:
-            return value
-        reg = Signal(len(value), name=name(f"{tag}_q"), reset_less=True)
-        m.d.sync += reg.eq(value)
-        return reg
+    def sig(width, tag):
+        return Signal(width, name=name(tag))
 
-    def unpack(x, tag):
-        sign = x[W - 1]
-        exp = x[F:F + E]
-        frac = x[:F]
-        is_nan = (exp == fmt.exp_max) & frac.any()
-        is_inf = (exp == fmt.exp_max) & ~frac.any()
-        implicit = exp.any()
-        eff_exp = Signal(E, name=name(f"{tag}_exp"))
-        m.d.comb += eff_exp.eq(Mux(implicit, exp, 1))
-        sig = Cat(frac, implicit)            # F+1 bits
-        return sign, eff_exp, sig, is_nan, is_inf
+    def cut(point, **values):
+        """The values registered at cut ``point`` when it is active, else the values."""
+        if point not in active:
+            return SimpleNamespace(**values)
+        regs = {}
+        for tag, value in values.items():
+            reg = Signal(len(value), name=name(f"{tag}_{point}_q"), reset_less=True)
+            m.d.sync += reg.eq(value)
+            regs[tag] = reg
+        return SimpleNamespace(**regs)
 
-    # -- stage 1: unpack, special cases, order by magnitude ---------------------------------
-    sa, ea, ma, nan_a, inf_a = unpack(a, "a")
-    sb, eb, mb, nan_b, inf_b = unpack(b, "b")
+    # -- compare: special operands, which is larger, the exponent difference ----------------
+    def unpack(x):
+        exp, frac = x[F:F + E], x[:F]
+        top = exp == fmt.exp_max
+        # effective exponent (a subnormal's is 1), implicit bit
+        return (x[W - 1], exp, Mux(exp.any(), exp, 1), exp.any(), top & frac.any(),
+                top & ~frac.any())
 
-    # Order by magnitude: x is the larger.
-    swap = Signal(name=name("swap"))
-    m.d.comb += swap.eq(Cat(b[:F], b[F:F + E]) > Cat(a[:F], a[F:F + E]))
-    sx, ex, mx = Signal(name=name("sx")), Signal(E, name=name("ex")), Signal(F + 1, name=name("mx"))
-    sy, ey, my = Signal(name=name("sy")), Signal(E, name=name("ey")), Signal(F + 1, name=name("my"))
-    m.d.comb += [
-        sx.eq(Mux(swap, sb, sa)), ex.eq(Mux(swap, eb, ea)), mx.eq(Mux(swap, mb, ma)),
-        sy.eq(Mux(swap, sa, sb)), ey.eq(Mux(swap, ea, eb)), my.eq(Mux(swap, ma, mb)),
-    ]
-    diff = Signal(E, name=name("diff"))
-    m.d.comb += diff.eq(ex - ey)
-    subtract = Signal(name=name("subtract"))
-    m.d.comb += subtract.eq(sx ^ sy)
+    sa, ea_raw, ea, ha, nan_a, inf_a = unpack(a)
+    sb, eb_raw, eb, hb, nan_b, inf_b = unpack(b)
+    # Exponent and fraction compare as one unsigned integer: the magnitude order.
+    swap = sig(1, "swap")
+    m.d.comb += swap.eq(b[:W - 1] > a[:W - 1])
+    # The larger exponent and the difference come from two short carry chains beside the
+    # comparison (not after it), on the exponent fields as they are: the effective exponent of
+    # a subnormal (1, not 0) makes the difference one less when exactly one operand is
+    # subnormal, and one less than a − b is ~(b − a). Equal exponents give either.
+    a_minus_b, b_minus_a = ea_raw - eb_raw, eb_raw - ea_raw
+    b_larger = sig(1, "b_larger")
+    m.d.comb += b_larger.eq(a_minus_b[E])     # the borrow
+    one_subnormal = ha ^ hb
+    diff_full = sig(E, "diff_full")
+    m.d.comb += diff_full.eq(Mux(b_larger, Mux(one_subnormal, ~a_minus_b[:E], b_minus_a[:E]),
+                                 Mux(one_subnormal, ~b_minus_a[:E], a_minus_b[:E])))
+    # A difference of 2**SH or more shifts y by 2**SH - 1 (every bit into sticky): the shift
+    # steps take ``far`` beside each difference bit.
+    diff, far = sig(SH, "diff"), sig(1, "far")
+    m.d.comb += [diff.eq(diff_full[:SH]), far.eq(diff_full[SH:].any())]
+    ex = sig(E, "ex")
+    m.d.comb += ex.eq(Mux(b_larger, eb, ea))
     # x + (−x) = +0 in round-to-nearest; (−0) + (−0) = −0.
-    zero_sign = Signal(name=name("zero_sign"))
+    zero_sign = sig(1, "zero_sign")
     m.d.comb += zero_sign.eq(sa & sb)
-    # NaN and infinity results are known from the operands alone.
-    special = Signal(name=name("special"))
-    special_word = Signal(W, name=name("special_word"))
-    inf_sign = Mux(inf_a, sa, sb)
+    special = sig(1, "special")     # NaN or infinity in: the result is known from the operands
     m.d.comb += special.eq(nan_a | nan_b | inf_a | inf_b)
-    with m.If(nan_a | nan_b | (inf_a & inf_b & (sa ^ sb))):
-        m.d.comb += special_word.eq(fmt.canonical_nan)
-    with m.Else():
-        m.d.comb += special_word.eq(Cat(Const(0, F), Const(fmt.exp_max, E), inf_sign))
+    special_nan = sig(1, "special_nan")
+    m.d.comb += special_nan.eq(nan_a | nan_b | (inf_a & inf_b & (sa ^ sb)))
+    inf_sign = sig(1, "inf_sign")
+    m.d.comb += inf_sign.eq(Mux(inf_a, sa, sb))
+    v = cut("compare", a=Cat(a[:F], ha, sa), b=Cat(b[:F], hb, sb), swap=swap, ex=ex,
+            diff=diff, far=far,
+            flags=Cat(zero_sign, special, special_nan, inf_sign))
 
-    on_a = stages == 3
-    sx, ex, mx, my, diff, subtract, zero_sign, special, special_word = (
-        cut(value, tag, on_a) for value, tag in (
-            (sx, "sx"), (ex, "ex"), (mx, "mx"), (my, "my"), (diff, "diff"),
-            (subtract, "subtract"), (zero_sign, "zero_sign"), (special, "special"),
-            (special_word, "special_word")))
+    # -- swap: x is the larger operand, y the smaller; the aligning shift's large steps -------
+    mx, my = sig(F + 1, "mx"), sig(F + 1, "my")
+    sx = sig(1, "sx")
+    m.d.comb += [mx.eq(Mux(v.swap, v.b[:F + 1], v.a[:F + 1])),
+                 my.eq(Mux(v.swap, v.a[:F + 1], v.b[:F + 1])),
+                 sx.eq(Mux(v.swap, v.b[F + 1], v.a[F + 1]))]
+    subtract = sig(1, "subtract")   # the signs differ, whichever is larger
+    m.d.comb += subtract.eq(v.a[F + 1] ^ v.b[F + 1])
+    diff = sig(SH, "diff_clamped")
+    m.d.comb += diff.eq(v.diff | v.far.replicate(SH))
 
-    # -- stage 2: align, add, count leading zeros -------------------------------------------
-    # Align y: shift right by the exponent difference, shifted-out bits into sticky.
-    y_ext = Signal(S, name=name("y_ext"))
-    m.d.comb += y_ext.eq(Cat(Const(0, GRS), my))
-    y_aligned = Signal(S, name=name("y_aligned"))
-    sticky = Signal(name=name("sticky"))
-    limit = S   # any larger shift leaves only sticky
-    with m.If(diff >= limit):
-        m.d.comb += [y_aligned.eq(0), sticky.eq(my.any())]
-    with m.Else():
-        shifted = Signal(S, name=name("y_shifted"))
-        m.d.comb += shifted.eq(y_ext >> diff[:max(1, (S - 1).bit_length())])
-        small = diff[:max(1, (S - 1).bit_length())]   # diff < S here
-        lost = Signal(S, name=name("y_lost"))   # bits shifted out
-        m.d.comb += lost.eq(y_ext & ((Const(1, S + 1) << small) - 1))
-        m.d.comb += [y_aligned.eq(shifted), sticky.eq(lost.any())]
-    y_final = Signal(S, name=name("y_final"))
-    m.d.comb += y_final.eq(y_aligned | sticky)
-    x_ext = Signal(S, name=name("x_ext"))
-    m.d.comb += x_ext.eq(Cat(Const(0, GRS), mx))
+    # A logarithmic right shift of y by the exponent difference, largest step first; each step
+    # ORs the bits it shifts out into sticky (small OR trees, not a mask as wide as the value).
+    def shift_steps(y, sticky, diff, steps):
+        for k in steps:
+            step = 1 << k
+            sticky = sticky | (diff[k] & y[:min(step, S)].any())
+            y = Mux(diff[k], y >> step, y)[:S]
+        return y, sticky
+    large = range(SH - 1, SH // 2, -1)
+    y, sticky = shift_steps(Cat(Const(0, GRS), my), Const(0, 1), diff, large)
+    v = cut("swap", mx=mx, y=y, sticky=sticky, diff=diff, ex=v.ex, subtract=subtract,
+            flags=Cat(sx, v.flags))
 
-    raw = Signal(S + 1, name=name("raw"))     # one carry bit
-    m.d.comb += raw.eq(Mux(subtract, x_ext - y_final, x_ext + y_final))
-    lz = _leading_zeros(m, raw[:S], name("lz"))
+    # -- align: the small steps; the subtrahend's one's complement ---------------------------
+    y, sticky = shift_steps(v.y, v.sticky, v.diff, range(SH // 2, -1, -1))
+    y_final = sig(N, "y_final")
+    # Subtraction adds the one's complement (of the carry bit too) plus a carry in, below.
+    m.d.comb += y_final.eq(Cat(y[0] | sticky, y[1:], Const(0, 1)) ^ v.subtract.replicate(N))
+    v = cut("align", mx=v.mx, y_final=y_final, ex=v.ex, subtract=v.subtract, flags=v.flags)
 
-    on_b = stages >= 2
-    raw, lz, ex, sx, zero_sign, special, special_word = (
-        cut(value, tag, on_b) for value, tag in (
-            (raw, "raw"), (lz, "lz"), (ex, "ex_b"), (sx, "sx_b"), (zero_sign, "zero_sign_b"),
-            (special, "special_b"), (special_word, "special_word_b")))
+    # -- add: one carry chain, the carry in below the LSB ------------------------------------
+    total = sig(N + 1, "total")
+    m.d.comb += total.eq(Cat(Const(1, 1), Const(0, GRS), v.mx) + Cat(v.subtract, v.y_final))
+    raw = sig(N, "raw")     # x ± y, never negative (x is the larger magnitude), one carry bit
+    m.d.comb += raw.eq(total[1:])
+    # The normalising left shift is the leading-zero count, the carry bit included (a carry
+    # out is a shift of 0), but at most ex: what remains then is a subnormal. A marker bit at
+    # ex (beside the leading-zero count, not a comparison after it) stops the count there.
+    # The count's first level (per bit pair) fits beside the marker in this stage.
+    marked = sig(N + N % 2, "marked")     # to whole pairs, a zero below
+    m.d.comb += marked.eq(Cat(Const(0, N % 2), raw | (Const(1 << (N - 1), N) >> v.ex)))
+    pair_zeros, pair_counts = _pair_zeros(marked)
+    v = cut("add", raw=raw, pair_zeros=pair_zeros, pair_counts=pair_counts, ex=v.ex,
+            flags=v.flags)
 
-    # -- stage 3: normalise, round, pack ----------------------------------------------------
-    norm = Signal(S, name=name("norm"))
-    exp_n = Signal(E + 2, name=name("exp_n"))   # room for overflow; never negative below
-    with m.If(raw[S]):   # carry out: shift right by one, keep sticky
-        m.d.comb += [norm.eq(Cat(raw[1] | raw[0], raw[2:S + 1])), exp_n.eq(ex + 1)]
-    with m.Else():
-        # never shift the exponent below 1: what remains is a subnormal
-        room = Signal(E + 1, name=name("room"))
-        m.d.comb += room.eq(ex - 1)
-        shift = Signal(E + 1, name=name("shift"))
-        m.d.comb += shift.eq(Mux(lz > room, room, lz))
-        m.d.comb += [norm.eq(raw[:S] << shift), exp_n.eq(ex - shift)]
+    # -- count: the shift; rounding and the results that replace it --------------------------
+    sx, zero_sign, special, special_nan, inf_sign = v.flags
+    pad = (1 << (len(v.pair_zeros) - 1).bit_length()) - len(v.pair_zeros)  # zero pairs below
+    _, shift = _leading_zeros(Cat(Const((1 << pad) - 1, pad), v.pair_zeros),
+                              Cat(Const((1 << pad) - 1, pad), v.pair_counts))
+    zero = sig(1, "zero")
+    m.d.comb += zero.eq(~v.raw.any())
+    # The exponent overflows only on a carry out at the largest finite exponent.
+    overflow = sig(1, "overflow")
+    m.d.comb += overflow.eq(v.raw[N - 1] & (v.ex == fmt.exp_max - 1))
+    # Round to nearest even, from the sum itself: after a shift s the LSB, guard, round and
+    # sticky are raw bits 4−s, 3−s, 2−s and below. A shift of 3 or more follows a cancellation
+    # of operands at most one exponent apart, which leaves raw's two low bits (round, sticky)
+    # zero, so the guard is zero too; clamping at ex = 1 or 2 likewise leaves nothing to round.
+    def rounds(lsb, guard, rnd, stk):
+        return guard & (rnd | stk | lsb)
+    r = v.raw
+    round_up = sig(1, "round_up")
+    m.d.comb += round_up.eq(~special & ~overflow & Mux(
+        r[N - 1], rounds(r[GRS + 1], r[GRS], r[GRS - 1], r[:GRS - 1].any()), Mux(
+            r[N - 2], rounds(r[GRS], r[GRS - 1], r[GRS - 2], r[0]),
+            r[N - 3] & rounds(r[GRS - 1], r[GRS - 2], r[0], 0))))
+    v = cut("count", raw=v.raw, shift=shift, ex=v.ex, zero=zero, overflow=overflow,
+            round_up=round_up, flags=v.flags)
 
-    # Round to nearest, ties to even.
-    lsb, guard, rnd, stk = norm[GRS], norm[GRS - 1], norm[GRS - 2], norm[:GRS - 2].any()
-    round_up = Signal(name=name("round_up"))
-    m.d.comb += round_up.eq(guard & (rnd | stk | lsb))
-    rounded = Signal(F + 2, name=name("rounded"))
-    m.d.comb += rounded.eq(norm[GRS:] + round_up)
-    mant = Signal(F + 1, name=name("mant"))
-    exp_r = Signal(E + 2, name=name("exp_r"))
-    with m.If(rounded[F + 1]):   # rounding carried into a new bit
-        m.d.comb += [mant.eq(rounded[1:]), exp_r.eq(exp_n + 1)]
-    with m.Else():
-        m.d.comb += [mant.eq(rounded[:F + 1]), exp_r.eq(exp_n)]
+    # -- normalise: shift; the word to round, or the result that replaces it -----------------
+    sx, zero_sign, special, special_nan, inf_sign = v.flags
+    norm = sig(N, "norm")   # the implicit bit at the top, then the fraction, guard, round, sticky
+    m.d.comb += norm.eq(v.raw << v.shift)
+    # NaN, infinity (in, or by overflow) and exact zero replace the rounded word outright.
+    fixed = special | v.overflow | v.zero
+    fixed_exp = special | v.overflow
+    # The exponent field is ex − shift plus the implicit bit (0 for a subnormal); the implicit
+    # bit is added by the rounding increment, where a carry out of the fraction also lands.
+    word = sig(W, "word")
+    implicit = sig(1, "implicit")
+    m.d.comb += [
+        word.eq(Mux(fixed,
+                    Cat(Const(0, F - 1), special & special_nan, fixed_exp.replicate(E),
+                        Mux(special, inf_sign & ~special_nan, Mux(v.overflow, sx, zero_sign))),
+                    Cat(norm[GRS + 1:N - 1], (v.ex - v.shift)[:E], sx))),
+        implicit.eq(norm[N - 1] & ~fixed),
+    ]
+    v = cut("normalise", word=word, implicit=implicit, round_up=v.round_up)
 
-    result = Signal(W, name=name("result"))
-    is_zero = ~mant.any()
-    # Exponent field: 0 for subnormals and zero (implicit bit clear), else the exponent.
-    exp_field = Signal(E, name=name("exp_field"))
-    m.d.comb += exp_field.eq(Mux(mant[F], exp_r[:E], 0))
-    overflow = exp_r >= fmt.exp_max
-    with m.If(special):
-        m.d.comb += result.eq(special_word)
-    with m.Elif(is_zero):
-        m.d.comb += result.eq(Cat(Const(0, W - 1), zero_sign))
-    with m.Elif(overflow & mant[F]):
-        m.d.comb += result.eq(Cat(Const(0, F), Const(fmt.exp_max, E), sx))
-    with m.Else():
-        m.d.comb += result.eq(Cat(mant[:F], exp_field, sx))
+    # -- round: one increment of exponent and fraction together; out of the largest finite
+    # exponent it gives infinity with a zero fraction --------------------------------------
+    result = sig(W, "result")
+    m.d.comb += result.eq(Cat((v.word[:W - 1] + Cat(v.round_up, Const(0, F - 1), v.implicit))
+                              [:W - 1], v.word[W - 1]))
     return result
 
 
@@ -226,7 +290,7 @@ class FloatAdder(wiring.Component):
     fmt : FloatFormat
         :data:`FP32` or :data:`BF16`.
     stages : int
-        Pipeline stages, 1 to 3 (see :func:`float_add`); a new operand pair every cycle.
+        Pipeline stages, 1 to 7 (see :func:`float_add`); a new operand pair every cycle.
 
     Members
     -------
@@ -237,8 +301,7 @@ class FloatAdder(wiring.Component):
     def __init__(self, fmt, stages=1):
         if not isinstance(fmt, FloatFormat):
             raise TypeError(f"Format must be a FloatFormat, not {fmt!r}")
-        if stages not in (1, 2, 3):
-            raise ValueError(f"An adder has 1, 2 or 3 stages, not {stages!r}")
+        _check_stages(stages)
         self._fmt, self._stages = fmt, stages
         super().__init__({"a": In(fmt.width), "b": In(fmt.width), "result": Out(fmt.width)})
 

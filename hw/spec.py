@@ -37,10 +37,12 @@ INGRESS_LATENCY = 2
 #: wait for its turn (0 to ``ports - 1`` cycles) adds to it.
 ENGINE_PICK_LATENCY = 4
 #: Pipeline stages of each floating-point adder in the reduction tree (:func:`hw.fpadd.float_add`):
-#: a whole fp32 addition in one cycle limits the switch to what one adder reaches alone; three
-#: stages per tree level cut it after the operand ordering and after the addition (docs/hw.md,
-#: Synthesis). A unit built for int32 only keeps one stage per level.
-FP_ADD_STAGES = 3
+#: a whole fp32 addition in one cycle limits the switch to what one adder reaches alone; seven
+#: stages per tree level cut it at all six of its cuts (comparison, swap, aligning shift,
+#: addition, leading-zero count, normalising shift), each stage a few LUT levels or one carry
+#: chain, for 150 MHz on the ECP5 (docs/hw.md, Synthesis). A unit built for int32 only keeps
+#: one stage per level.
+FP_ADD_STAGES = 7
 #: Cycles between the engine reading a chunk's flit and the result flit reaching the egress
 #: arbiters, besides the reduction pipeline: the result FIFO's write and registered read.
 RESULT_FIFO_LATENCY = 2

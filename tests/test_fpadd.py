@@ -7,7 +7,7 @@ from amaranth.sim import Simulator
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hw.fpadd import BF16, FP32, FloatAdder, float_add
+from hw.fpadd import BF16, FP32, MAX_STAGES, FloatAdder, float_add
 
 
 def f32_bits(x):
@@ -101,7 +101,7 @@ def special_values(fmt):
     return signed
 
 
-@pytest.mark.parametrize("stages", [1, 2, 3])
+@pytest.mark.parametrize("stages", range(1, MAX_STAGES + 1))
 @pytest.mark.parametrize("fmt", [FP32, BF16], ids=["fp32", "bf16"])
 def test_special_value_grid(fmt, stages):
     """Every pair of: ±0, subnormals, the smallest normal, the largest finite value, ±Inf,
@@ -144,10 +144,30 @@ def test_fp32_random_near_cancellation(pairs, negate):
     check(FP32, [(a, b ^ (0x80000000 if negate else 0)) for a, b in pairs])
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(fp32_bits, fp32_bits) | fp32_close, min_size=40, max_size=40))
-def test_fp32_pipelined_random(pairs):
-    check(FP32, pairs, stages=3)
+@pytest.mark.parametrize("stages", [3, MAX_STAGES])
+@settings(max_examples=30, deadline=None)
+@given(pairs=st.lists(st.tuples(fp32_bits, fp32_bits) | fp32_close, min_size=40, max_size=40))
+def test_fp32_pipelined_random(stages, pairs):
+    check(FP32, pairs, stages=stages)
+
+
+def subnormal_and_small(fmt):
+    """A subnormal and a normal number with a small exponent, either order, any signs: the
+    pairs where the effective exponent (1 for a subnormal) differs from the field (0)."""
+    F, sign = fmt.frac_bits, 1 << (fmt.width - 1)
+    sub = st.integers(0, (1 << F) - 1)
+    small = st.builds(lambda e, f: e << F | f, st.integers(1, F + 8), st.integers(0, (1 << F) - 1))
+
+    def signed(value):
+        return st.builds(lambda v, negative: v | (sign if negative else 0), value, st.booleans())
+    return st.tuples(signed(sub), signed(small)).flatmap(lambda p: st.sampled_from([p, p[::-1]]))
+
+
+@pytest.mark.parametrize("fmt", [FP32, BF16], ids=["fp32", "bf16"])
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_subnormal_with_normal(fmt, data):
+    check(fmt, data.draw(st.lists(subnormal_and_small(fmt), min_size=40, max_size=40)))
 
 
 @settings(max_examples=200, deadline=None)
@@ -192,5 +212,6 @@ def test_registered_adder_pipelined():
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    with pytest.raises(ValueError, match="1, 2 or 3 stages"):
-        FloatAdder(FP32, stages=4)
+    for stages in (0, MAX_STAGES + 1):
+        with pytest.raises(ValueError, match=f"1 to {MAX_STAGES} stages"):
+            FloatAdder(FP32, stages=stages)
