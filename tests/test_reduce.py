@@ -254,50 +254,43 @@ def test_membership_changes_between_chunks():
                             (1, 2): (2, [2], DType.INT32, False, c2)}, N)
 
 
-def test_lowest_set_exhaustive():
-    """The engine's log-depth pick of the lowest complete slot, against Python, every mask."""
+def _every_mask(build, expect):
+    """For n in (1, 2, 3, 5, 8): the combinational outputs ``build(m, mask)`` returns, for
+    every n-bit mask, against ``expect(value, n)``."""
     from amaranth.hdl import Module, Signal
     from amaranth.sim import Simulator
-
-    from hw.reduce import lowest_set
 
     for n in (1, 2, 3, 5, 8):
         m = Module()
         mask = Signal(n)
-        index = lowest_set(m, mask, "pick")
-        sim = Simulator(m)
-
-        async def bench(ctx, n=n, mask=mask, index=index):
-            for value in range(1 << n):
-                ctx.set(mask, value)
-                await ctx.delay(1e-9)
-                assert ctx.get(index) == ((value & -value).bit_length() - 1 if value else 0)
-
-        sim.add_testbench(bench)
-        sim.run()
-
-
-def test_lowest_two_exhaustive():
-    """The engine's per-group pick, the lowest and second-lowest set bits, against Python,
-    every mask of a group."""
-    from amaranth.hdl import Module, Signal
-    from amaranth.sim import Simulator
-
-    from hw.reduce import lowest_two
-
-    for n in (1, 2, 3, 5, 8):
-        m = Module()
-        mask = Signal(n)
-        outs = lowest_two(m, mask, "pick")
+        outs = build(m, mask)
         sim = Simulator(m)
 
         async def bench(ctx, n=n, mask=mask, outs=outs):
             for value in range(1 << n):
                 ctx.set(mask, value)
                 await ctx.delay(1e-9)
-                bits = [i for i in range(n) if value >> i & 1] + [None, None]
-                expect = (bits[0] is not None, bits[0] or 0, bits[1] is not None, bits[1] or 0)
-                assert tuple(ctx.get(v) for v in outs) == expect, value
+                assert tuple(ctx.get(v) for v in outs) == expect(value, n), value
 
         sim.add_testbench(bench)
         sim.run()
+
+
+def test_lowest_set_exhaustive():
+    """The engine's log-depth pick of the lowest complete slot, against Python, every mask."""
+    from hw.reduce import lowest_set
+
+    _every_mask(lambda m, mask: (lowest_set(m, mask, "pick"),),
+                lambda value, n: ((value & -value).bit_length() - 1 if value else 0,))
+
+
+def test_lowest_two_exhaustive():
+    """The engine's per-group pick, the lowest and second-lowest set bits, against Python,
+    every mask of a group."""
+    from hw.reduce import lowest_two
+
+    def expect(value, n):
+        bits = [i for i in range(n) if value >> i & 1] + [None, None]
+        return (bits[0] is not None, bits[0] or 0, bits[1] is not None, bits[1] or 0)
+
+    _every_mask(lambda m, mask: tuple(lowest_two(m, mask, "pick")), expect)
