@@ -54,7 +54,12 @@ from .fpadd import BF16, FP32, float_add
 from .packet import JOB_BITS, LANE_BITS, SEQ_BITS, SLOT_BITS, DType, Kind, flit_layout
 from .spec import SwitchSpec
 
-__all__ = ["ReductionUnit", "ERROR_CAUSES", "COUNTER_BITS", "config_signature", "count_events",
+__all__ = [
+    "COUNTER_BITS",
+    "ERROR_CAUSES",
+    "ReductionUnit",
+    "config_signature",
+    "count_events",
 ]
 
 #: Drop causes, in the order they are checked; each bad packet counts once, on the first.
