@@ -41,13 +41,14 @@ def _config(slots=4):
 
 
 def _round_trip_s(gpu, spec):
-    """Hand-derived slot round trip: two GPU<->switch hops, then the chunk in, the engine's
-    pick and the result pipeline, and the result chunk out, one flit per cycle at the GPU's
-    effective link rate."""
+    """Hand-derived slot round trip: two GPU<->switch hops, then the chunk in, the judge's wait,
+    the engine's pick and the result pipeline, the egress (the arbiter's registered choice and
+    the egress register), and the result chunk out, one flit per cycle at the GPU's effective
+    link rate."""
     flit = spec.lanes * 4
     cycle = flit / (gpu.link_effective_gbps * 1e9)
     pipeline = (spec.chunk_flits - 1) + spec.judge_wait_cycles + spec.engine_pick_latency + \
-        spec.result_latency
+        spec.result_latency + spec.egress_latency
     return 2 * gpu.link_latency_s + (pipeline + spec.chunk_flits) * cycle
 
 
@@ -104,7 +105,7 @@ def test_inswitch_window_is_slot_round_trips(windows):
     cycle_ns = flit / gpu.link_gbps            # the replay's cycle: a flit at the link rate
     hop = math.ceil(gpu.link_latency_s * 1e9 / cycle_ns)
     r_cycles = 2 * hop + (spec.chunk_flits - 1) + spec.engine_pick_latency + \
-        spec.result_latency + spec.chunk_flits
+        spec.result_latency + spec.egress_latency + spec.chunk_flits
     turns = chunks // config.slots
     assert turns * r_cycles <= w["window_cycles"] < (turns + 1) * r_cycles
     assert w["window_us"] == pytest.approx(w["window_cycles"] * cycle_ns / 1e3, rel=1e-12)
