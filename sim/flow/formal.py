@@ -11,6 +11,10 @@ from sim.flow.tools import tool_env
 
 __all__ = ["prove_arbiter", "prove_reduction", "run_sby"]
 
+# ``proc -norom``: Yosys would otherwise turn a case table (the engine pick's lowest-two-of-N
+# tables, hw/reduce.py ``lowest_two``) into a ROM, and a ROM is memory state: k-induction's
+# first step may start from any contents, so the induction step "found" a pick that no
+# table can give and k-induction did not close at 4 slots and more.
 _SBY = """[options]
 mode {mode}
 depth {depth}
@@ -20,6 +24,7 @@ smtbmc z3
 
 [script]
 read_rtlil top.il
+proc -norom
 prep -top top
 
 [files]
