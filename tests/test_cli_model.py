@@ -20,6 +20,12 @@ def test_parse_size():
     assert parse_size("1GiB") == 1 << 30
     assert parse_size("25MB") == 25 * 10**6
     assert parse_size("4096") == 4096
+    assert parse_size("1e3MiB") == 1000 << 20
+    assert parse_size("2.5E-1KiB") == 256                   # exactly 256 bytes
+    for text, reason in (("2.5e-3KiB", "not a whole number"), ("1e35TiB", "more than"),
+                         ("1e999999999", "more than"), ("1e-999999999GiB", "not a whole")):
+        with pytest.raises(UsageError, match=reason):
+            parse_size(text)
     with pytest.raises(UsageError):
         parse_size("12XB")
 

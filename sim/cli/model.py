@@ -23,8 +23,9 @@ MAX_TRACE_RECORDS = 10_000_000
 
 
 def parse_size(text, what="size"):
-    """``"1GiB"`` → 1073741824; ``"25MB"`` → 25000000; plain numbers are bytes. The value,
-    computed exactly, must be a whole number of bytes in [1, 2^50].
+    """``"1GiB"`` → 1073741824; ``"25MB"`` → 25000000; ``"1e3MiB"`` → 1048576000; plain
+    numbers are bytes. The value, computed exactly, must be a whole number of bytes in
+    [1, 2^50].
 
     Raises
     ------
@@ -32,11 +33,14 @@ def parse_size(text, what="size"):
         For anything else, naming ``what`` (``size``, or the option).
     """
     text = str(text)
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
-    if not match or match.group(2).upper() not in _UNITS:
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)(?:[eE]([+-]?[0-9]+))?\s*([A-Za-z]*)\s*", text)
+    if not match or match.group(3).upper() not in _UNITS:
         raise UsageError(f"{what} {_echo(text)} is not a number of bytes with an optional "
                          f"unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
-    value = Fraction(match.group(1)) * _UNITS[match.group(2).upper()]
+    # The exponent is clamped before the exact arithmetic: 1e999999999 would otherwise build
+    # a billion-digit integer just to be refused as too large (or too small).
+    exponent = max(-99, min(99, int(match.group(2) or 0)))
+    value = Fraction(match.group(1)) * Fraction(10) ** exponent * _UNITS[match.group(3).upper()]
     if value <= 0:
         raise UsageError(f"{what} {_echo(text)} must be positive")
     if value > MAX_BYTES:
