@@ -102,31 +102,34 @@ def _tree_channel(nodes, g, c, share):
             continue
         tree = inter[where[0]:where[-1] + 1]
         nbytes = tree[0].nbytes
-        into = {}   # rank → index of the last message it received
+        have = {}   # rank → the messages it must have received to hold its data (deps)
         # reduce up each node's chain: tail → … → head (steps 0 .. g−2)
         for k in range(nodes):
             for j in range(g - 1, 0, -1):
                 src, dst = chain[k][j], chain[k][j - 1]
-                msgs.append(Message(src, dst, nbytes, half, g - 1 - j, _into(into, src)))
-                into[dst] = len(msgs) - 1
+                msgs.append(Message(src, dst, nbytes, half, g - 1 - j, have.get(src, ())))
+                have[dst] = (len(msgs) - 1,)
         # the inter-node tree over the heads (up: step g−1, down: step g): a head's up message,
         # and the root's down messages, wait for its own chain's sum as well as the tree's
         first = len(msgs)
         up_srcs = {m.src for m in tree if m.step == 0}
+        chained = dict(have)
         for m in tree:
             src, dst = chain[m.src][0], chain[m.dst][0]
             deps = _shifted(m.deps, first - where[0])
             if m.step == 0 or m.src not in up_srcs:
-                deps += _into(into, src)
+                deps += chained.get(src, ())
             msgs.append(Message(src, dst, nbytes, half, g - 1 + m.step, deps))
-        for index in range(first, len(msgs)):
-            into[msgs[index].dst] = index   # in index order: the down message comes last
+            if m.step == 1:   # the root holds the total once it may send it down
+                if m.src not in up_srcs:
+                    have[src] = deps
+                have[dst] = (len(msgs) - 1,)
         # broadcast down each chain: head → … → tail (steps g+1 ..)
         for k in range(nodes):
             for j in range(g - 1):
                 src, dst = chain[k][j], chain[k][j + 1]
-                msgs.append(Message(src, dst, nbytes, half, g + 1 + j, _into(into, src)))
-                into[dst] = len(msgs) - 1
+                msgs.append(Message(src, dst, nbytes, half, g + 1 + j, have.get(src, ())))
+                have[dst] = (len(msgs) - 1,)
     return msgs
 
 
