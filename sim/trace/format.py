@@ -578,9 +578,13 @@ class _Validator:
         self.waits += 1
 
 
-def _folded(records):
+def _folded(records, version):
     """``records`` (validated, in file order) with each run of wait records folded into the
-    record they extend (:attr:`TraceRecord.waits`)."""
+    record they extend (:attr:`TraceRecord.waits`). Before version 4 there are none: the
+    records pass as they come (a record is yielded before the next is read)."""
+    if version < WAIT_VERSION:
+        yield from records
+        return
     pending, waits = None, []
     for rec in records:
         if rec.rtype == WAIT:
@@ -701,7 +705,7 @@ def _read_binary_v2(path, handle, header):
                 rec = make(*fields)
                 check(index, rec)
                 yield rec
-    return meta, _folded(records()), block
+    return meta, _folded(records(), version), block
 
 
 def _parse_meta(path, text, version=VERSION):
@@ -823,7 +827,7 @@ def _read_text(path, handle):
             rec = _parse_text_record(path, lineno, line)
             validator.check(lineno, rec)
             yield rec
-    return meta, _folded(records()), {"version": int(version), "form": "text",
+    return meta, _folded(records(), int(version)), {"version": int(version), "form": "text",
                              "checksums": "none (text form)"}
 
 
