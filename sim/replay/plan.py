@@ -5,9 +5,10 @@ write, a memory read, a gradient message to a peer, or a gradient contribution t
 cut into switch packets, each with the cycle it is issued at and the messages it depends on.
 :class:`ClosedLoop` then decides, cycle by cycle, which packet each GPU starts next, exactly as
 a GPU would: a message waits for its issue cycle and for every message it depends on to have
-been delivered (ring step k+1 waits for step k, a tree's parent for all of its children), a contribution to slot ``seq mod S`` waits until the
-result of chunk ``seq - S`` came back (the result is the credit, SwitchML-style), and a read
-request's response is sent by the peer once the request arrived.
+been delivered (ring step k+1 waits for step k, a tree's parent for all of its children), a
+contribution to slot ``seq mod S`` waits until the result of chunk ``seq - S`` came back (the
+result is the credit, SwitchML-style), and a read request's response is sent by the peer
+once the request arrived.
 
 The RTL backend (:mod:`sim.cosim`, cocotb) and the fast model (:mod:`sim.model.switch`) drive
 the same :class:`ClosedLoop`, so their per-packet delivery cycles are directly comparable.

@@ -990,7 +990,8 @@ def trace_summary(path):
     """Read (and so validate) a whole trace and summarise it: record counts per type and GPU,
     bytes, span, and the file's ``version``, ``form`` and ``checksums`` (what they cover, or
     ``none (version 1)`` / ``none (text form)``). ``route_bytes``: the bytes of the mem and
-    grad records by route (:data:`ROUTES`, those with any); ``link_bytes``: by link kind, a
+    grad records by route (:data:`ROUTES`, those with any); ``by_type`` counts the records of
+    the file, a version-4 file's wait records as ``wait``; ``link_bytes``: by link kind, a
     message's bytes counted once for every kind of link its route crosses (``nvlink``,
     ``pcie``, ``nic``, ``leaf``, ``spine``: what leaves the sender on that kind of link)."""
     meta, records, layout = _open(path)

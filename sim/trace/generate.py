@@ -210,8 +210,9 @@ def collective_records(messages, chunk_bytes, begin_s, end_s, first_id, algo, bu
     crosses) cut into pieces of at most ``chunk_bytes``, ids from ``first_id`` on.
 
     Piece k of a message depends on piece k of each message it waited for (its last piece
-    when that one has fewer; :func:`sim.gpu.collectives.piece_dependencies`), so a replay pipelines the pieces as the hardware does: ring step
-    s+1's first piece may leave once step s's first piece arrived. A message of step s is
+    when that one has fewer; :func:`sim.gpu.collectives.piece_dependencies`), so a replay
+    pipelines the pieces as the hardware does: ring step s+1's first piece may leave once
+    step s's first piece arrived. A message of step s is
     issued at ``begin_s + (end_s − begin_s) × s / steps`` (seconds; the open-loop time the GPU
     model's kernel reaches that step); ``begin_s = end_s`` issues them all at once, so that
     only the dependencies pace them. Results from the switch (``src`` the switch) make no
