@@ -151,6 +151,20 @@ def test_bench_replay_cli(capsys):
     assert row["flits"] > 0 and row["seconds"] > 0 and row["seconds_ratio"] == 1.0
 
 
+def test_bench_replay_cli_tree(capsys):
+    """``--algo tree``: the double binary tree's iteration, whose parents wait for both
+    children (a version-4 trace). Both move 2(n − 1) · S bytes in all (the ring: n GPUs,
+    2(n − 1)/n · S each; the tree: two trees of S/2, up and down n − 1 edges each), so their
+    flits differ only by the rounding of pieces to flits and packets."""
+    args = ["bench", "replay", "--workload", "resnet50", "--flit-scale", "64", "--json"]
+    assert main(args + ["--algo", "tree"]) == 0
+    tree = json.loads(capsys.readouterr().out)["rows"][0]
+    assert main(args) == 0
+    ring = json.loads(capsys.readouterr().out)["rows"][0]
+    assert tree["algo"] == "tree" and tree["cycles"] > 0
+    assert tree["flits"] == pytest.approx(ring["flits"], rel=0.01)
+
+
 def test_bench_replay_cli_both_algorithms(capsys):
     """``--algo both``: ring then in-switch rows, each algorithm's ratios to its own first row;
     the target is judged only at flit scale 1 with BERT-large first."""

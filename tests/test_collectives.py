@@ -33,7 +33,7 @@ def execute(algo, n, size, rng):
     while pending and progress:
         progress = False
         # deliver every message of the lowest step whose dependency is met (lock-step rounds)
-        ready = [(i, m) for i, m in pending if m.dep < 0 or m.dep in delivered]
+        ready = [(i, m) for i, m in pending if set(m.deps) <= delivered]
         if not ready:
             break
         step = min(m.step for _, m in ready)
@@ -81,7 +81,7 @@ def run_schedule(msgs, buf, reduce_steps_below, bounds):
     step < reduce_steps_below add into the receiver, the others overwrite."""
     delivered, pending = set(), list(enumerate(msgs))
     while pending:
-        ready = [(i, m) for i, m in pending if m.dep < 0 or m.dep in delivered]
+        ready = [(i, m) for i, m in pending if set(m.deps) <= delivered]
         assert ready, "a message never became ready"
         step = min(m.step for _, m in ready)
         batch = [(i, m) for i, m in ready if m.step == step]
@@ -146,9 +146,9 @@ def test_ring_dependencies_chain_steps():
     msgs = expand_collective("ring", 4, 400)
     for m in msgs:
         if m.step == 0:
-            assert m.dep == -1
+            assert m.deps == ()
         else:
-            dep = msgs[m.dep]
+            (dep,) = (msgs[d] for d in m.deps)
             assert dep.dst == m.src and dep.step == m.step - 1
 
 

@@ -363,10 +363,26 @@ def test_core_matches_python_model_inswitch_credits_and_dependencies(ports, seed
     meta, records = _dependent_inswitch_trace(ports, seed, pieces=6, piece_bytes=1024)
     plan = build_plan(meta, records, cfg)
     assert plan.chunks == 6 * 1024 // cfg.chunk_bytes
-    assert any(m.dep >= 0 and m.dst < 0 for m in plan.messages)
+    assert any(m.deps and m.dst < 0 for m in plan.messages)
     ref = replay_model(plan, core="python")
     assert ref.slot_peak >= slots   # the pool fills: the credits bind
     assert_identical(ref, replay_model(plan, core="c"))
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ports=st.integers(2, 8), policy=st.sampled_from(list(Policy.names())),
+       link_ns=st.sampled_from([10.0, 60.0]), pieces=st.integers(1, 4))
+def test_core_matches_python_model_on_tree_dependencies(ports, policy, link_ns, pieces):
+    """A tree all-reduce: parents wait for several children (wait records in the trace,
+    several dependencies per message); both cores count them down alike."""
+    from sim.replay.allreduce import allreduce_trace
+
+    cfg = ReplayConfig(ports=ports, lanes=2, chunk_flits=8, mtu_flits=16, policy=policy,
+                       flit_scale=1, link_gbps=32.0, link_latency_ns=link_ns)
+    meta, records = allreduce_trace("tree", ports, 2 * pieces * 512, 512)
+    plan = build_plan(meta, records, cfg)
+    assert ports < 3 or any(len(m.deps) == 2 for m in plan.messages)
+    assert_identical(replay_model(plan, core="python"), replay_model(plan, core="c"))
 
 
 def test_small_pages_switches_numpy_huge_page_advice_off_and_back():

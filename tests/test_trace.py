@@ -24,6 +24,8 @@ from sim.trace.format import (
     RECORD,
     SWITCH_PORT,
     VERSION,
+    WAIT,
+    WAIT_VERSION,
     TraceError,
     TraceRecord,
     read_trace,
@@ -122,7 +124,7 @@ def test_accessor_of_another_record_type_raises(index, accessor):
 def test_constructor_rejects_unknown_names():
     with pytest.raises(ValueError, match="phase: 'sideways' is not one of"):
         TraceRecord.kernel(gpu=0, id=0, start_ns=0, duration_ns=1, phase="sideways")
-    with pytest.raises(TypeError, match="kernel record has no dependency"):
+    with pytest.raises(TypeError, match="kernel record has no dependenc"):
         sample_records()[0].with_dependency(None)
 
 
@@ -229,8 +231,8 @@ def test_duplicate_id(tmp_path):
     (v2_bytes(b"{x}", b"", 4, 0), r":0: metadata: invalid JSON"),
     (v2_bytes(b'{"gpus": "\xff"}', b"", 4, 0), r":0: metadata: not UTF-8"),
     (v2_bytes(b'{"gpus": 4}', b"", 0, 0), r":0: block: 0 records per block is out of range"),
-    (v2_bytes(b'{"gpus": 4}', b"", 4, 0, version=4),
-     r":0: version: 4 is not supported \(this reader: 1, 2, 3\)"),
+    (v2_bytes(b'{"gpus": 4}', b"", 4, 0, version=5),
+     r":0: version: 5 is not supported \(this reader: 1, 2, 3, 4\)"),
     (v2_bytes(b'{"gpus": 4}', b"", 4, 0)[:20], r":0: truncated \(header: 20 of 32 bytes\)"),
     (v2_bytes(b'{"gpus": 4}', b"", 4, 0)[:40], r":0: truncated \(metadata: 8 of 15 bytes\)"),
 ])
@@ -341,7 +343,7 @@ def test_users_corruption_is_refused_with_its_block(tmp_path):
 REGIONS = [
     ("magic", "file", 0, (r"s.itr:1: header: not an innet trace \(first line must start with "
                           r"'innet-trace'\)")),
-    ("version", "file", 8, r"s.itr:0: version: 252 is not supported \(this reader: 1, 2, 3\)"),
+    ("version", "file", 8, r"s.itr:0: version: 252 is not supported \(this reader: 1, 2, 3, 4\)"),
     ("reserved", "file", 10, r"s.itr:0: checksum mismatch \(header\)"),
     ("metadata length", "file", 12, r"s.itr:0: checksum mismatch \(header\)"),
     ("records per block", "file", 16, r"s.itr:0: checksum mismatch \(header\)"),
@@ -445,7 +447,7 @@ def test_summary_names_the_checksums(tmp_path):
 
 
 def test_text_form_versions(tmp_path):
-    """The text form is written as version 3 and read as 1, 2 or 3 (the same text)."""
+    """The text form is written as version 3 and read as 1, 2, 3 or 4 (the same text)."""
     write_trace(tmp_path / "t.txt", META, FIVE)
     assert (tmp_path / "t.txt").read_text().startswith("innet-trace 3 {")
     old = write_text(tmp_path, [r.to_text() for r in FIVE])       # an "innet-trace 1" header
@@ -453,7 +455,9 @@ def test_text_form_versions(tmp_path):
     old.write_text(old.read_text().replace("innet-trace 1", "innet-trace 2", 1))
     assert list(read_trace(old)[1]) == FIVE
     old.write_text(old.read_text().replace("innet-trace 2", "innet-trace 4", 1))
-    assert refusal(old) == f"{old}:1: version: '4' is not supported (this reader: 1, 2, 3)"
+    assert list(read_trace(old)[1]) == FIVE
+    old.write_text(old.read_text().replace("innet-trace 4", "innet-trace 5", 1))
+    assert refusal(old) == f"{old}:1: version: '5' is not supported (this reader: 1, 2, 3, 4)"
 
 
 def test_writing_sets_the_version_and_checks_its_arguments(tmp_path):
@@ -464,3 +468,108 @@ def test_writing_sets_the_version_and_checks_its_arguments(tmp_path):
     with pytest.raises(ValueError, match="fmt must be 'binary' or 'text', not 'csv'"):
         write_trace(tmp_path / "u.itr", META, FIVE, fmt="csv")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.itr"]
+
+
+# -- version 4: wait records --------------------------------------------------------------
+
+#: a tree's parent (GPU 1) waits for both of its children's messages
+TREE = [
+    TraceRecord.grad(gpu=0, peer=1, id=0, time_ns=0, bytes=64, algo="tree"),
+    TraceRecord.grad(gpu=2, peer=1, id=1, time_ns=0, bytes=64, algo="tree"),
+    TraceRecord.mem(gpu=3, peer=1, id=2, time_ns=5, bytes=8),
+    TraceRecord.grad(gpu=1, peer=3, id=3, time_ns=0, bytes=64, algo="tree",
+                     dependency=0).with_dependencies((0, 1, 2)),
+]
+
+
+def test_v4_layout_is_the_documented_one(tmp_path):
+    """A record with several dependencies is written as itself (its first dependency in
+    ``b``) and a wait record per further one (type 4, its gpu and id, the dependency in
+    ``b``, every other field 0), in version 2's layout with version 4 in the header and the
+    metadata; it reads back as the one record."""
+    path = tmp_path / "t.itr"
+    assert write_trace(path, META, TREE, block_records=2) == 6
+    wait = lambda dep: struct.pack("<BBHHHHHIQII", WAIT, 0, 1, 0, 0, 0, 0, 3, 0, 0, dep)  # noqa
+    plain = [r.pack() for r in TREE[:3]] + [TREE[3].with_dependency(0).pack()]
+    body = b"".join(plain) + wait(1) + wait(2)
+    assert path.read_bytes() == v2_bytes(meta_json(version=WAIT_VERSION), body, 2, 6,
+                                         version=WAIT_VERSION)
+    meta, records = read_trace(path)
+    assert meta["format_version"] == WAIT_VERSION == 4
+    records = list(records)
+    assert records == TREE and records[3].dependencies == (0, 1, 2)
+    assert trace_summary(path)["by_type"]["wait"] == 2
+
+
+def test_v4_text_form(tmp_path):
+    path = tmp_path / "t.txt"
+    write_trace(path, META, TREE)
+    lines = path.read_text().splitlines()
+    assert lines[0].startswith("innet-trace 4 ")
+    assert lines[-2:] == ["wait gpu=1 id=3 dep=1", "wait gpu=1 id=3 dep=2"]
+    assert list(read_trace(path)[1]) == TREE
+
+
+def test_one_dependency_each_stays_version_3(tmp_path):
+    """Without a record of several dependencies the writer's bytes are version 3's."""
+    path = tmp_path / "t.itr"
+    write_trace(path, META, TREE[:3])
+    body = b"".join(r.pack() for r in TREE[:3])
+    assert path.read_bytes() == v2_bytes(meta_json(version=VERSION), body, BLOCK_RECORDS, 3,
+                                         version=VERSION)
+
+
+def test_a_record_of_several_dependencies_names_them_all():
+    with pytest.raises(ValueError, match="record 3 waits for 3 records: read its dependencies"):
+        TREE[3].dependency
+    assert TREE[0].dependencies == () and TREE[3].with_dependency(None).dependencies == ()
+
+
+GRAD_LINE = "grad gpu=1 peer=3 id=3 time_ns=0 bytes=8 algo=tree dep=0"
+
+
+@pytest.mark.parametrize("lines, message", [
+    (["wait gpu=1 id=3 dep=0"], r"bad.txt:2: wait: follows no mem or grad record with a "
+                                r"dependency$"),
+    (["kernel gpu=0 id=0 start_ns=0 dur_ns=1 phase=bwd", "wait gpu=0 id=0 dep=0"],
+     r"bad.txt:3: wait: follows no mem or grad record"),
+    (["grad gpu=0 peer=1 id=0 time_ns=0 bytes=8 algo=tree",
+      "grad gpu=1 peer=3 id=3 time_ns=0 bytes=8 algo=tree", "wait gpu=1 id=3 dep=0"],
+     r"bad.txt:4: wait: follows no mem or grad record with a dependency$"),
+    (["grad gpu=0 peer=1 id=0 time_ns=0 bytes=8 algo=tree", GRAD_LINE, "wait gpu=1 id=3 dep=9"],
+     r"bad.txt:4: dep: 9 does not name an earlier record$"),
+    (["grad gpu=0 peer=1 id=0 time_ns=0 bytes=8 algo=tree", GRAD_LINE, "wait gpu=1 id=3 dep=3"],
+     r"bad.txt:4: dep: 3 does not name an earlier record$"),
+    (["grad gpu=0 peer=1 id=0 time_ns=0 bytes=8 algo=tree", GRAD_LINE, "wait gpu=1 id=4 dep=0"],
+     r"bad.txt:4: id: gpu=1 id=4 is not the record it follows \(gpu=1 id=3\)$"),
+    (["grad gpu=0 peer=1 id=0 time_ns=0 bytes=8 algo=tree", GRAD_LINE, "wait gpu=1 id=3"],
+     r"bad.txt:4: dep: missing$"),
+])
+def test_v4_malformed_waits(tmp_path, lines, message):
+    path = tmp_path / "bad.txt"
+    path.write_text(f"innet-trace 4 {json.dumps(META)}\n" + "\n".join(lines) + "\n")
+    with pytest.raises(TraceError, match=message):
+        list(read_trace(path)[1])
+
+
+def test_wait_records_need_version_4(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_text(f"innet-trace 3 {json.dumps(META)}\n"
+                    "grad gpu=0 peer=1 id=0 time_ns=0 bytes=8 algo=tree\n"
+                    f"{GRAD_LINE}\nwait gpu=1 id=3 dep=0\n")
+    with pytest.raises(TraceError, match=r"bad.txt:4: type: unknown record type 4$"):
+        list(read_trace(path)[1])
+
+
+def test_v4_binary_wait_first_is_refused(tmp_path):
+    """A binary file whose first record is a wait record: one clear error, also from the
+    command line (one line, exit 2)."""
+    path = tmp_path / "bad.itr"
+    wait = struct.pack("<BBHHHHHIQII", WAIT, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    path.write_bytes(v2_bytes(meta_json(version=4), wait, 1, 1, version=4))
+    with pytest.raises(TraceError, match=r"bad.itr:1: wait: follows no mem or grad record"):
+        list(read_trace(path)[1])
+    done = subprocess.run([sys.executable, "-m", "sim.cli", "trace", "info", str(path)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "wait: follows no" in done.stderr

@@ -21,7 +21,8 @@ __all__ = ["bench_replay", "WORKLOADS", "ALGOS", "TARGET_S"]
 #: Workloads timed, in order; the first carries the target.
 WORKLOADS = ("bert_large", "resnet50", "gpt2_xl")
 #: ``--algo`` choices: one algorithm, or both in turn.
-ALGOS = {"ring": ("ring",), "inswitch": ("inswitch",), "both": ("ring", "inswitch")}
+ALGOS = {"ring": ("ring",), "tree": ("tree",), "inswitch": ("inswitch",),
+         "both": ("ring", "inswitch")}
 #: Plan + replay of the first workload's iteration, seconds.
 TARGET_S = 10.0
 

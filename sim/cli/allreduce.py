@@ -251,7 +251,8 @@ def register_bench(bench_sub, parser_class, positive):
     b.add_argument("--workload", action="append", choices=WORKLOADS,
                    help="one workload (repeatable; default all three)")
     b.add_argument("--algo", choices=list(ALGOS), default="ring",
-                   help="ring, inswitch, or both in turn (default ring)")
+                   help="ring, tree, inswitch, or both (ring, then inswitch) in turn "
+                        "(default ring)")
     b.add_argument("--flit-scale", type=positive("--flit-scale", 1, 1 << 20), default=1)
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=_cmd_bench_replay)

@@ -197,8 +197,7 @@ def _validate_window(config, meta, records, rcfg, result, rtl_dir):
     window = sorted(grads + mem, key=lambda r: r.id)
     keep |= {r.id for r in mem}
     # Dependencies outside the window are already satisfied.
-    window = [r if r.dependency is None or r.dependency in keep else r.with_dependency(None)
-              for r in window]
+    window = [_within(r, keep) for r in window]
     shift = begin
     window = [replace(r, time_ns=r.time_ns - shift) for r in window]
     plan = build_plan(meta, window, rcfg)
@@ -214,6 +213,14 @@ def _validate_window(config, meta, records, rcfg, result, rtl_dir):
             "model_cycles": model.cycles, "rtl_wall_s": rtl.wall_s,
             "model_wall_s": model.wall_s, "errors": rtl.errors,
             "mismatches": rtl.mismatches, **agreement}
+
+
+def _within(rec, keep):
+    """``rec`` waiting only for the records of ``keep``: those outside the window are already
+    satisfied."""
+    deps = rec.dependencies
+    return rec if all(d in keep for d in deps) else rec.with_dependencies(
+        d for d in deps if d in keep)
 
 
 def _full_bucket(result, bucket_mb):
@@ -259,8 +266,7 @@ def full_window_records(records, result, replay, records_by_id, rcfg, bucket_mb,
         end = max(end, window[1] * rcfg.cycle_ns)
     mem = [r for r in records if r.rtype == MEM and begin <= r.time_ns <= end]
     keep = {r.id for r in mem}
-    mem = [replace(r if r.dependency is None or r.dependency in keep else
-                   r.with_dependency(None), time_ns=r.time_ns - begin) for r in mem]
+    mem = [replace(_within(r, keep), time_ns=r.time_ns - begin) for r in mem]
     messages = expand_collective(grads[0].algo, gpus, result.bucket_bytes[bucket])
     piece = replace(rcfg, flit_scale=1).flit_bytes * rcfg.mtu_flits
     if grads[0].to_switch:

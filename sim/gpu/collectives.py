@@ -53,6 +53,7 @@ from sim.gpu.presets import ModelInputError, check_count, check_real
 
 __all__ = ["ALGORITHMS", "OPS", "PROTOCOLS", "CollectiveCost", "allreduce_cost",
            "collective_cost", "collective_curve", "curve_sizes", "expand_collective", "Message",
+           "piece_dependencies",
            "SIMPLE_EFFICIENCY", "NVLS_LATENCY", "bus_factor"]
 
 ALGORITHMS = ("ring", "tree", "direct", "nvls", "inswitch")
@@ -296,15 +297,24 @@ SWITCH = -1   # peer id of the switch's reduction unit
 @dataclass(frozen=True)
 class Message:
     """One message of a collective: ``src`` sends ``nbytes`` to ``dst`` (a GPU, or
-    :data:`SWITCH`), tagged with its chunk; it may leave only after message ``dep`` (an index
-    into the same list, or -1) has been received by ``src``."""
+    :data:`SWITCH`), tagged with its chunk; it may leave only after every message of ``deps``
+    (indices into the same list, each earlier) has been received by ``src``."""
 
     src: int
     dst: int
     nbytes: int
     chunk: int
     step: int
-    dep: int = -1
+    deps: tuple = ()
+
+
+def piece_dependencies(message, k, piece_ids):
+    """The record ids piece ``k`` of ``message`` waits for, when a message is cut into pieces
+    (``piece_ids[i]``: the record ids of message i's pieces, empty for a message that makes no
+    record): piece k of each message it depends on, or that message's last piece when it has
+    fewer, so that a replay pipelines the pieces as the hardware does."""
+    return tuple(piece_ids[d][min(k, len(piece_ids[d]) - 1)] for d in message.deps
+                 if piece_ids[d])
 
 
 def _ring_steps(n, size, first_step, steps, msgs):
@@ -316,7 +326,7 @@ def _ring_steps(n, size, first_step, steps, msgs):
         for g in range(n):
             c = (g - step) % n
             msgs.append(Message(g, (g + 1) % n, min(chunk, max(0, size - c * chunk)), c,
-                                step - first_step, last_recv[g]))
+                                step - first_step, _after(last_recv[g])))
             recv[(g + 1) % n] = len(msgs) - 1
         last_recv = recv
     return msgs
@@ -329,33 +339,32 @@ def double_trees(n):
     return [list(range(n)), [n - 1 - p for p in range(n)]]
 
 
+def _after(index):
+    """The dependencies of a message that waits for message ``index`` (-1: for nothing)."""
+    return () if index < 0 else (index,)
+
+
 def _tree_messages(n, size, chunk, mapping, msgs, up=True, down=True):
     """Reduce up and/or broadcast down the heap-ordered tree ``mapping`` (position → rank).
 
-    A message has a single dependency, so a parent that waits for two children depends on the
-    first child's message, and the first child's message depends on its sibling's. That chain
-    misses a dependency where the sibling is a leaf and the child is not: at n = 8, 3 → 1
-    depends on its sibling's 4 → 1 but not on its own child's 7 → 3, so a replay may send 3's
-    partial sum before 7's data arrived (one-at-a-time delivery in a random valid order gives
-    a wrong sum). With one dependency per message no chain shorter than all n − 1 up-messages
-    is correct (the root's two inputs must lie on one chain); the fix is several dependencies
-    per message (docs/metrics.md, "Full bucket window")."""
+    The dependencies are exact: the up-message from position p (its partial sum, to its
+    parent) waits for the up-messages of p's children, all of them; the root's down-messages
+    wait for the up-messages of both of its children (the root then holds the total); the
+    down-message to position c waits for the down-message into c's parent. An up-message is
+    therefore never sent before its whole subtree's data arrived, in any delivery order."""
     up_msg = {}
     if up:
-        for p in range(n - 1, 0, -1):   # deepest positions first; siblings second-then-first
-            deps = [up_msg[c] for c in (2 * p + 1, 2 * p + 2) if c in up_msg]
-            if p % 2 == 1 and p + 1 < n:
-                deps.append(up_msg[p + 1])
-            msgs.append(Message(mapping[p], mapping[(p - 1) // 2], size, chunk, 0,
-                                max(deps, default=-1)))
+        for p in range(n - 1, 0, -1):   # deepest positions first: children before parents
+            children = tuple(up_msg[c] for c in (2 * p + 1, 2 * p + 2) if c in up_msg)
+            msgs.append(Message(mapping[p], mapping[(p - 1) // 2], size, chunk, 0, children))
             up_msg[p] = len(msgs) - 1
     if down:
-        got = {0: up_msg.get(1, -1) if up else -1}
+        got = {0: tuple(up_msg[c] for c in (1, 2) if c in up_msg)}
         for p in range(n):
             for c in (2 * p + 1, 2 * p + 2):
                 if c < n:
                     msgs.append(Message(mapping[p], mapping[c], size, chunk, 1, got[p]))
-                    got[c] = len(msgs) - 1
+                    got[c] = (len(msgs) - 1,)
     return msgs
 
 
@@ -377,7 +386,7 @@ def expand_collective(algo, n, size_bytes, op="allreduce"):
     size = int(size_bytes)
     msgs = []
     if op == "p2p":
-        return [Message(0, 1, size, 0, 0, -1)]
+        return [Message(0, 1, size, 0, 0)]
     if algo not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algo!r}; choose from {', '.join(ALGORITHMS)}")
     if algo == "nvls":   # contributions up to the switch, the sum multicast down, as inswitch
@@ -387,8 +396,8 @@ def expand_collective(algo, n, size_bytes, op="allreduce"):
             return _ring_steps(n, size, 0, 2 * (n - 1), msgs)
         if algo == "inswitch":
             for g in range(n):
-                msgs.append(Message(g, SWITCH, size, 0, 0, -1))
-            last = len(msgs) - 1
+                msgs.append(Message(g, SWITCH, size, 0, 0))
+            last = (len(msgs) - 1,)
             for g in range(n):
                 msgs.append(Message(SWITCH, g, size, 0, 1, last))
             return msgs
@@ -398,8 +407,8 @@ def expand_collective(algo, n, size_bytes, op="allreduce"):
             for g in range(n):
                 for owner in range(n):
                     if owner != g:
-                        msgs.append(Message(g, owner, chunk, owner, 0, -1))
-                        received[owner] = len(msgs) - 1
+                        msgs.append(Message(g, owner, chunk, owner, 0))
+                        received[owner] = (len(msgs) - 1,)
             for owner in range(n):
                 for g in range(n):
                     if owner != g:
@@ -418,7 +427,7 @@ def expand_collective(algo, n, size_bytes, op="allreduce"):
             for g in range(n):
                 for owner in range(n):
                     if owner != g:
-                        msgs.append(Message(g, owner, chunk, (owner + 1) % n, 0, -1))
+                        msgs.append(Message(g, owner, chunk, (owner + 1) % n, 0))
             return msgs
     if op == "allgather":
         if algo in ("ring", "tree"):
@@ -428,14 +437,14 @@ def expand_collective(algo, n, size_bytes, op="allreduce"):
             for owner in range(n):
                 for g in range(n):
                     if owner != g:
-                        msgs.append(Message(owner, g, chunk, (owner + 1) % n, 0, -1))
+                        msgs.append(Message(owner, g, chunk, (owner + 1) % n, 0))
             return msgs
     if op in ("reduce", "broadcast"):
         if algo == "ring":   # a chain: n-1 → … → 0 to reduce, 0 → … → n-1 to broadcast
             for k in range(n - 1):
                 src, dst = (n - 1 - k, n - 2 - k) if op == "reduce" else (k, k + 1)
                 msgs.append(Message(src, dst, size, 0, 0 if op == "reduce" else 1,
-                                    len(msgs) - 1 if msgs else -1))
+                                    _after(len(msgs) - 1)))
             return msgs
         return _tree_messages(n, size, 0, list(range(n)), msgs, up=op == "reduce",
                               down=op == "broadcast")

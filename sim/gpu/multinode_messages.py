@@ -25,8 +25,8 @@ sharp
     2(G−1)/G · S per GPU on NVLink); on Hopper :func:`multinode_cost` times the intra-node
     part as NVLink SHARP ((1 + 1/G) · S), which the messages here do not show.
 
-Message ``step`` orders the phases for issue times; ``dep`` is the index of the message the
-sender must have received (or, for :data:`IB_SWITCH`, sent and had summed) first.
+Message ``step`` orders the phases for issue times; ``deps`` are the indices of the messages
+the sender must have received (or, for :data:`IB_SWITCH`, sent and had summed) first.
 """
 
 from dataclasses import replace
@@ -59,7 +59,7 @@ def channel_sizes(size, channels):
 def multinode_messages(node, nodes, gpus_per_node, algo, size_bytes):
     """``[(Message, links), ...]``: every message of an all-reduce of ``size_bytes`` across
     ``nodes`` nodes of ``gpus_per_node`` GPUs with ``algo`` (``ring``, ``tree`` or ``sharp``),
-    in a valid issue order (a message's ``dep`` is an earlier index), with the links it
+    in a valid issue order (a message's ``deps`` are earlier indices), with the links it
     crosses (:func:`sim.gpu.nodes.message_path`, or :func:`sharp_path` to the InfiniBand
     switch). Message ``chunk`` numbers the channel's chunk, channel ``c`` adding ``c`` × 4096.
 
@@ -83,7 +83,7 @@ def multinode_messages(node, nodes, gpus_per_node, algo, size_bytes):
             msgs = _sharp_channel(g, c, share, nodes)
         base = len(out)
         for m in msgs:
-            m = replace(m, chunk=c * 4096 + m.chunk, dep=m.dep + base if m.dep >= 0 else -1)
+            m = replace(m, chunk=c * 4096 + m.chunk, deps=_shifted(m.deps, base))
             links = (sharp_path(node, nodes) if m.dst == IB_SWITCH else
                      message_path(node, nodes, g, m.src, m.dst))
             out.append((m, links))
@@ -102,28 +102,34 @@ def _tree_channel(nodes, g, c, share):
             continue
         tree = inter[where[0]:where[-1] + 1]
         nbytes = tree[0].nbytes
-        into = {}   # rank → index of the last message it received
+        have = {}   # rank → the messages it must have received to hold its data (deps)
         # reduce up each node's chain: tail → … → head (steps 0 .. g−2)
         for k in range(nodes):
             for j in range(g - 1, 0, -1):
                 src, dst = chain[k][j], chain[k][j - 1]
-                msgs.append(Message(src, dst, nbytes, half, g - 1 - j, into.get(src, -1)))
-                into[dst] = len(msgs) - 1
-        # the inter-node tree over the heads (up: step g−1, down: step g); an up message
-        # without a dependency waits for its head's chain
+                msgs.append(Message(src, dst, nbytes, half, g - 1 - j, have.get(src, ())))
+                have[dst] = (len(msgs) - 1,)
+        # the inter-node tree over the heads (up: step g−1, down: step g): a head's up message,
+        # and the root's down messages, wait for its own chain's sum as well as the tree's
         first = len(msgs)
+        up_srcs = {m.src for m in tree if m.step == 0}
+        chained = dict(have)
         for m in tree:
             src, dst = chain[m.src][0], chain[m.dst][0]
-            dep = first + m.dep - where[0] if m.dep >= 0 else into.get(src, -1)
-            msgs.append(Message(src, dst, nbytes, half, g - 1 + m.step, dep))
-        for index in range(first, len(msgs)):
-            into[msgs[index].dst] = index   # in index order: the down message comes last
+            deps = _shifted(m.deps, first - where[0])
+            if m.step == 0 or m.src not in up_srcs:
+                deps += chained.get(src, ())
+            msgs.append(Message(src, dst, nbytes, half, g - 1 + m.step, deps))
+            if m.step == 1:   # the root holds the total once it may send it down
+                if m.src not in up_srcs:
+                    have[src] = deps
+                have[dst] = (len(msgs) - 1,)
         # broadcast down each chain: head → … → tail (steps g+1 ..)
         for k in range(nodes):
             for j in range(g - 1):
                 src, dst = chain[k][j], chain[k][j + 1]
-                msgs.append(Message(src, dst, nbytes, half, g + 1 + j, into.get(src, -1)))
-                into[dst] = len(msgs) - 1
+                msgs.append(Message(src, dst, nbytes, half, g + 1 + j, have.get(src, ())))
+                have[dst] = (len(msgs) - 1,)
     return msgs
 
 
@@ -133,7 +139,7 @@ def _sharp_channel(g, c, share, nodes):
     msgs = []
     if g == 1:
         for k in range(nodes):
-            msgs.append(Message(k, IB_SWITCH, share, 0, 0, -1))
+            msgs.append(Message(k, IB_SWITCH, share, 0, 0))
         return msgs
     rs = expand_collective("ring", g, share, "reducescatter")
     ag = expand_collective("ring", g, share, "allgather")
@@ -144,17 +150,27 @@ def _sharp_channel(g, c, share, nodes):
         into = {}
         for m in rs:
             msgs.append(Message(rank(m.src), rank(m.dst), m.nbytes, m.chunk, m.step,
-                                base + m.dep if m.dep >= 0 else -1))
+                                _shifted(m.deps, base)))
             into[m.dst] = len(msgs) - 1
         contribution = {}
         for local in range(g):
             owned = (local + 1) % g   # after the ring reduce-scatter GPU g owns chunk g+1
             nbytes = min(chunk, max(0, share - owned * chunk))
             msgs.append(Message(rank(local), IB_SWITCH, nbytes, owned, g - 1,
-                                into.get(local, -1)))
-            contribution[local] = len(msgs) - 1
+                                _into(into, local)))
+            contribution[local] = (len(msgs) - 1,)
         base = len(msgs)
         for m in ag:
-            dep = base + m.dep if m.dep >= 0 else contribution[m.src]
-            msgs.append(Message(rank(m.src), rank(m.dst), m.nbytes, m.chunk, g + m.step, dep))
+            deps = _shifted(m.deps, base) or contribution[m.src]
+            msgs.append(Message(rank(m.src), rank(m.dst), m.nbytes, m.chunk, g + m.step, deps))
     return msgs
+
+
+def _shifted(deps, base):
+    """Dependencies ``deps`` of messages moved ``base`` places on in a longer list."""
+    return tuple(d + base for d in deps)
+
+
+def _into(into, rank):
+    """The dependencies of a message that waits for the last message ``rank`` received."""
+    return (into[rank],) if rank in into else ()

@@ -307,7 +307,7 @@ typedef struct { InPkt *v; i64 mask; } Ring;
     /* the plan's packets (packet_cap) and messages (message_cap), grown by read responses */  \
     X(i32 *, pk_flits) X(i32 *, pk_dst) X(i32 *, pk_seq) X(i32 *, pk_msg)                      \
     X(i64 *, m_src) X(i64 *, m_dst) X(i64 *, m_issue) X(i64 *, m_kind)                         \
-    X(i64 *, m_resp_flits) X(i64 *, m_resp_to) X(const i64 *, m_dep)                           \
+    X(i64 *, m_resp_flits) X(i64 *, m_resp_to) X(i64 *, m_ndeps)                              \
     X(i64 *, m_pk_off) X(i64 *, m_pk_len)                                                      \
     /* dependants of each message (offsets: messages + 1); each port's contribution        */ \
     /* messages (offsets: ports + 1), sorted by their first chunk: that chunk, the message   */ \
@@ -345,6 +345,7 @@ typedef struct {
     i32 *pk_flits, *pk_dst, *pk_seq, *pk_msg;
     /* plan: messages */
     i64 nmsg, nmsg0, msg_cap, *m_src, *m_dst, *m_issue, *m_kind, *m_resp_flits, *m_resp_to;
+    i64 *m_ndeps;   /* per message: its dependencies not yet delivered */
     i64 *m_pk_off, *m_pk_len;
     const i64 *wait_off, *wait_list, *con_off, *con_first, *con_mid;
     i64 *con_hint;   /* per port, two lookups: the last message chunk_owner found */
@@ -463,13 +464,17 @@ static i64 loop_wake_time(SwitchRun *s, i64 port) {
     return s->future[port].n ? s->future[port].v[0].a : NONE;
 }
 
-/* _done: appends the woken ports to s->woken. Only the plan's own messages have dependants. */
+/* _done: appends the woken ports to s->woken. Only the plan's own messages have dependants.
+ * A dependant's m_ndeps counts its dependencies not yet delivered and its m_issue becomes the
+ * cycle the delivered ones allow; it is issued when the last one is delivered. */
 static void loop_done(SwitchRun *s, i64 mid, i64 cycle) {
     s->done_at[mid] = cycle;
     if (mid >= s->nmsg0) return;
     for (i64 i = s->wait_off[mid]; i < s->wait_off[mid + 1]; i++) {
         i64 w = s->wait_list[i];
-        loop_push_future(s, s->m_src[w], max64(s->m_issue[w], cycle + 1 + s->rt), w);
+        s->m_issue[w] = max64(s->m_issue[w], cycle + 1 + s->rt);
+        if (--s->m_ndeps[w] > 0) continue;
+        loop_push_future(s, s->m_src[w], s->m_issue[w], w);
         push(&s->woken, s->m_src[w]);
     }
 }
@@ -1117,7 +1122,7 @@ int innet_switch_run(const SwitchArgs *a) {
     s->pk_flits = a->pk_flits, s->pk_dst = a->pk_dst, s->pk_seq = a->pk_seq;
     s->pk_msg = a->pk_msg;
     s->m_src = a->m_src, s->m_dst = a->m_dst, s->m_issue = a->m_issue, s->m_kind = a->m_kind;
-    s->m_resp_flits = a->m_resp_flits, s->m_resp_to = a->m_resp_to;
+    s->m_resp_flits = a->m_resp_flits, s->m_resp_to = a->m_resp_to, s->m_ndeps = a->m_ndeps;
     s->m_pk_off = a->m_pk_off, s->m_pk_len = a->m_pk_len;
     s->wait_off = a->wait_off, s->wait_list = a->wait_list;
     s->con_off = a->con_off, s->con_first = a->con_first, s->con_mid = a->con_mid;
@@ -1189,7 +1194,7 @@ int innet_switch_run(const SwitchArgs *a) {
     if (setjmp(oom)) goto fail;
     for (i64 m = 0; m < s->nmsg0; m++) {
         s->remaining[m] = s->m_pk_len[m];
-        if (a->m_dep[m] < 0) loop_push_future(s, s->m_src[m], s->m_issue[m], m);
+        if (s->m_ndeps[m] == 0) loop_push_future(s, s->m_src[m], s->m_issue[m], m);
     }
     for (i64 k = 0; k < N; k++) try_source(s, k, 0);
     while (s->events->n) {

@@ -50,7 +50,7 @@ PARAMS = ("ports", "depth", "result_lag", "result_depth", "chunk_flits", "slots"
 #: The entry point's arrays, in ``SwitchArgs`` order after the parameters: int64 but for
 #: :data:`PACKET_ARRAYS`.
 ARRAYS = ("priority", "weight", "pk_flits", "pk_dst", "pk_seq", "pk_msg",
-          "m_src", "m_dst", "m_issue", "m_kind", "m_resp_flits", "m_resp_to", "m_dep",
+          "m_src", "m_dst", "m_issue", "m_kind", "m_resp_flits", "m_resp_to", "m_ndeps",
           "m_pk_off", "m_pk_len", "wait_off", "wait_list", "con_off", "con_first", "con_mid",
           "inject", "deliver", "results", "done_at", "out_flits", "in_flits", "stall",
           "counters")
@@ -189,25 +189,26 @@ def _message_arrays(plan):
     m0 = len(msgs)
     read_req, read_resp = Kind.MEM_READ_REQ, Kind.MEM_READ_RESP
     rows = np.fromiter(
-        ((m.src, m.dst, m.issue, m.dep, m.response_flits, m.response_to,
+        ((m.src, m.dst, m.issue, len(m.deps), m.response_flits, m.response_to,
           K_READ_REQ if m.kind is read_req else K_READ_RESP if m.kind is read_resp else K_OTHER,
           m.packets.start, len(m.packets)) for m in msgs),
         dtype=np.dtype((np.int64, 9)), count=m0).reshape(m0, 9)
-    src, dst, issue, dep, resp_flits, resp_to, kind, offs, lens = rows.T
+    src, dst, issue, ndeps, resp_flits, resp_to, kind, offs, lens = rows.T
     mtu = plan.config.mtu_flits
     reads = (kind == K_READ_REQ) & (resp_flits > 0)
     extra_msgs = int(reads.sum())
     extra_pkts = int((-(-resp_flits[reads] // mtu)).sum())
     m_cap, p_cap = m0 + extra_msgs, plan.packets + extra_pkts
     # Dependants of each message, in message order (ClosedLoop.waiting).
-    has = np.nonzero(dep >= 0)[0]
-    waiters = has[np.argsort(dep[has], kind="stable")]
-    wait_off = np.concatenate([[0], np.cumsum(np.bincount(dep[has], minlength=m0))])
+    dep = np.fromiter((d for m in msgs for d in m.deps), np.int64, int(ndeps.sum()))
+    has = np.repeat(np.arange(m0, dtype=np.int64), ndeps)
+    waiters = has[np.argsort(dep, kind="stable")]
+    wait_off = np.concatenate([[0], np.cumsum(np.bincount(dep, minlength=m0))])
     return {
         "m_src": _padded(src, m_cap), "m_dst": _padded(dst, m_cap),
         "m_issue": _padded(issue, m_cap), "m_kind": _padded(kind, m_cap),
         "m_resp_flits": _padded(resp_flits, m_cap),
-        "m_resp_to": _padded(resp_to, m_cap, -1), "m_dep": _padded(dep, m_cap, -1),
+        "m_resp_to": _padded(resp_to, m_cap, -1), "m_ndeps": _padded(ndeps, m_cap),
         "m_pk_off": _padded(offs, m_cap), "m_pk_len": _padded(lens, m_cap),
         "wait_off": wait_off.astype(np.int64),
         "wait_list": waiters.astype(np.int64),
@@ -323,7 +324,7 @@ def _with_responses(plan, arrays, pk, npk, nmsg):
         req = plan.messages[int(arrays["m_resp_to"][mid])]
         off, n = int(arrays["m_pk_off"][mid]), int(arrays["m_pk_len"][mid])
         resp = Message(mid, req.dst, Kind.MEM_READ_RESP, req.src, int(arrays["m_issue"][mid]),
-                       -1, req.record, packets=range(off, off + n))
+                       (), req.record, packets=range(off, off + n))
         resp.response_to = req.mid
         messages.append(resp)
     kind = np.full(npk - n0, Kind.MEM_READ_RESP.value, dtype=plan.kind.dtype)

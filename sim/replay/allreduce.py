@@ -14,7 +14,7 @@ it on any backend, and :func:`slot_bound` is the closed form the measurement is 
 import math
 from dataclasses import replace
 
-from sim.gpu.collectives import SWITCH, expand_collective
+from sim.gpu.collectives import SWITCH, expand_collective, piece_dependencies
 from sim.replay.plan import build_plan
 from sim.trace.format import SWITCH_PORT, TraceRecord
 
@@ -39,16 +39,14 @@ def allreduce_trace(algo, gpus, nbytes, piece_bytes):
         ids = []
         for k in range(max(1, -(-m.nbytes // piece_bytes))):
             size = min(piece_bytes, m.nbytes - k * piece_bytes)
-            dep = None
-            if m.dep >= 0 and piece_ids[m.dep]:
-                dep = piece_ids[m.dep][min(k, len(piece_ids[m.dep]) - 1)]
             rid = len(records)
             ids.append(rid)
             peer = SWITCH_PORT if m.dst == SWITCH else m.dst
             records.append(TraceRecord.grad(gpu=m.src, peer=peer, id=rid, time_ns=0,
                                             bytes=size, algo=algo, bucket=0,
                                             chunk=(m.chunk * 4096 + k) & 0xFFFF,
-                                            dependency=dep))
+                                            ).with_dependencies(
+                                                piece_dependencies(m, k, piece_ids)))
         piece_ids.append(ids)
     return {"gpus": gpus, "generator": "sim.replay.allreduce", "algo": algo,
             "bytes": nbytes}, records

@@ -15,7 +15,8 @@ class ClosedLoop:
 
     Both backends call :meth:`next_packet` when a port is free to start a packet at ``cycle``
     and report every delivery (:meth:`delivered`, :meth:`result`). A message is eligible once
-    ``cycle ≥ issue`` and its dependency was delivered at an earlier cycle; among eligible
+    ``cycle ≥ issue`` and each of its dependencies was delivered at an earlier cycle (it
+    becomes eligible a round trip after the last of them); among eligible
     messages a port takes them in (issue, id) order, skipping one whose next packet is a
     contribution still waiting for its slot's credit.
 
@@ -40,7 +41,9 @@ class ClosedLoop:
         self.active = [[] for _ in range(n)]     # sorted (issue, mid) eligible messages
         self.next_index = {}                     # mid -> next packet position
         self.remaining = {}                      # mid -> packets (or results) not yet delivered
-        self.waiting = {}                        # dep mid -> [mid]
+        self.waiting = {}                        # dependency mid -> [mid]
+        self.pending = {}                        # mid -> dependencies not yet delivered
+        self.ready = {}                          # mid -> cycle its delivered ones allow
         self.done_at = {}                        # mid -> delivery cycle
         self.result_at = {}                      # (port, seq) -> cycle the result arrived
         self.chunk_msg = {}                      # (port, seq) -> message id of the contribution
@@ -49,8 +52,11 @@ class ClosedLoop:
             for p in m.packets:
                 if plan.seq[p] >= 0:
                     self.chunk_msg[(m.src, int(plan.seq[p]))] = m.mid
-            if m.dep >= 0:
-                self.waiting.setdefault(m.dep, []).append(m.mid)
+            for d in m.deps:
+                self.waiting.setdefault(d, []).append(m.mid)
+            if m.deps:
+                self.pending[m.mid] = len(m.deps)
+                self.ready[m.mid] = m.issue
             else:
                 heapq.heappush(self.future[m.src], (m.issue, m.mid))
         self.started = 0
@@ -129,7 +135,7 @@ class ClosedLoop:
         plan = self.plan
         mid = len(plan.messages)
         resp = Message(mid, request.dst, Kind.MEM_READ_RESP, request.src,
-                       cycle + 1 + self.round_trip, -1, request.record)
+                       cycle + 1 + self.round_trip, (), request.record)
         resp.response_to = request.mid
         cfg = plan.config
         first = plan.packets
@@ -147,9 +153,12 @@ class ClosedLoop:
         self.done_at[mid] = cycle
         woken = []
         for w in self.waiting.pop(mid, []):
-            m = self.plan.messages[w]
-            heapq.heappush(self.future[m.src], (max(m.issue, cycle + 1 + self.round_trip), w))
-            woken.append(m.src)
+            self.ready[w] = max(self.ready[w], cycle + 1 + self.round_trip)
+            self.pending[w] -= 1
+            if self.pending[w] == 0:
+                src = self.plan.messages[w].src
+                heapq.heappush(self.future[src], (self.ready.pop(w), w))
+                woken.append(src)
         return woken
 
 

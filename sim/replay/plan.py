@@ -2,12 +2,13 @@
 
 A GPU trace (:mod:`sim.trace`) is turned into a **plan**: per GPU port, messages (a memory
 write, a memory read, a gradient message to a peer, or a gradient contribution to the switch)
-cut into switch packets, each with the cycle it is issued at and the message it depends on.
+cut into switch packets, each with the cycle it is issued at and the messages it depends on.
 :class:`ClosedLoop` then decides, cycle by cycle, which packet each GPU starts next, exactly as
-a GPU would: a message waits for its issue cycle and for the message it depends on to have been
-delivered (ring step k+1 waits for step k), a contribution to slot ``seq mod S`` waits until the
-result of chunk ``seq - S`` came back (the result is the credit, SwitchML-style), and a read
-request's response is sent by the peer once the request arrived.
+a GPU would: a message waits for its issue cycle and for every message it depends on to have
+been delivered (ring step k+1 waits for step k, a tree's parent for all of its children), a
+contribution to slot ``seq mod S`` waits until the result of chunk ``seq - S`` came back (the
+result is the credit, SwitchML-style), and a read request's response is sent by the peer
+once the request arrived.
 
 The RTL backend (:mod:`sim.cosim`, cocotb) and the fast model (:mod:`sim.model.switch`) drive
 the same :class:`ClosedLoop`, so their per-packet delivery cycles are directly comparable.
@@ -54,7 +55,7 @@ class Message:
     kind: Kind
     dst: int                  # egress port; -1 for contributions
     issue: int                # cycle
-    dep: int                  # message id it waits for, or -1
+    deps: tuple               # message ids it waits for (empty: none)
     record: int               # trace record id
     packets: range = range(0)  # packet ids: a message's packets are consecutive
     response_flits: int = 0   # read requests: size of the response
@@ -139,12 +140,10 @@ def _build_plan(meta, records, config, path):
     for r in records:
         if r.rtype not in (MEM, GRAD):
             continue
-        dep = -1
-        if r.dependency is not None:
-            if r.dependency not in by_record:
-                raise PlanError(f"{path}: record {r.id}: dependency {r.dependency} is not a "
-                                f"message")
-            dep = by_record[r.dependency]
+        for d in r.dependencies:
+            if d not in by_record:
+                raise PlanError(f"{path}: record {r.id}: dependency {d} is not a message")
+        deps = tuple(by_record[d] for d in r.dependencies)
         if r.peer == r.gpu:
             # The switch drops a packet to its sender's own port (hw/switch.py).
             raise PlanError(f"{path}: record {r.id}: GPU {r.gpu} sends to itself")
@@ -152,15 +151,15 @@ def _build_plan(meta, records, config, path):
         n_flits = max(1, -(-r.bytes // fb))
         mid = len(messages)
         if r.rtype == GRAD and r.to_switch:
-            m = Message(mid, r.gpu, Kind.REDUCE_CONTRIB, -1, issue, dep, r.id)
+            m = Message(mid, r.gpu, Kind.REDUCE_CONTRIB, -1, issue, deps, r.id)
             contrib.append((m, r))
             m_flits.append(0)
         elif r.rtype == MEM and r.mem_op == "read":
-            m = Message(mid, r.gpu, Kind.MEM_READ_REQ, r.peer, issue, dep, r.id,
+            m = Message(mid, r.gpu, Kind.MEM_READ_REQ, r.peer, issue, deps, r.id,
                         response_flits=n_flits)
             m_flits.append(1)
         else:
-            m = Message(mid, r.gpu, Kind.MEM_WRITE, r.peer, issue, dep, r.id)
+            m = Message(mid, r.gpu, Kind.MEM_WRITE, r.peer, issue, deps, r.id)
             m_flits.append(n_flits)
         messages.append(m)
         by_record[r.id] = mid

@@ -8,7 +8,7 @@ for; :class:`Context` turns the trace into the switch's answer."""
 
 from dataclasses import dataclass, field
 
-from sim.gpu.collectives import SWITCH, expand_collective
+from sim.gpu.collectives import SWITCH, expand_collective, piece_dependencies
 from sim.trace.format import SWITCH_PORT, TraceRecord
 
 __all__ = ["Context", "Section", "TraceBuilder", "MiB", "figure", "table"]
@@ -22,7 +22,7 @@ class TraceBuilder:
 
     Collectives are expanded by :func:`sim.gpu.collectives.expand_collective` over ``ranks``
     (rank i of the collective is GPU ``ranks[i]``), every message cut into pieces of at most
-    ``chunk_bytes``; piece k depends on piece k of the message it waits for, as
+    ``chunk_bytes``; piece k depends on piece k of each message it waits for, as
     :func:`sim.trace.generate.generate_trace` does. ``nvls`` has the in-switch message pattern
     (contributions up, the sum multicast down) and is written as ``inswitch`` records."""
 
@@ -54,16 +54,14 @@ class TraceBuilder:
             peer = SWITCH_PORT if m.dst == SWITCH else ranks[m.dst]
             ids = []
             for k, size in enumerate(self._pieces(m.nbytes)):
-                dep = None
-                if m.dep >= 0 and pieces[m.dep]:
-                    dep = pieces[m.dep][min(k, len(pieces[m.dep]) - 1)]
-                elif src in (after or {}):
-                    dep = after[src]
+                deps = piece_dependencies(m, k, pieces)
+                if not deps and src in (after or {}):
+                    deps = (after[src],)
                 rid = self._next()
                 self.records.append(TraceRecord.grad(
                     gpu=src, peer=peer, id=rid, time_ns=int(time_ns), bytes=size, algo=algo,
                     bucket=bucket & 0xFFFF, chunk=(m.chunk * 4096 + k) & 0xFFFF,
-                    dependency=dep, job=self.job))
+                    job=self.job).with_dependencies(deps))
                 ids.append(rid)
             pieces.append(ids)
             if ids:

@@ -112,8 +112,7 @@ def _phase_trace(ctx, n, algo):
             for r in b_records:   # B's GPUs are ports n..7; ids after A's
                 moved = replace(r, gpu=r.gpu + n, id=r.id + base,
                                 peer=r.peer + n if r.rtype != 1 else r.peer)
-                dep = r.dependency if r.rtype != 1 else None
-                b.records.append(moved.with_dependency(None if dep is None else dep + base)
+                b.records.append(moved.with_dependencies(d + base for d in r.dependencies)
                                  if r.rtype != 1 else moved)
         name = f"elastic_{algo}_a{n}" + ("_with_b" if with_b else "")
         rep = ctx.replay(name, b, rcfg, {"jobs": {"A": list(range(n)),

@@ -1,12 +1,12 @@
-"""The innet GPU trace format, version 3: the one definition (docs/trace-format.md).
+"""The innet GPU trace format, versions 3 and 4: the one definition (docs/trace-format.md).
 
 A trace holds, per GPU, compute kernel records, memory-traffic records (remote reads and writes
 through the switch) and gradient message records (collective traffic with its dependencies).
 
-Binary form (``.itr``), versions 2 and 3, little endian::
+Binary form (``.itr``), versions 2 to 4, little endian::
 
     0      8 bytes  magic b"INNETTRC"
-    8      u16      version (3; 2 reads the same)
+    8      u16      version (3, or 4 when a record has wait records; 2 reads the same)
     10     u16      reserved (0)
     12     u32      L, length of the metadata, bytes
     16     u32      B, records per block (:data:`BLOCK_RECORDS` when written here)
@@ -25,6 +25,15 @@ or grad record's ``op`` holds its route in bits 4-7 (:data:`ROUTES`: the links i
 (peer :data:`IB_SWITCH_PORT`) with algorithm ``sharp``. Each route is checked against the
 nodes of its two ends. A version-2 reader refuses a version-3 file by its version number.
 
+Version 4 is version 3 with one more record type, ``wait`` (type 4, :data:`WAIT`): it follows
+a mem or grad record (or another wait of that record) and adds one more dependency to it, so
+that a message may wait for several (a tree's parent for both of its children). Its ``gpu`` and
+``id`` repeat those of the record it extends, ``b`` names the dependency (an earlier record),
+every other field is 0; the record it extends must have a dependency of its own in ``b``. The
+writer writes version 3, byte for byte as before, when no record has more than one dependency,
+and version 4 only when one has; readers fold the wait records into the record they extend
+(:attr:`TraceRecord.dependencies`), so no consumer sees a wait record.
+
 A mem record's ``aux`` field holds its traffic class (:data:`TRAFFIC`, low 8 bits) and whether
 backprop waits on it (bit 15, :data:`CRITICAL`). Older writers left it 0 (traffic ``other``,
 not critical), so the layout and the version number are unchanged: every trace written before
@@ -39,9 +48,9 @@ metadata, and the records to the end of the file, with no checksums.
 Text form (``.txt``): a first line ``innet-trace 3 <metadata JSON>``, then one record per line,
 ``<type> key=value ...`` with the keys of that type (blank lines and ``#`` comments allowed).
 It carries no checksums (it is made to be read and edited by hand); readers accept version 1,
-2 and 3 headers, whose text forms are the same (mem records take the optional keys ``traffic``
-and ``critical``; in version 3 mem and grad records take ``route``, and a grad record's peer
-may be ``ibswitch``).
+2, 3 and 4 headers, whose text forms are the same (mem records take the optional keys
+``traffic`` and ``critical``; in version 3 mem and grad records take ``route``, and a grad
+record's peer may be ``ibswitch``; version 4 adds ``wait gpu=G id=I dep=D`` lines).
 
 Code outside this module reads a record through the accessors named by meaning on
 :class:`TraceRecord` (``bytes``, ``dependency``, ``bucket``, ``chunk``, ``duration_ns``, ...)
@@ -69,12 +78,14 @@ from sim.files import current_umask
 
 __all__ = ["ALGOS", "BLOCK_RECORDS", "CRITICAL", "GRAD", "IB_SWITCH_PORT", "KERNEL", "MAGIC", "MEM",
            "MEM_OPS", "NO_DEP", "PHASES", "READ_VERSIONS", "RECORD", "ROUTES", "ROUTE_LINKS",
-           "SWITCH_PORT", "TRAFFIC", "VERSION", "TraceError", "TraceRecord", "read_trace",
-           "route_of", "trace_summary", "write_trace"]
+           "SWITCH_PORT", "TRAFFIC", "VERSION", "WAIT", "WAIT_VERSION", "TraceError",
+           "TraceRecord", "read_trace", "route_of", "trace_summary", "write_trace"]
 
-#: the version written; READ_VERSIONS: the versions read
+#: the version written when no record has more than one dependency; WAIT_VERSION: the version
+#: written when one has (its wait records); READ_VERSIONS: the versions read
 VERSION = 3
-READ_VERSIONS = (1, 2, 3)
+WAIT_VERSION = 4
+READ_VERSIONS = (1, 2, 3, 4)
 MAGIC = b"INNETTRC"
 #: records per checksummed block, as written (128 KiB of records)
 BLOCK_RECORDS = 4096
@@ -90,8 +101,8 @@ assert _HEADER.size + _CRC.size == 32
 RECORD = struct.Struct("<BBHHHHHIQII")
 assert RECORD.size == 32
 
-KERNEL, MEM, GRAD = 1, 2, 3
-TYPE_NAMES = {KERNEL: "kernel", MEM: "mem", GRAD: "grad"}
+KERNEL, MEM, GRAD, WAIT = 1, 2, 3, 4
+TYPE_NAMES = {KERNEL: "kernel", MEM: "mem", GRAD: "grad", WAIT: "wait"}
 NO_DEP = 0xFFFFFFFF
 #: peer of a grad record: the node's NVSwitch (an in-switch contribution)
 SWITCH_PORT = 0xFFFF
@@ -131,6 +142,7 @@ _TEXT_KEYS = {
     GRAD: [("gpu", "gpu"), ("peer", "peer"), ("id", "id"), ("time_ns", "time_ns"),
            ("bytes", "a"), ("job", "job"), ("slot", "slot"), ("chunk", "aux"), ("dep", "b"),
            ("algo", "op"), ("route", "op")],
+    WAIT: [("gpu", "gpu"), ("id", "id"), ("dep", "b")],
 }
 _ENUMS = {(KERNEL, "op"): PHASES, (MEM, "op"): MEM_OPS, (GRAD, "op"): ALGOS}
 _LIMITS = {"op": 0xFF, "gpu": 0xFFFF, "peer": 0xFFFF, "job": 0xFFFF, "slot": 0xFFFF,
@@ -202,6 +214,10 @@ class TraceRecord:
     An accessor read on a record type it does not apply to raises :class:`TypeError` (a
     kernel has no byte count; a grad record has no duration), so a consumer never reads a
     field of another type by mistake.
+
+    ``waits`` is not a field of the layout: a mem or grad record's dependencies after the
+    first (``b``), each written as a ``wait`` record after it (version 4). Read them all
+    through :attr:`dependencies`; set them with :meth:`with_dependencies`.
     """
 
     rtype: int
@@ -215,6 +231,7 @@ class TraceRecord:
     time_ns: int = 0
     a: int = 0
     b: int = 0
+    waits: tuple = ()
 
     # -- constructors named by meaning ------------------------------------------------------
 
@@ -257,8 +274,14 @@ class TraceRecord:
     def with_dependency(self, dependency):
         """This mem or grad record waiting for record ``dependency`` instead (``None``:
         nothing)."""
-        self._require((MEM, GRAD), "dependency")
-        return replace(self, b=_dep_field(dependency))
+        return self.with_dependencies(() if dependency is None else (dependency,))
+
+    def with_dependencies(self, dependencies):
+        """This mem or grad record waiting for every record of ``dependencies`` (record ids;
+        empty: nothing) instead."""
+        self._require((MEM, GRAD), "dependencies")
+        deps = tuple(dependencies)
+        return replace(self, b=deps[0] if deps else NO_DEP, waits=deps[1:])
 
     # -- accessors named by meaning ---------------------------------------------------------
 
@@ -312,9 +335,23 @@ class TraceRecord:
 
     @property
     def dependency(self):
-        """Mem and grad: id of the record this one waits for, or ``None``."""
+        """Mem and grad: id of the record this one waits for, or ``None``.
+
+        Raises
+        ------
+        ValueError
+            For a record that waits for more than one (read :attr:`dependencies`)."""
         self._require((MEM, GRAD), "dependency")
+        if self.waits:
+            raise ValueError(f"record {self.id} waits for {1 + len(self.waits)} records: "
+                             f"read its dependencies")
         return None if self.b == NO_DEP else self.b
+
+    @property
+    def dependencies(self):
+        """Mem and grad: ids of the records this one waits for (a tuple, empty for none)."""
+        self._require((MEM, GRAD), "dependencies")
+        return () if self.b == NO_DEP else (self.b, *self.waits)
 
     @property
     def tag(self):
@@ -385,11 +422,24 @@ class TraceRecord:
 
     # -- encoding ---------------------------------------------------------------------------
 
+    def wire(self):
+        """The records of the file this one is: itself, then a wait record per dependency
+        after its first."""
+        if not self.waits:
+            return (self,)
+        return (replace(self, waits=()),
+                *(TraceRecord(WAIT, gpu=self.gpu, id=self.id, b=d) for d in self.waits))
+
     def pack(self):
-        return RECORD.pack(self.rtype, self.op, self.gpu, self.peer, self.job, self.slot,
-                           self.aux, self.id, self.time_ns, self.a, self.b)
+        """The 32-byte layout of this record and of its wait records."""
+        return b"".join(RECORD.pack(r.rtype, r.op, r.gpu, r.peer, r.job, r.slot, r.aux, r.id,
+                                    r.time_ns, r.a, r.b) for r in self.wire())
 
     def to_text(self):
+        """The text lines of this record and of its wait records."""
+        return "\n".join(r._line() for r in self.wire())
+
+    def _line(self):
         name = TYPE_NAMES[self.rtype]
         parts = [name]
         for key, attr in _TEXT_KEYS[self.rtype]:
@@ -445,6 +495,8 @@ class _Validator:
         self.nodes = meta.get("nodes", 1) if version >= 3 else 1
         self.per_node = meta.get("gpus_per_node", self.gpus) if self.nodes > 1 else self.gpus
         self.per_leaf = meta.get("nodes_per_leaf", 1) if self.nodes > 1 else 1
+        self.extends = None   # the mem or grad record a wait record may follow, or None
+        self.waits = 0        # wait records checked
 
     def expected_route(self, src, dst):
         """The route from GPU ``src`` to GPU ``dst`` (or to a switch) in this trace's nodes."""
@@ -459,8 +511,12 @@ class _Validator:
 
     def check(self, index, rec):
         where = lambda field, problem: _where(self.path, index, field, problem)
-        if rec.rtype not in TYPE_NAMES:
+        if rec.rtype not in TYPE_NAMES or (rec.rtype == WAIT and self.version < WAIT_VERSION):
             raise where("type", f"unknown record type {rec.rtype}")
+        if rec.rtype == WAIT:
+            self.check_wait(where, rec)
+            return
+        self.extends = rec if rec.rtype in (MEM, GRAD) and rec.b != NO_DEP else None
         if rec.rtype == KERNEL:
             if rec.op >= len(PHASES):
                 raise where("op", f"{rec.op} is not one of {', '.join(PHASES)}")
@@ -504,6 +560,41 @@ class _Validator:
             raise where("traffic", f"{rec.aux & 0x7FFF} is not one of "
                                    f"{', '.join(TRAFFIC)}")
         self.ids.add(rec.id)
+
+    def check_wait(self, where, rec):
+        """A wait record: after a mem or grad record with a dependency (or its waits), naming
+        that record and an earlier one."""
+        last = self.extends
+        if last is None:
+            raise where("wait", "follows no mem or grad record with a dependency")
+        if rec.id != last.id or rec.gpu != last.gpu:
+            raise where("id", f"gpu={rec.gpu} id={rec.id} is not the record it follows "
+                              f"(gpu={last.gpu} id={last.id})")
+        if rec.b == NO_DEP or rec.b not in self.ids or rec.b == rec.id:
+            raise where("dep", f"{rec.b} does not name an earlier record")
+        for field in ("op", "peer", "job", "slot", "aux", "time_ns", "a"):
+            if getattr(rec, field):
+                raise where(field, "must be 0 in a wait record")
+        self.waits += 1
+
+
+def _folded(records, version):
+    """``records`` (validated, in file order) with each run of wait records folded into the
+    record they extend (:attr:`TraceRecord.waits`). Before version 4 there are none: the
+    records pass as they come (a record is yielded before the next is read)."""
+    if version < WAIT_VERSION:
+        yield from records
+        return
+    pending, waits = None, []
+    for rec in records:
+        if rec.rtype == WAIT:
+            waits.append(rec.b)
+            continue
+        if pending is not None:
+            yield replace(pending, waits=tuple(waits)) if waits else pending
+        pending, waits = rec, []
+    if pending is not None:
+        yield replace(pending, waits=tuple(waits)) if waits else pending
 
 
 def _checksum_mismatch(path, index, what):
@@ -614,7 +705,7 @@ def _read_binary_v2(path, handle, header):
                 rec = make(*fields)
                 check(index, rec)
                 yield rec
-    return meta, records(), block
+    return meta, _folded(records(), version), block
 
 
 def _parse_meta(path, text, version=VERSION):
@@ -703,9 +794,10 @@ def _parse_text_record(path, lineno, line):
         if not 0 <= number <= _LIMITS[attr]:
             raise _where(path, lineno, key, f"{number} is out of range [0, {_LIMITS[attr]}]")
         values[attr] = number
-    missing = [k for k, attr in _TEXT_KEYS[rtype] if attr not in values and k not in
-               ("job", "tag", "dep", "slot", "chunk", "hbm_kib", "sms", "traffic",
-                "critical", "route")]
+    optional = ("job", "tag", "dep", "slot", "chunk", "hbm_kib", "sms", "traffic", "critical",
+                "route")
+    missing = [k for k, attr in _TEXT_KEYS[rtype] if attr not in values and
+               (k not in optional or rtype == WAIT)]
     if missing:
         raise _where(path, lineno, missing[0], "missing")
     values.setdefault("b", NO_DEP if rtype in (MEM, GRAD) else 0)
@@ -735,7 +827,7 @@ def _read_text(path, handle):
             rec = _parse_text_record(path, lineno, line)
             validator.check(lineno, rec)
             yield rec
-    return meta, records(), {"version": int(version), "form": "text",
+    return meta, _folded(records(), int(version)), {"version": int(version), "form": "text",
                              "checksums": "none (text form)"}
 
 
@@ -788,14 +880,14 @@ def read_trace(path):
 
 
 def write_trace(path, meta, records, fmt=None, *, block_records=BLOCK_RECORDS):
-    """Write a trace of version :data:`VERSION` atomically (a temporary file renamed into
-    place). ``fmt`` is ``binary`` or ``text``; by default ``text`` for a ``.txt`` path, else
-    ``binary``. The binary form carries a CRC-32 per ``block_records`` records
-    (1..:data:`MAX_BLOCK_RECORDS`). The metadata's ``format_version`` is set to
-    :data:`VERSION`. Records are validated as they are written (a bad record leaves no file
-    behind).
+    """Write a trace atomically (a temporary file renamed into place): of version
+    :data:`VERSION`, or :data:`WAIT_VERSION` when a record waits for more than one (its wait
+    records follow it). ``fmt`` is ``binary`` or ``text``; by default ``text`` for a ``.txt``
+    path, else ``binary``. The binary form carries a CRC-32 per ``block_records`` records
+    (1..:data:`MAX_BLOCK_RECORDS`). The metadata's ``format_version`` is set to the version
+    written. Records are validated as they are written (a bad record leaves no file behind).
 
-    Returns the number of records written.
+    Returns the number of records written (wait records included).
 
     Raises
     ------
@@ -811,18 +903,18 @@ def write_trace(path, meta, records, fmt=None, *, block_records=BLOCK_RECORDS):
     if not 1 <= block_records <= MAX_BLOCK_RECORDS:
         raise ValueError(f"block_records must be in [1, {MAX_BLOCK_RECORDS}], not "
                          f"{block_records}")
+    # The records stream, so the version is known only at the end: the header and metadata
+    # are written as version 3 and rewritten in place as version 4 if a wait record went out
+    # (one digit either way: the same length).
     meta = {**meta, "format_version": VERSION}
-    validator = _Validator(path, _parse_meta(path, json.dumps(meta)))
+    validator = _Validator(path, _parse_meta(path, json.dumps(meta)), WAIT_VERSION)
     directory = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     os.chmod(tmp, 0o666 & ~current_umask())   # mkstemp creates 0600
     try:
         with os.fdopen(fd, "wb") as out:
-            meta_bytes = json.dumps(meta, sort_keys=True).encode()
-            if fmt == "binary":
-                count = _write_binary(out, meta_bytes, records, validator, block_records)
-            else:
-                count = _write_text(out, meta_bytes, records, validator)
+            write = _write_binary if fmt == "binary" else _write_text
+            count = write(out, meta, records, validator, block_records)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -830,19 +922,33 @@ def write_trace(path, meta, records, fmt=None, *, block_records=BLOCK_RECORDS):
     return count
 
 
-def _header(meta_len, block_records, count):
-    header = _HEADER.pack(MAGIC, VERSION, 0, meta_len, block_records, count)
+def _file_records(records, validator):
+    """The records of the file, each mem or grad record followed by its wait records,
+    validated; ``(index, record)`` pairs, index 1-based."""
+    count = 0
+    for rec in records:
+        for raw in rec.wire():
+            count += 1
+            validator.check(count, raw)
+            yield count, raw
+
+
+def _meta_bytes(meta, version):
+    return json.dumps({**meta, "format_version": version}, sort_keys=True).encode()
+
+
+def _header(meta_len, block_records, count, version=VERSION):
+    header = _HEADER.pack(MAGIC, version, 0, meta_len, block_records, count)
     return header + _CRC.pack(zlib.crc32(header))
 
 
-def _write_binary(out, meta_bytes, records, validator, block_records):
+def _write_binary(out, meta, records, validator, block_records):
+    meta_bytes = _meta_bytes(meta, VERSION)
     out.write(_header(len(meta_bytes), block_records, 0))   # rewritten with the count below
     out.write(meta_bytes + _CRC.pack(zlib.crc32(meta_bytes)))
     count = 0
     batch = []
-    for rec in records:
-        count += 1
-        validator.check(count, rec)
+    for count, rec in _file_records(records, validator):
         batch.append(rec.pack())
         if len(batch) == block_records:
             body = b"".join(batch)
@@ -851,23 +957,32 @@ def _write_binary(out, meta_bytes, records, validator, block_records):
     if batch:
         body = b"".join(batch)
         out.write(body + _CRC.pack(zlib.crc32(body)))
+    version = WAIT_VERSION if validator.waits else VERSION
     out.seek(0)
-    out.write(_header(len(meta_bytes), block_records, count))
+    out.write(_header(len(meta_bytes), block_records, count, version))
+    if version != VERSION:
+        meta_bytes = _meta_bytes(meta, version)
+        out.write(meta_bytes + _CRC.pack(zlib.crc32(meta_bytes)))
     return count
 
 
-def _write_text(out, meta_bytes, records, validator):
-    out.write(f"innet-trace {VERSION} ".encode() + meta_bytes + b"\n")
+def _first_line(meta, version):
+    return f"innet-trace {version} ".encode() + _meta_bytes(meta, version) + b"\n"
+
+
+def _write_text(out, meta, records, validator, _block_records):
+    out.write(_first_line(meta, VERSION))
     count = 0
     batch = []
-    for rec in records:
-        count += 1
-        validator.check(count, rec)
+    for count, rec in _file_records(records, validator):
         batch.append((rec.to_text() + "\n").encode())
         if len(batch) >= 4096:
             out.write(b"".join(batch))
             batch = []
     out.write(b"".join(batch))
+    if validator.waits:
+        out.seek(0)
+        out.write(_first_line(meta, WAIT_VERSION))
     return count
 
 
@@ -875,11 +990,13 @@ def trace_summary(path):
     """Read (and so validate) a whole trace and summarise it: record counts per type and GPU,
     bytes, span, and the file's ``version``, ``form`` and ``checksums`` (what they cover, or
     ``none (version 1)`` / ``none (text form)``). ``route_bytes``: the bytes of the mem and
-    grad records by route (:data:`ROUTES`, those with any); ``link_bytes``: by link kind, a
+    grad records by route (:data:`ROUTES`, those with any); ``by_type`` counts the records of
+    the file, a version-4 file's wait records as ``wait``; ``link_bytes``: by link kind, a
     message's bytes counted once for every kind of link its route crosses (``nvlink``,
     ``pcie``, ``nic``, ``leaf``, ``spine``: what leaves the sender on that kind of link)."""
     meta, records, layout = _open(path)
-    counts = {name: 0 for name in TYPE_NAMES.values()}
+    counts = {name: 0 for t, name in TYPE_NAMES.items() if t != WAIT}
+    waits = 0
     grad_bytes = mem_bytes = 0
     kernel_ns = 0
     first, last = None, 0
@@ -894,6 +1011,7 @@ def trace_summary(path):
         if rec.rtype == KERNEL:
             kernel_ns += rec.duration_ns
             continue
+        waits += len(rec.waits)
         if rec.rtype == GRAD:
             grad_bytes += rec.bytes
         else:
@@ -904,6 +1022,8 @@ def trace_summary(path):
         for link in dict.fromkeys(ROUTE_LINKS[route]):
             if route in route_bytes:
                 link_bytes[link] = link_bytes.get(link, 0) + route_bytes[route]
+    if waits:
+        counts["wait"] = waits
     return {"file": str(path), **layout, "metadata": meta, "records": sum(counts.values()),
             "by_type": counts, "records_per_gpu": per_gpu, "grad_bytes": grad_bytes,
             "mem_bytes": mem_bytes, "kernel_ns": kernel_ns,

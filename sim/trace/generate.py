@@ -2,7 +2,7 @@
 
 from dataclasses import replace
 
-from sim.gpu.collectives import SWITCH, expand_collective
+from sim.gpu.collectives import SWITCH, expand_collective, piece_dependencies
 from sim.gpu.iteration import IterationConfig, optimizer_bytes, simulate_iteration
 from sim.gpu.multinode_messages import IB_SWITCH, multinode_messages
 from sim.gpu.nodes import message_path
@@ -209,9 +209,10 @@ def collective_records(messages, chunk_bytes, begin_s, end_s, first_id, algo, bu
     :func:`sim.gpu.multinode_messages.multinode_messages` give them, with the links each
     crosses) cut into pieces of at most ``chunk_bytes``, ids from ``first_id`` on.
 
-    Piece k of a message depends on piece k of the message it waited for (its last piece
-    when that one has fewer), so a replay pipelines the pieces as the hardware does: ring step
-    s+1's first piece may leave once step s's first piece arrived. A message of step s is
+    Piece k of a message depends on piece k of each message it waited for (its last piece
+    when that one has fewer; :func:`sim.gpu.collectives.piece_dependencies`), so a replay
+    pipelines the pieces as the hardware does: ring step s+1's first piece may leave once
+    step s's first piece arrived. A message of step s is
     issued at ``begin_s + (end_s − begin_s) × s / steps`` (seconds; the open-loop time the GPU
     model's kernel reaches that step); ``begin_s = end_s`` issues them all at once, so that
     only the dependencies pace them. Results from the switch (``src`` the switch) make no
@@ -230,16 +231,14 @@ def collective_records(messages, chunk_bytes, begin_s, end_s, first_id, algo, bu
             size = min(chunk_bytes, m.nbytes - k * chunk_bytes) if m.nbytes else 0
             if size <= 0:
                 continue
-            dep = None
-            if m.dep >= 0:
-                dep_pieces = piece_ids[m.dep]
-                dep = dep_pieces[min(k, len(dep_pieces) - 1)] if dep_pieces else None
             ids.append(next_id)
             peer = {SWITCH: SWITCH_PORT, IB_SWITCH: IB_SWITCH_PORT}.get(m.dst, m.dst)
             records.append(TraceRecord.grad(gpu=m.src, peer=peer, id=next_id, time_ns=issue_ns,
                                             bytes=size, algo=algo, bucket=bucket & 0xFFFF,
                                             chunk=(m.chunk * 4096 + k) & 0xFFFF,
-                                            dependency=dep, job=job, route=route_of(links)))
+                                            job=job, route=route_of(links),
+                                            ).with_dependencies(
+                                                piece_dependencies(m, k, piece_ids)))
             next_id += 1
         piece_ids.append(ids)
     return records

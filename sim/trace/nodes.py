@@ -4,7 +4,7 @@ innet's switch stands for one node's NVSwitch, so a replay of a multi-node trace
 node: its GPUs' kernel records and the messages that stay inside it (route ``nvlink``),
 renumbered as a one-node trace of ``gpus_per_node`` GPUs. What leaves the node (the NIC
 routes and the contributions to the InfiniBand switch) and everything the other nodes' GPUs do
-is left out and counted. A kept record whose dependency was left out keeps its issue time (the
+is left out and counted. A kept record whose dependencies were left out keeps its issue time (the
 model's, which already includes the wait) and waits for nothing in the replay.
 """
 
@@ -53,7 +53,8 @@ def node_slice(meta, records, node):
             if rec.rtype != KERNEL:
                 if rec.peer < meta["gpus"]:   # a GPU of this node (the NVSwitch keeps its id)
                     new = replace(new, peer=rec.peer - first)
-                new = new.with_dependency(renumber.get(rec.dependency))
+                new = new.with_dependencies(renumber[d] for d in rec.dependencies
+                                            if d in renumber)
             kept.append(new)
             continue
         left_out["records"] += 1
