@@ -872,8 +872,9 @@ static void stream_result(SwitchRun *s, i64 d) {
     s->results[d * s->chunks + seq] = out;
     loop_result(s, d, seq, out);
     for (i64 i = 0; i < s->woken.n; i++) try_source(s, s->woken.v[i], out + 1 + s->rt);
-    if (s->rq_head[d] < s->rtabs[d].n) expose_result(s, d);
+    /* Its next start first: the next result's arm, later, then makes no event to drop. */
     arm_egress(s, d, last + 1);
+    if (s->rq_head[d] < s->rtabs[d].n) expose_result(s, d);
 }
 
 static void continue_engine(SwitchRun *s) {
