@@ -280,6 +280,7 @@ static void rtab_reserve(RTab *t, i64 keep) {
 /* An ingress's live packets: position i at v[i & mask]. */
 
 typedef struct { i64 pid, j0, flits, grant, visible; } InPkt;
+typedef struct { i64 j0, flits, pop; } Hold;   /* a hold FIFO's packet: first flit, flits, first pop */
 typedef struct { InPkt *v; i64 mask; } Ring;
 
 #define ING(k, i) (&s->ring[k].v[(i) & s->ring[k].mask])
@@ -372,8 +373,11 @@ typedef struct {
     /* arbiters */
     i64 *arb_ptr, *arb_count, *arb_deficit;
     /* reduction unit: per port, its hold FIFO (Python's hold_taken, hold_free, and hold_hist
-       as a ring of hold_cap entries from hold_lo to hold_hi: first flit, flits, first pop) */
-    i64 *hold_taken, *hold_free, hold_cap, *hold_lo, *hold_hi, *hold_j0, *hold_fl, *hold_pop;
+       as a ring of hold_cap entries, a power of two, from hold_lo to hold_hi) */
+    i64 *hold_taken, *hold_free, hold_cap, *hold_lo, *hold_hi;
+    Hold *hold;
+    i64 judge_mask;   /* N - 1 when N is a power of two (the judge's turn without a division) */
+    i64 *room_q, *room_rem;   /* room_time's packet offset and flit, per flit of a chunk */
     i64 *arrivals, *arrived_at;
     tvec engine;   /* complete chunks: (ready cycle, slot, seq) */
     i64 engine_free, engine_armed, engine_blocked;
@@ -766,11 +770,11 @@ static void leave_fifo(SwitchRun *s, i64 k, i64 i) {
 static i64 hold_bound(SwitchRun *s, i64 k) {
     i64 x = s->hold_taken[k] - (s->hold_depth - s->P) - 1;
     if (x < 0) return -1;
-    i64 c = s->hold_cap, *lo = &s->hold_lo[k];
-    while (*lo < s->hold_hi[k] && s->hold_j0[k * c + *lo % c] + s->hold_fl[k * c + *lo % c] <= x)
-        (*lo)++;
-    i64 h = k * c + *lo % c;
-    return s->hold_pop[h] + (x - s->hold_j0[h]) + 1;
+    i64 mask = s->hold_cap - 1, *lo = &s->hold_lo[k];
+    const Hold *ring = s->hold + k * s->hold_cap;
+    while (*lo < s->hold_hi[k] && ring[*lo & mask].j0 + ring[*lo & mask].flits <= x) (*lo)++;
+    const Hold *h = &ring[*lo & mask];
+    return h->pop + (x - h->j0) + 1;
 }
 
 static void grant_contribution(SwitchRun *s, i64 k, i64 i) {
@@ -778,11 +782,10 @@ static void grant_contribution(SwitchRun *s, i64 k, i64 i) {
     e->grant = max64(e->visible, hold_bound(s, k));
     s->in_flits[k] += e->flits;
     i64 head = max64(e->grant + 1, s->hold_free[k]);
-    i64 judged = head + ((k - head - s->judge_phase) % s->N + s->N) % s->N;
-    i64 h = k * s->hold_cap + s->hold_hi[k]++ % s->hold_cap;
-    s->hold_j0[h] = s->hold_taken[k];
-    s->hold_fl[h] = e->flits;
-    s->hold_pop[h] = judged;
+    i64 turn = k - head - s->judge_phase;   /* the wait for port k's turn: turn mod N */
+    i64 judged = head + (s->judge_mask ? turn & s->judge_mask : (turn % s->N + s->N) % s->N);
+    s->hold[k * s->hold_cap + (s->hold_hi[k]++ & (s->hold_cap - 1))] =
+        (Hold){s->hold_taken[k], e->flits, judged};
     s->hold_taken[k] += e->flits;
     s->hold_free[k] = judged + e->flits;
     i64 last = judged + e->flits - 2, seq = s->pk_seq[e->pid];
@@ -822,12 +825,9 @@ static i64 result_read(SwitchRun *s, i64 d, i64 idx, i64 rem) {
  * and would start at each egress's result count. */
 static i64 room_time(SwitchRun *s, i64 i, int tentative) {
     /* Flit j0 + i - (depth - 1) of each member's egress, j0 = its packet's number times P:
-     * packet number + q, flit rem of that packet (floor division, once for all members). */
-    i64 back = i - (s->result_depth - 1), q = back / s->P, rem = back - q * s->P, need = -1;
-    if (rem < 0) {
-        rem += s->P;
-        q--;
-    }
+     * packet number + q, flit rem of that packet (room_q, room_rem: the floor division,
+     * made once per i at the start). */
+    i64 q = s->room_q[i], rem = s->room_rem[i], need = -1;
     for (i64 m = 0; m < s->nmembers; m++) {
         i64 d = s->mem_ports[m];
         i64 r = result_read(s, d, (tentative ? s->rtabs[d].n : s->eng_r[m]) + q, rem);
@@ -1111,7 +1111,9 @@ int innet_switch_run(const SwitchArgs *a) {
     s->pick_lag = a->egress_pick_lag;
     s->out_lag = a->egress_out_lag;
     s->engine_restart = a->engine_restart;
-    s->hold_cap = s->hold_depth - s->P + 4;   /* live entries: at most hold_depth - P + 2 */
+    /* live entries: at most hold_depth - P + 2 */
+    for (s->hold_cap = 1; s->hold_cap < s->hold_depth - s->P + 4;) s->hold_cap *= 2;
+    s->judge_mask = (N & (N - 1)) == 0 ? N - 1 : 0;
     s->hist_limit = 4 + s->result_depth / s->P;
     s->priority = a->priority;
     s->weight = a->weight;
@@ -1170,9 +1172,18 @@ int innet_switch_run(const SwitchArgs *a) {
     ZALLOC(s->hold_free, N);
     ZALLOC(s->hold_lo, N);
     ZALLOC(s->hold_hi, N);
-    ZALLOC(s->hold_j0, N * s->hold_cap);
-    ZALLOC(s->hold_fl, N * s->hold_cap);
-    ZALLOC(s->hold_pop, N * s->hold_cap);
+    ZALLOC(s->hold, N * s->hold_cap);
+    ZALLOC(s->room_q, s->P);
+    ZALLOC(s->room_rem, s->P);
+    for (i64 i = 0; i < s->P; i++) {   /* floor division of i - (depth - 1) by P */
+        i64 back = i - (s->result_depth - 1), q = back / s->P, rem = back - q * s->P;
+        if (rem < 0) {
+            rem += s->P;
+            q--;
+        }
+        s->room_q[i] = q;
+        s->room_rem[i] = rem;
+    }
     ZALLOC(s->arrivals, C);
     ALLOC(s->arrived_at, C, -1);
     ZALLOC(s->eng_r, N);
@@ -1235,7 +1246,7 @@ fail:
                   s->pending, s->src_q, s->egress_free, s->egress_armed, s->egress_last,
                   s->head_mem, s->head_res, s->streaming, s->result_last_read, s->rtabs, s->rq_head,
                   s->rh_head, s->arb_ptr, s->arb_count, s->arb_deficit, s->hold_taken,
-                  s->hold_free, s->hold_lo, s->hold_hi, s->hold_j0, s->hold_fl, s->hold_pop,
+                  s->hold_free, s->hold_lo, s->hold_hi, s->hold, s->room_q, s->room_rem,
                   s->arrivals, s->arrived_at, s->eng_r, s->mem_ports,
                   s->valid, s->scratch, s->events};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) free(ps[i]);
