@@ -316,7 +316,9 @@ typedef struct { InPkt *v; i64 mask; } Ring;
     X(const i64 *, con_off) X(const i64 *, con_first) X(const i64 *, con_mid)                  \
     /* outputs: per packet, per (port, chunk), per message, per port; counters[4] */           \
     X(i64 *, inject) X(i64 *, deliver) X(i64 *, results) X(i64 *, done_at)                     \
-    X(i64 *, out_flits) X(i64 *, in_flits) X(i64 *, stall) X(i64 *, counters)
+    X(i64 *, out_flits) X(i64 *, in_flits) X(i64 *, stall) X(i64 *, counters)                  \
+    /* per chunk: its contributions' first injection (-1: none), for slot occupancy */         \
+    X(i64 *, chunk_start)
 
 typedef struct {
 #define FIELD(type, name) type name;
@@ -350,7 +352,7 @@ typedef struct {
     const i64 *wait_off, *wait_list, *con_off, *con_first, *con_mid;
     i64 *con_hint;   /* per port, two lookups: the last message chunk_owner found */
     /* outputs */
-    i64 *inject, *deliver, *results, *done_at, *out_flits, *in_flits, *stall;
+    i64 *inject, *deliver, *results, *done_at, *out_flits, *in_flits, *stall, *chunk_start;
     i64 started;
     /* closed loop */
     tvec *future, *active, *ready, *pend;
@@ -646,10 +648,12 @@ static void at(SwitchRun *s, i64 t, i64 kind, i64 arg) {
 static void try_source(SwitchRun *s, i64 k, i64 t) {
     tqueue *q = &s->src_q[k];
     i64 lo = q->head, hi = q->n;   /* the first entry at or after cycle t */
-    if (lo == hi || q->v[hi - 1].a < t) lo = hi;   /* the usual case: after them all */
-    while (lo < hi) {
-        i64 mid = (lo + hi) / 2;
-        if (q->v[mid].a < t) lo = mid + 1; else hi = mid;
+    if (lo == hi || q->v[hi - 1].a < t) {
+        lo = hi;   /* the usual case: after them all */
+    } else {   /* branchless (a conditional move per step): the entry is in [b, b + n) */
+        const trip *b = q->v + lo;
+        for (i64 n = hi - lo; n > 1; n -= n / 2) b = b[n / 2 - 1].a < t ? b + n / 2 : b;
+        lo = b - q->v;
     }
     if (lo < q->n && q->v[lo].a == t) return;
     if (q->n == q->cap && q->head > 0) {   /* reuse the room the popped entries left */
@@ -745,7 +749,9 @@ static void resolve_writes(SwitchRun *s, i64 k) {
     if (s->inject[p] < 0) {
         i64 r = read_time(s, k, j0 - s->D);
         if (r == NONE) return;
-        s->inject[p] = max64(s->src_start[k], r + 1);
+        i64 in = s->inject[p] = max64(s->src_start[k], r + 1), seq = s->pk_seq[p];
+        if (seq >= 0 && (s->chunk_start[seq] < 0 || in < s->chunk_start[seq]))
+            s->chunk_start[seq] = in;   /* kept here: no pass over every packet afterwards */
         update_visible(s, k);
         if (s->pending[k] != i) return;
     }
@@ -1127,6 +1133,7 @@ int innet_switch_run(const SwitchArgs *a) {
     s->inject = a->inject, s->deliver = a->deliver, s->results = a->results;
     s->done_at = a->done_at;
     s->out_flits = a->out_flits, s->in_flits = a->in_flits, s->stall = a->stall;
+    s->chunk_start = a->chunk_start;
     i64 C = s->chunks > 0 ? s->chunks : 1, R = N;
 
     ZALLOC(s->future, N);
