@@ -369,6 +369,7 @@ typedef struct {
     tqueue *src_q;   /* per ingress: pending source events (cycle, event key, in the heap) */
     /* egress state */
     i64 *egress_free, *egress_armed, *egress_last, *head_mem, *head_res, *streaming;
+    i64 *nmem;   /* per egress: ingresses with a visible memory packet for it in head_mem */
     i64 *result_last_read;
     RTab *rtabs;
     i64 *rq_head, *rh_head;
@@ -816,6 +817,7 @@ static void update_visible(SwitchRun *s, i64 k) {
         grant_contribution(s, k, i);
     } else {
         s->head_mem[s->pk_dst[p] * s->N + k] = i;
+        s->nmem[s->pk_dst[p]]++;
         arm_egress(s, s->pk_dst[p], e->visible + s->pick_lag);
     }
 }
@@ -969,14 +971,20 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
         return;
     }
     /* The arbiter presents at t what it chose at t - pick_lag from the requests then; the
-     * requester whose last flit left then counts as requesting. */
+     * requester whose last flit left then counts as requesting. With no memory packet at a
+     * visible head (nmem[d] == 0: in-switch traffic), only the results may request. */
     i64 N = s->N, *valid = s->valid, *hm = s->head_mem + d * N, any = 0, nxt = NONE;
-    i64 seen = t - s->pick_lag;
-    for (i64 k = 0; k < N; k++) {
-        i64 vis = k != d ? (hm[k] >= 0 ? ING(k, hm[k])->visible : NONE)
-                         : (s->head_res[d] >= 0 ? R_(d, visible, s->head_res[d]) : NONE);
-        valid[k] = vis != NONE && vis <= seen;
-        if (vis != NONE && (nxt == NONE || vis < nxt)) nxt = vis;
+    i64 seen = t - s->pick_lag, res = s->head_res[d] >= 0 ? R_(d, visible, s->head_res[d]) : NONE;
+    if (s->nmem[d]) {
+        for (i64 k = 0; k < N; k++) {
+            i64 vis = k != d ? (hm[k] >= 0 ? ING(k, hm[k])->visible : NONE) : res;
+            valid[k] = vis != NONE && vis <= seen;
+            if (vis != NONE && (nxt == NONE || vis < nxt)) nxt = vis;
+        }
+    } else {
+        memset(valid, 0, (size_t)N * sizeof(i64));
+        valid[d] = res != NONE && res <= seen;
+        nxt = res;
     }
     if (s->egress_last[d] == seen) valid[s->arb_ptr[d]] = 1;
     for (i64 k = 0; k < N; k++) any |= valid[k];
@@ -987,17 +995,20 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
     i64 new_turn, sel = arb_choose(s, d, valid, &new_turn);
     if (sel == NONE) return;   /* only when every valid requester has weight 0 */
     {   /* chosen as its last flit left, with no next packet here now: an idle cycle */
-        i64 vis = sel != d ? (hm[sel] >= 0 ? ING(sel, hm[sel])->visible : NONE)
-                           : (s->head_res[d] >= 0 ? R_(d, visible, s->head_res[d]) : NONE);
+        i64 vis = sel != d ? (hm[sel] >= 0 ? ING(sel, hm[sel])->visible : NONE) : res;
         if (vis == NONE || vis > t) {
             arm_egress(s, d, t + 1);
             return;
         }
     }
-    for (i64 k = 0; k < N; k++) {   /* this cycle's requests */
-        i64 vis = k != d ? (hm[k] >= 0 ? ING(k, hm[k])->visible : NONE)
-                         : (s->head_res[d] >= 0 ? R_(d, visible, s->head_res[d]) : NONE);
-        valid[k] = vis != NONE && vis <= t;
+    if (s->nmem[d]) {   /* this cycle's requests */
+        for (i64 k = 0; k < N; k++) {
+            i64 vis = k != d ? (hm[k] >= 0 ? ING(k, hm[k])->visible : NONE) : res;
+            valid[k] = vis != NONE && vis <= t;
+        }
+    } else {
+        memset(valid, 0, (size_t)N * sizeof(i64));
+        valid[d] = res != NONE && res <= t;
     }
     arb_start(s, d, valid, sel, new_turn);
     i64 flits = sel == d ? s->P : ING(sel, hm[sel])->flits, *deficit = s->arb_deficit + d * N;
@@ -1014,6 +1025,7 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
     }
     i64 i = hm[sel];
     hm[sel] = -1;
+    s->nmem[d]--;
     InPkt *e = ING(sel, i);
     i64 p = e->pid;
     e->grant = t;
@@ -1165,6 +1177,7 @@ int innet_switch_run(const SwitchArgs *a) {
     ALLOC(s->egress_armed, N, NONE);
     ALLOC(s->egress_last, N, NONE);
     ALLOC(s->head_mem, N * N, -1);
+    ZALLOC(s->nmem, N);
     ALLOC(s->head_res, N, -1);
     ALLOC(s->streaming, N, -1);
     ALLOC(s->result_last_read, N, -1);
@@ -1251,7 +1264,7 @@ fail:
                   s->src_start, s->ring, s->ing_n, s->fifo_head,
                   s->hist_head, s->written, s->prev_last_read, s->src_busy, s->src_free,
                   s->pending, s->src_q, s->egress_free, s->egress_armed, s->egress_last,
-                  s->head_mem, s->head_res, s->streaming, s->result_last_read, s->rtabs, s->rq_head,
+                  s->head_mem, s->nmem, s->head_res, s->streaming, s->result_last_read, s->rtabs, s->rq_head,
                   s->rh_head, s->arb_ptr, s->arb_count, s->arb_deficit, s->hold_taken,
                   s->hold_free, s->hold_lo, s->hold_hi, s->hold, s->room_q, s->room_rem,
                   s->arrivals, s->arrived_at, s->eng_r, s->mem_ports,
