@@ -149,6 +149,9 @@ def test_bench_replay_cli(capsys):
     row = out["rows"][0]
     assert row["flit_scale"] == 64 and row["flit_bytes"] == 32 * 64
     assert row["flits"] > 0 and row["seconds"] > 0 and row["seconds_ratio"] == 1.0
+    # CPU seconds: plan + replay, each part measured (not derived from the wall clock)
+    assert row["plan_cpu_s"] > 0 and row["replay_cpu_s"] > 0
+    assert row["cpu_s"] == pytest.approx(row["plan_cpu_s"] + row["replay_cpu_s"])
 
 
 def test_bench_replay_cli_tree(capsys):

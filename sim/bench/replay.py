@@ -5,7 +5,11 @@ function, :func:`sim.trace.generate.generate_trace`, called in-process); it is r
 8-port switch of the real packet sizes — 8 lanes × 4 B = 32 B flits, 8-flit (256 B) chunks,
 64-flit (2 KiB) memory packets, the GPU's NVLink bandwidth and its 350 ns link hop — through
 the C core. Timed apart: building the plan (Python and numpy) and the replay (the C core and
-the arrays around it). Target: BERT-large, 8 GPUs, ≤ 10 s (DESIGN.md), for each algorithm.
+the arrays around it), each in wall-clock seconds and in this process's CPU seconds (user +
+system: the page faults of first-touched memory are system time). Target: BERT-large, 8 GPUs,
+plan + replay in ≤ 10 s of one core (DESIGN.md), for each algorithm, judged on the CPU seconds:
+on a machine shared with other jobs the wall-clock seconds also count the time spent waiting
+for a core.
 """
 
 import time
@@ -42,11 +46,11 @@ def bench_one(name, algo="ring", gpus=8, gpu="a100", flit_scale=1):
     cfg = replay_config(preset, gpus, flit_scale)
     began = time.perf_counter()
     meta, records, _ = generate_trace(build_workload(name), preset, gpus, algo=algo)
-    traced = time.perf_counter()
+    traced, traced_cpu = time.perf_counter(), time.process_time()
     plan = build_plan(meta, records, cfg, path=name)
-    planned = time.perf_counter()
+    planned, planned_cpu = time.perf_counter(), time.process_time()
     result = CompiledModel().run(plan)
-    done = time.perf_counter()
+    done, done_cpu = time.perf_counter(), time.process_time()
     flits = int(plan.flits.sum())
     seconds = done - traced
     return {"workload": name, "algo": algo, "gpus": gpus, "flit_scale": flit_scale,
@@ -56,6 +60,8 @@ def bench_one(name, algo="ring", gpus=8, gpu="a100", flit_scale=1):
             "cycles": int(result.cycles), "simulated_ms": result.cycles * cfg.cycle_ns / 1e6,
             "trace_s": traced - began, "plan_s": planned - traced, "replay_s": done - planned,
             "seconds": seconds, "flits_per_s": flits / seconds,
+            "plan_cpu_s": planned_cpu - traced_cpu, "replay_cpu_s": done_cpu - planned_cpu,
+            "cpu_s": done_cpu - traced_cpu,
             "packets_per_s": plan.packets / seconds}
 
 
@@ -63,7 +69,8 @@ def bench_replay(workloads=WORKLOADS, algo="ring", flit_scale=1, progress=None):
     """Time each workload's iteration under ``algo`` (a key of :data:`ALGOS`: ``"both"`` times
     ring, then in-switch); ratios are to the first row of the same algorithm, in the same run.
     At flit scale 1 with BERT-large first, ``within_target`` says per algorithm whether its
-    iteration took at most :data:`TARGET_S` (``bert_large_within_target``: every one did)."""
+    iteration took at most :data:`TARGET_S` CPU seconds (``bert_large_within_target``: every one
+    did)."""
     rows, within = [], {}
     for each in ALGOS[algo]:
         first = None
@@ -76,7 +83,7 @@ def bench_replay(workloads=WORKLOADS, algo="ring", flit_scale=1, progress=None):
             r["flits_ratio"] = r["flits"] / first["flits"]
             rows.append(r)
         if first["workload"] == "bert_large" and flit_scale == 1:
-            within[each] = first["seconds"] <= TARGET_S
+            within[each] = first["cpu_s"] <= TARGET_S
     out = {"benchmark": "replay", "algo": algo, "flit_scale": flit_scale, "rows": rows,
            "target_s": TARGET_S}
     if within:

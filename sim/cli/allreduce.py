@@ -208,10 +208,11 @@ def _cmd_bench_replay(args):
         lines.append(f"  {r['workload']:<11} {r['algo']:<8} {r['flits']:>13,} flits "
                      f"({r['flits_per_gpu']:,} per GPU), {r['packets']:>11,} packets: "
                      f"{r['seconds']:6.2f} s (plan {r['plan_s']:.2f} + replay "
-                     f"{r['replay_s']:.2f}), {r['flits_per_s'] / 1e6:,.0f} M flits/s; "
+                     f"{r['replay_s']:.2f}), CPU {r['cpu_s']:.2f} s (plan {r['plan_cpu_s']:.2f} "
+                     f"+ replay {r['replay_cpu_s']:.2f}), {r['flits_per_s'] / 1e6:,.0f} M flits/s; "
                      f"x{r['seconds_ratio']:.2f} time for x{r['flits_ratio']:.2f} flits")
     for algo, ok in payload.get("within_target", {}).items():
-        lines.append(f"  BERT-large {algo} within the {payload['target_s']:g} s target: "
+        lines.append(f"  BERT-large {algo} within the {payload['target_s']:g} CPU s target: "
                      f"{'yes' if ok else 'NO'}")
     _emit(args, payload, lines)
     return 0

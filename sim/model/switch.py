@@ -453,9 +453,10 @@ class _SwitchRun:
         self.results[(d, rp.seq)] = out
         for k in self.loop.result(d, rp.seq, out):
             self.try_source(k, self.loop.credit_cycle(out))
+        # Its next start first: the next result's arm, later, then makes no event to drop.
+        self.arm_egress(d, last + 1)
         if self.result_q[d]:
             self.expose_result(d)
-        self.arm_egress(d, last + 1)
 
     def continue_engine(self):
         """Issue the current chunk's flits, one a cycle while every member's result FIFO has

@@ -280,6 +280,7 @@ static void rtab_reserve(RTab *t, i64 keep) {
 /* An ingress's live packets: position i at v[i & mask]. */
 
 typedef struct { i64 pid, j0, flits, grant, visible; } InPkt;
+typedef struct { i64 j0, flits, pop; } Hold;   /* a hold FIFO's packet: first flit, flits, first pop */
 typedef struct { InPkt *v; i64 mask; } Ring;
 
 #define ING(k, i) (&s->ring[k].v[(i) & s->ring[k].mask])
@@ -315,7 +316,9 @@ typedef struct { InPkt *v; i64 mask; } Ring;
     X(const i64 *, con_off) X(const i64 *, con_first) X(const i64 *, con_mid)                  \
     /* outputs: per packet, per (port, chunk), per message, per port; counters[4] */           \
     X(i64 *, inject) X(i64 *, deliver) X(i64 *, results) X(i64 *, done_at)                     \
-    X(i64 *, out_flits) X(i64 *, in_flits) X(i64 *, stall) X(i64 *, counters)
+    X(i64 *, out_flits) X(i64 *, in_flits) X(i64 *, stall) X(i64 *, counters)                  \
+    /* per chunk: its contributions' first injection (-1: none), for slot occupancy */         \
+    X(i64 *, chunk_start)
 
 typedef struct {
 #define FIELD(type, name) type name;
@@ -350,7 +353,7 @@ typedef struct {
     const i64 *wait_off, *wait_list, *con_off, *con_first, *con_mid;
     i64 *con_hint;   /* per port, two lookups: the last message chunk_owner found */
     /* outputs */
-    i64 *inject, *deliver, *results, *done_at, *out_flits, *in_flits, *stall;
+    i64 *inject, *deliver, *results, *done_at, *out_flits, *in_flits, *stall, *chunk_start;
     i64 started;
     /* closed loop */
     tvec *future, *active, *ready, *pend;
@@ -367,14 +370,18 @@ typedef struct {
     tqueue *src_q;   /* per ingress: pending source events (cycle, event key, in the heap) */
     /* egress state */
     i64 *egress_free, *egress_armed, *egress_last, *head_mem, *head_res, *streaming;
+    i64 *nmem;   /* per egress: ingresses with a visible memory packet for it in head_mem */
     i64 *result_last_read;
     RTab *rtabs;
     i64 *rq_head, *rh_head;
     /* arbiters */
     i64 *arb_ptr, *arb_count, *arb_deficit;
     /* reduction unit: per port, its hold FIFO (Python's hold_taken, hold_free, and hold_hist
-       as a ring of hold_cap entries from hold_lo to hold_hi: first flit, flits, first pop) */
-    i64 *hold_taken, *hold_free, hold_cap, *hold_lo, *hold_hi, *hold_j0, *hold_fl, *hold_pop;
+       as a ring of hold_cap entries, a power of two, from hold_lo to hold_hi) */
+    i64 *hold_taken, *hold_free, hold_cap, *hold_lo, *hold_hi;
+    Hold *hold;
+    i64 judge_mask;   /* N - 1 when N is a power of two (the judge's turn without a division) */
+    i64 *room_q, *room_rem;   /* room_time's packet offset and flit, per flit of a chunk */
     i64 *arrivals, *arrived_at;
     tvec engine;   /* complete chunks: (ready cycle, slot, seq) */
     i64 engine_free, engine_armed, engine_blocked;
@@ -647,10 +654,12 @@ static void at(SwitchRun *s, i64 t, i64 kind, i64 arg) {
 static void try_source(SwitchRun *s, i64 k, i64 t) {
     tqueue *q = &s->src_q[k];
     i64 lo = q->head, hi = q->n;   /* the first entry at or after cycle t */
-    if (lo == hi || q->v[hi - 1].a < t) lo = hi;   /* the usual case: after them all */
-    while (lo < hi) {
-        i64 mid = (lo + hi) / 2;
-        if (q->v[mid].a < t) lo = mid + 1; else hi = mid;
+    if (lo == hi || q->v[hi - 1].a < t) {
+        lo = hi;   /* the usual case: after them all */
+    } else {   /* branchless (a conditional move per step): the entry is in [b, b + n) */
+        const trip *b = q->v + lo;
+        for (i64 n = hi - lo; n > 1; n -= n / 2) b = b[n / 2 - 1].a < t ? b + n / 2 : b;
+        lo = b - q->v;
     }
     if (lo < q->n && q->v[lo].a == t) return;
     if (q->n == q->cap && q->head > 0) {   /* reuse the room the popped entries left */
@@ -746,7 +755,9 @@ static void resolve_writes(SwitchRun *s, i64 k) {
     if (s->inject[p] < 0) {
         i64 r = read_time(s, k, j0 - s->D);
         if (r == NONE) return;
-        s->inject[p] = max64(s->src_start[k], r + 1);
+        i64 in = s->inject[p] = max64(s->src_start[k], r + 1), seq = s->pk_seq[p];
+        if (seq >= 0 && (s->chunk_start[seq] < 0 || in < s->chunk_start[seq]))
+            s->chunk_start[seq] = in;   /* kept here: no pass over every packet afterwards */
         update_visible(s, k);
         if (s->pending[k] != i) return;
     }
@@ -771,11 +782,11 @@ static void leave_fifo(SwitchRun *s, i64 k, i64 i) {
 static i64 hold_bound(SwitchRun *s, i64 k) {
     i64 x = s->hold_taken[k] - (s->hold_depth - s->P) - 1;
     if (x < 0) return -1;
-    i64 c = s->hold_cap, *lo = &s->hold_lo[k];
-    while (*lo < s->hold_hi[k] && s->hold_j0[k * c + *lo % c] + s->hold_fl[k * c + *lo % c] <= x)
-        (*lo)++;
-    i64 h = k * c + *lo % c;
-    return s->hold_pop[h] + (x - s->hold_j0[h]) + 1;
+    i64 mask = s->hold_cap - 1, *lo = &s->hold_lo[k];
+    const Hold *ring = s->hold + k * s->hold_cap;
+    while (*lo < s->hold_hi[k] && ring[*lo & mask].j0 + ring[*lo & mask].flits <= x) (*lo)++;
+    const Hold *h = &ring[*lo & mask];
+    return h->pop + (x - h->j0) + 1;
 }
 
 static void grant_contribution(SwitchRun *s, i64 k, i64 i) {
@@ -783,11 +794,10 @@ static void grant_contribution(SwitchRun *s, i64 k, i64 i) {
     e->grant = max64(e->visible, hold_bound(s, k));
     s->in_flits[k] += e->flits;
     i64 head = max64(e->grant + 1, s->hold_free[k]);
-    i64 judged = head + ((k - head - s->judge_phase) % s->N + s->N) % s->N;
-    i64 h = k * s->hold_cap + s->hold_hi[k]++ % s->hold_cap;
-    s->hold_j0[h] = s->hold_taken[k];
-    s->hold_fl[h] = e->flits;
-    s->hold_pop[h] = judged;
+    i64 turn = k - head - s->judge_phase;   /* the wait for port k's turn: turn mod N */
+    i64 judged = head + (s->judge_mask ? turn & s->judge_mask : (turn % s->N + s->N) % s->N);
+    s->hold[k * s->hold_cap + (s->hold_hi[k]++ & (s->hold_cap - 1))] =
+        (Hold){s->hold_taken[k], e->flits, judged};
     s->hold_taken[k] += e->flits;
     s->hold_free[k] = judged + e->flits;
     i64 last = judged + e->flits - 2, seq = s->pk_seq[e->pid];
@@ -812,6 +822,7 @@ static void update_visible(SwitchRun *s, i64 k) {
         grant_contribution(s, k, i);
     } else {
         s->head_mem[s->pk_dst[p] * s->N + k] = i;
+        s->nmem[s->pk_dst[p]]++;
         arm_egress(s, s->pk_dst[p], e->visible + s->pick_lag);
     }
 }
@@ -827,12 +838,9 @@ static i64 result_read(SwitchRun *s, i64 d, i64 idx, i64 rem) {
  * and would start at each egress's result count. */
 static i64 room_time(SwitchRun *s, i64 i, int tentative) {
     /* Flit j0 + i - (depth - 1) of each member's egress, j0 = its packet's number times P:
-     * packet number + q, flit rem of that packet (floor division, once for all members). */
-    i64 back = i - (s->result_depth - 1), q = back / s->P, rem = back - q * s->P, need = -1;
-    if (rem < 0) {
-        rem += s->P;
-        q--;
-    }
+     * packet number + q, flit rem of that packet (room_q, room_rem: the floor division,
+     * made once per i at the start). */
+    i64 q = s->room_q[i], rem = s->room_rem[i], need = -1;
     for (i64 m = 0; m < s->nmembers; m++) {
         i64 d = s->mem_ports[m];
         i64 r = result_read(s, d, (tentative ? s->rtabs[d].n : s->eng_r[m]) + q, rem);
@@ -877,8 +885,9 @@ static void stream_result(SwitchRun *s, i64 d) {
     s->results[d * s->chunks + seq] = out;
     loop_result(s, d, seq, out);
     for (i64 i = 0; i < s->woken.n; i++) try_source(s, s->woken.v[i], out + 1 + s->rt);
-    if (s->rq_head[d] < s->rtabs[d].n) expose_result(s, d);
+    /* Its next start first: the next result's arm, later, then makes no event to drop. */
     arm_egress(s, d, last + 1);
+    if (s->rq_head[d] < s->rtabs[d].n) expose_result(s, d);
 }
 
 static void continue_engine(SwitchRun *s) {
@@ -967,14 +976,20 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
         return;
     }
     /* The arbiter presents at t what it chose at t - pick_lag from the requests then; the
-     * requester whose last flit left then counts as requesting. */
+     * requester whose last flit left then counts as requesting. With no memory packet at a
+     * visible head (nmem[d] == 0: in-switch traffic), only the results may request. */
     i64 N = s->N, *valid = s->valid, *hm = s->head_mem + d * N, any = 0, nxt = NONE;
-    i64 seen = t - s->pick_lag;
-    for (i64 k = 0; k < N; k++) {
-        i64 vis = k != d ? (hm[k] >= 0 ? ING(k, hm[k])->visible : NONE)
-                         : (s->head_res[d] >= 0 ? R_(d, visible, s->head_res[d]) : NONE);
-        valid[k] = vis != NONE && vis <= seen;
-        if (vis != NONE && (nxt == NONE || vis < nxt)) nxt = vis;
+    i64 seen = t - s->pick_lag, res = s->head_res[d] >= 0 ? R_(d, visible, s->head_res[d]) : NONE;
+    if (s->nmem[d]) {
+        for (i64 k = 0; k < N; k++) {
+            i64 vis = k != d ? (hm[k] >= 0 ? ING(k, hm[k])->visible : NONE) : res;
+            valid[k] = vis != NONE && vis <= seen;
+            if (vis != NONE && (nxt == NONE || vis < nxt)) nxt = vis;
+        }
+    } else {
+        memset(valid, 0, (size_t)N * sizeof(i64));
+        valid[d] = res != NONE && res <= seen;
+        nxt = res;
     }
     if (s->egress_last[d] == seen) valid[s->arb_ptr[d]] = 1;
     for (i64 k = 0; k < N; k++) any |= valid[k];
@@ -985,17 +1000,20 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
     i64 new_turn, sel = arb_choose(s, d, valid, &new_turn);
     if (sel == NONE) return;   /* only when every valid requester has weight 0 */
     {   /* chosen as its last flit left, with no next packet here now: an idle cycle */
-        i64 vis = sel != d ? (hm[sel] >= 0 ? ING(sel, hm[sel])->visible : NONE)
-                           : (s->head_res[d] >= 0 ? R_(d, visible, s->head_res[d]) : NONE);
+        i64 vis = sel != d ? (hm[sel] >= 0 ? ING(sel, hm[sel])->visible : NONE) : res;
         if (vis == NONE || vis > t) {
             arm_egress(s, d, t + 1);
             return;
         }
     }
-    for (i64 k = 0; k < N; k++) {   /* this cycle's requests */
-        i64 vis = k != d ? (hm[k] >= 0 ? ING(k, hm[k])->visible : NONE)
-                         : (s->head_res[d] >= 0 ? R_(d, visible, s->head_res[d]) : NONE);
-        valid[k] = vis != NONE && vis <= t;
+    if (s->nmem[d]) {   /* this cycle's requests */
+        for (i64 k = 0; k < N; k++) {
+            i64 vis = k != d ? (hm[k] >= 0 ? ING(k, hm[k])->visible : NONE) : res;
+            valid[k] = vis != NONE && vis <= t;
+        }
+    } else {
+        memset(valid, 0, (size_t)N * sizeof(i64));
+        valid[d] = res != NONE && res <= t;
     }
     arb_start(s, d, valid, sel, new_turn);
     i64 flits = sel == d ? s->P : ING(sel, hm[sel])->flits, *deficit = s->arb_deficit + d * N;
@@ -1012,6 +1030,7 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
     }
     i64 i = hm[sel];
     hm[sel] = -1;
+    s->nmem[d]--;
     InPkt *e = ING(sel, i);
     i64 p = e->pid;
     e->grant = t;
@@ -1115,7 +1134,9 @@ int innet_switch_run(const SwitchArgs *a) {
     s->pick_lag = a->egress_pick_lag;
     s->out_lag = a->egress_out_lag;
     s->engine_restart = a->engine_restart;
-    s->hold_cap = s->hold_depth - s->P + 4;   /* live entries: at most hold_depth - P + 2 */
+    /* live entries: at most hold_depth - P + 2 */
+    for (s->hold_cap = 1; s->hold_cap < s->hold_depth - s->P + 4;) s->hold_cap *= 2;
+    s->judge_mask = (N & (N - 1)) == 0 ? N - 1 : 0;
     s->hist_limit = 4 + s->result_depth / s->P;
     s->priority = a->priority;
     s->weight = a->weight;
@@ -1129,6 +1150,7 @@ int innet_switch_run(const SwitchArgs *a) {
     s->inject = a->inject, s->deliver = a->deliver, s->results = a->results;
     s->done_at = a->done_at;
     s->out_flits = a->out_flits, s->in_flits = a->in_flits, s->stall = a->stall;
+    s->chunk_start = a->chunk_start;
     i64 C = s->chunks > 0 ? s->chunks : 1, R = N;
 
     ZALLOC(s->future, N);
@@ -1160,6 +1182,7 @@ int innet_switch_run(const SwitchArgs *a) {
     ALLOC(s->egress_armed, N, NONE);
     ALLOC(s->egress_last, N, NONE);
     ALLOC(s->head_mem, N * N, -1);
+    ZALLOC(s->nmem, N);
     ALLOC(s->head_res, N, -1);
     ALLOC(s->streaming, N, -1);
     ALLOC(s->result_last_read, N, -1);
@@ -1174,9 +1197,18 @@ int innet_switch_run(const SwitchArgs *a) {
     ZALLOC(s->hold_free, N);
     ZALLOC(s->hold_lo, N);
     ZALLOC(s->hold_hi, N);
-    ZALLOC(s->hold_j0, N * s->hold_cap);
-    ZALLOC(s->hold_fl, N * s->hold_cap);
-    ZALLOC(s->hold_pop, N * s->hold_cap);
+    ZALLOC(s->hold, N * s->hold_cap);
+    ZALLOC(s->room_q, s->P);
+    ZALLOC(s->room_rem, s->P);
+    for (i64 i = 0; i < s->P; i++) {   /* floor division of i - (depth - 1) by P */
+        i64 back = i - (s->result_depth - 1), q = back / s->P, rem = back - q * s->P;
+        if (rem < 0) {
+            rem += s->P;
+            q--;
+        }
+        s->room_q[i] = q;
+        s->room_rem[i] = rem;
+    }
     ZALLOC(s->arrivals, C);
     ALLOC(s->arrived_at, C, -1);
     ZALLOC(s->eng_r, N);
@@ -1237,9 +1269,9 @@ fail:
                   s->src_start, s->ring, s->ing_n, s->fifo_head,
                   s->hist_head, s->written, s->prev_last_read, s->src_busy, s->src_free,
                   s->pending, s->src_q, s->egress_free, s->egress_armed, s->egress_last,
-                  s->head_mem, s->head_res, s->streaming, s->result_last_read, s->rtabs, s->rq_head,
+                  s->head_mem, s->nmem, s->head_res, s->streaming, s->result_last_read, s->rtabs, s->rq_head,
                   s->rh_head, s->arb_ptr, s->arb_count, s->arb_deficit, s->hold_taken,
-                  s->hold_free, s->hold_lo, s->hold_hi, s->hold_j0, s->hold_fl, s->hold_pop,
+                  s->hold_free, s->hold_lo, s->hold_hi, s->hold, s->room_q, s->room_rem,
                   s->arrivals, s->arrived_at, s->eng_r, s->mem_ports,
                   s->valid, s->scratch, s->events};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) free(ps[i]);

@@ -53,7 +53,7 @@ ARRAYS = ("priority", "weight", "pk_flits", "pk_dst", "pk_seq", "pk_msg",
           "m_src", "m_dst", "m_issue", "m_kind", "m_resp_flits", "m_resp_to", "m_ndeps",
           "m_pk_off", "m_pk_len", "wait_off", "wait_list", "con_off", "con_first", "con_mid",
           "inject", "deliver", "results", "done_at", "out_flits", "in_flits", "stall",
-          "counters")
+          "counters", "chunk_start")
 #: The plan's packet arrays, of the plan's type (``int32_t`` in switch_core.c): a whole
 #: iteration is tens of millions of packets.
 PACKET_ARRAYS = ("pk_flits", "pk_dst", "pk_seq", "pk_msg")
@@ -291,7 +291,8 @@ def _run(lib, model, plan):
     out = {"inject": np.full(p_cap, -1, np.int64), "deliver": np.full(p_cap, -1, np.int64),
            "results": np.full(N * C, -1, np.int64), "done_at": np.full(m_cap, -1, np.int64),
            "out_flits": np.zeros(N, np.int64), "in_flits": np.zeros(N, np.int64),
-           "stall": np.zeros(N, np.int64), "counters": np.zeros(4, np.int64)}
+           "stall": np.zeros(N, np.int64), "counters": np.zeros(4, np.int64),
+           "chunk_start": np.full(C, -1, np.int64)}
     # Per egress, per requester (requester d of egress d: the reduction results).
     priority = np.array([a.priority for a in model.arbiters], np.int64)
     weight = np.array([a.weight for a in model.arbiters], np.int64)
@@ -308,7 +309,8 @@ def _run(lib, model, plan):
     return ReplayResult.build(
         "model", plan, message_done, out["inject"][:npk], out["deliver"][:npk], results,
         egress_flits=out["out_flits"].tolist(), ingress_flits=out["in_flits"].tolist(),
-        stall_cycles=out["stall"].tolist(), wall_s=time.perf_counter() - began,
+        stall_cycles=out["stall"].tolist(), chunk_start=out["chunk_start"][:plan.chunks],
+        wall_s=time.perf_counter() - began,
         extra={"core": "c", "events": int(out["counters"][3])})
 
 

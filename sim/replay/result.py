@@ -106,15 +106,18 @@ class ReplayResult:
         return cls.build(backend, plan, loop.done_at, *arrays, results, **counters)
 
     @classmethod
-    def build(cls, backend, plan, message_done, inject, deliver, results, **counters):
+    def build(cls, backend, plan, message_done, inject, deliver, results, chunk_start=None,
+              **counters):
         """Build a result from per-packet arrays (``inject``, ``deliver``: cycle or -1, indexed
-        by pid), ``results`` ((port, seq) → cycle) and ``message_done`` (mid → cycle)."""
+        by pid), ``results`` ((port, seq) → cycle) and ``message_done`` (mid → cycle);
+        ``chunk_start``: each chunk's first contribution injection when the backend kept it
+        (see :func:`slot_occupancy`)."""
         if not isinstance(results, ResultCycles):
             results = dict(results)
         last_result = results.last() if isinstance(results, ResultCycles) else \
             max(results.values(), default=-1)
         last = max(int(deliver.max(initial=-1)), int(last_result))
-        peak, mean = slot_occupancy(plan, inject, results)
+        peak, mean = slot_occupancy(plan, inject, results, chunk_start)
         return cls(backend=backend, plan=plan, cycles=last + 1, inject=inject, deliver=deliver,
                    results=results, slot_peak=peak, slot_mean=mean,
                    message_done=dict(message_done), **counters)
@@ -192,16 +195,19 @@ def compare(reference, other):
     }
 
 
-def slot_occupancy(plan, inject, results):
+def slot_occupancy(plan, inject, results, start=None):
     """Peak and mean number of chunks in flight (first contribution in → last result out),
-    an upper bound on the slots held."""
+    an upper bound on the slots held. ``start``: each chunk's first contribution injection
+    (any value for a chunk without results), when the replay kept it as it went (the C core:
+    a pass over tens of millions of packets saved); else it is found from ``inject``."""
     if not plan.chunks:
         return 0, 0.0
-    # Every packet at once, the others (seq -1) into a spare last entry: selecting the
-    # contributions first would copy tens of millions of entries.
-    start = np.full(plan.chunks + 1, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(start, plan.seq, np.asarray(inject, dtype=np.int64))
-    start = start[:-1]
+    if start is None:
+        # Every packet at once, the others (seq -1) into a spare last entry: selecting the
+        # contributions first would copy tens of millions of entries.
+        start = np.full(plan.chunks + 1, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(start, plan.seq, np.asarray(inject, dtype=np.int64))
+        start = start[:-1]
     end = np.full(plan.chunks, -1, dtype=np.int64)
     if isinstance(results, ResultCycles):
         if results.cycles.size:
