@@ -382,3 +382,15 @@ def test_caveats_count_the_rtl_windows_of_every_traffic_configuration(default_ru
     exact = sum(i % 5 != 0 for i in range(len(rows)))
     assert f"{exact} of {len(rows)} windows equal to the model" in text
     assert f"1,000–{999 + len(rows):,} packets" in text
+
+
+@pytest.mark.parametrize("differ", [(), ("prio",)])
+def test_slowdown_plot_draws_identical_policies_once(default_run, differ):
+    """A bar per point and outcome, as in the table: rr and prio that gave one outcome share a
+    bar labelled rr=prio; where they differ, each has its own."""
+    from sim.experiment import report
+    points = _points(default_run, ("rr", "prio"), differ)
+    plots = dict(report._plots(points))
+    ticks = [t.get_text().split("\n")[2] for t in plots["slowdown.png"].axes[0].get_xticklabels()]
+    want = ["rr", "prio"] * (len(points) // 2) if differ else ["rr=prio"] * (len(points) // 2)
+    assert ticks == want

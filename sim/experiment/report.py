@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sim.errors import OutputPathError
 from sim.experiment.answer import answer, glossary, setup
-from sim.experiment.tables import markdown_table, point_row
+from sim.experiment.tables import arbiter_label, markdown_table, merge_policies, point_row
 from sim.experiment.timeline import COMM_TID, COMPUTE_TID, chrome_trace
 from sim.files import atomic_writes
 
@@ -138,18 +138,24 @@ def _plots(results):
 
     plots = []
     traffic = any(r.traffic != "dp" for r in results)
-    labels = [f"{r.workload}\n{r.algo}\n{r.policy}" + (f"\n{r.traffic}" if traffic else "")
-              + (f"\n{r.bucket_mb:g} MiB"
-                                                      if len({x.bucket_mb for x in results}) > 1
-                                                      else "") for r in results]
-    fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(results)), 4.5))
-    bottom = [0.0] * len(results)
+    several_buckets = len({r.bucket_mb for r in results}) > 1
+    # One bar per point and outcome, as the tables have one row: policies that gave identical
+    # results at a point share a bar labelled rr=prio instead of drawing it twice.
+    rows = [point_row(r) for r in results]
+    result_of = {id(row): r for row, r in zip(rows, results)}
+    merged = [(result_of[id(row)], policies) for row, policies in merge_policies(rows)]
+    bars = [r for r, _ in merged]
+    labels = [f"{r.workload}\n{r.algo}\n{arbiter_label(policies)}"
+              + (f"\n{r.traffic}" if traffic else "")
+              + (f"\n{r.bucket_mb:g} MiB" if several_buckets else "") for r, policies in merged]
+    fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(bars)), 4.5))
+    bottom = [0.0] * len(bars)
     for key, name, color in (("slowdown_sm", "SM", "#4c72b0"), ("slowdown_hbm", "HBM", "#dd8452"),
                              ("slowdown_l2", "L2", "#8172b3"), ("slowdown_link", "link", "#55a868")):
-        values = [100 * r.metrics[key] for r in results]
-        ax.bar(range(len(results)), values, bottom=bottom, label=name, color=color)
+        values = [100 * r.metrics[key] for r in bars]
+        ax.bar(range(len(bars)), values, bottom=bottom, label=name, color=color)
         bottom = [b + v for b, v in zip(bottom, values)]
-    ax.set_xticks(range(len(results)), labels, fontsize=7)
+    ax.set_xticks(range(len(bars)), labels, fontsize=7)
     ax.set_ylabel("backprop slowdown, %")
     ax.set_title("Backprop slowdown from overlapping the all-reduce, by cause")
     ax.set_ylim(0, max(max(bottom) * 1.15, 0.1))
@@ -157,10 +163,10 @@ def _plots(results):
     fig.tight_layout()
     plots.append(("slowdown.png", fig))
 
-    fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(results)), 4.5))
-    ax.bar(range(len(results)), [r.metrics["exposed_comm_ms"] for r in results],
+    fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(bars)), 4.5))
+    ax.bar(range(len(bars)), [r.metrics["exposed_comm_ms"] for r in bars],
            color="#c44e52", label="exposed communication")
-    ax.set_xticks(range(len(results)), labels, fontsize=7)
+    ax.set_xticks(range(len(bars)), labels, fontsize=7)
     ax.set_ylabel("ms")
     ax.set_title("Exposed communication per iteration")
     fig.tight_layout()
