@@ -38,7 +38,7 @@ sim = "verilator"
 
 [switch]
 lanes = 8              # 32 B flits at flit scale 1
-slots = 256            # 256 x 256 B per 703 ns round trip = 93 GB/s, under ring's 171
+slots = 256            # 256 x 256 B per 707 ns round trip = 93 GB/s, under ring's 171
 chunk_flits = 8        # 256 B chunks
 mtu_flits = 64
 target_flits = 4000    # simulated gradient flits per GPU per iteration (sets the flit scale)
