@@ -147,6 +147,8 @@ class ReductionProperties(Elaboratable):
        room for a whole chunk in its hold FIFO takes a first flit (``ready``); on every result
        port ``valid`` does not fall and the flit does not change until ``ready``; no result is
        ever written into a full result FIFO (nothing lost).
+    5. **No read-during-write on a bank**: a bank write never hits the word the engine reads
+       in the same cycle (why the banks carry Yosys's ``no_rw_check``: no bypass logic).
 
     Invariants that make the proof inductive, each a true statement of the design: a port
     writing a packet holds its slot as a not-yet-arrived member of the slot's job and chunk; a
@@ -302,6 +304,10 @@ class ReductionProperties(Elaboratable):
             with m.If(started & past_stuck):
                 m.d.comb += [Assert(out.valid), Assert(out.payload.as_value() == past_flit)]
         m.d.comb += Assert(st.result_lost == 0)
+        # 5. no read-during-write on a bank
+        for k in range(N):
+            m.d.comb += Assert(~(st.bank_write[k] & st.bank_read &
+                                 (st.bank_write_addr[k] == st.bank_read_addr)))
         return m
 
 
