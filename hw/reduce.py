@@ -51,7 +51,7 @@ from amaranth.lib.wiring import In, Out
 from .arbiter import select_tree
 from .blockfifo import BlockFIFO
 from .errors import ParameterTypeError
-from .fpadd import BF16, FP32, float_add
+from .fpadd import BF16, FP32, delay_by, tree_node
 from .packet import JOB_BITS, LANE_BITS, SEQ_BITS, SLOT_BITS, DType, Kind, flit_layout
 from .spec import SwitchSpec
 
@@ -716,13 +716,6 @@ class ReductionUnit(wiring.Component):
             ("f32", FP32, "fp32" in dtypes), ("b0", BF16, "bf16" in dtypes),
             ("b1", BF16, "bf16" in dtypes)) if enabled]
 
-        def delay(value, cycles, tag):
-            for c in range(cycles):
-                reg = Signal(len(value), name=f"{tag}_d{c}", reset_less=True)
-                m.d.sync += reg.eq(value)
-                value = reg
-            return value
-
         # int32: one registered level per cycle; "p" marks a present member.
         int_root = None
         if "int32" in dtypes:
@@ -743,7 +736,7 @@ class ReductionUnit(wiring.Component):
                     m.d.sync += node["int"].eq(a["int"] if b is None else a["int"] + b["int"])
                     nxt.append(node)
                 nodes = nxt
-            int_root = delay(nodes[0]["int"], self._levels * (k_fp - 1),
+            int_root = delay_by(m, nodes[0]["int"], self._levels * (k_fp - 1),
                              f"l{lane}_int_root").as_signed()
 
         # fp32 / bf16: k_fp cycles per level. A node with both operands present is their sum;
@@ -763,20 +756,14 @@ class ReductionUnit(wiring.Component):
                     node = {}
                     if b is None:
                         for key, fmt in fp_keys:
-                            node[key] = delay(a[key], k_fp, f"{tag}_{key}")
-                        node["p"] = delay(a["p"], k_fp, f"{tag}_p")
+                            node[key] = delay_by(m, a[key], k_fp, f"{tag}_{key}")
+                        node["p"] = delay_by(m, a["p"], k_fp, f"{tag}_p")
                         nxt.append(node)
                         continue
-                    both = delay(a["p"] & b["p"], k_fp - 1, f"{tag}_both")
-                    node["p"] = delay(a["p"] | b["p"], k_fp, f"{tag}_p")
+                    node["p"] = delay_by(m, a["p"] | b["p"], k_fp, f"{tag}_p")
                     for key, fmt in fp_keys:
-                        total = float_add(m, a[key], b[key], fmt, prefix=f"{tag}_{key}",
-                                          stages=k_fp)
-                        passed = delay(Mux(a["p"], a[key], b[key]), k_fp - 1,
-                                       f"{tag}_{key}_pass")
-                        reg = Signal(fmt.width, name=f"{tag}_{key}")
-                        m.d.sync += reg.eq(Mux(both, total, passed))
-                        node[key] = reg
+                        node[key] = tree_node(m, a[key], b[key], a["p"], b["p"], fmt, k_fp,
+                                              prefix=f"{tag}_{key}")
                     nxt.append(node)
                 nodes = nxt
             fp_root = nodes[0]

@@ -36,7 +36,7 @@ that sinks it — the wait-for graph has no cycle, so as long as every GPU event
 flits, every packet is delivered.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -147,10 +147,14 @@ class Switch(wiring.Component):
             # is zeroed here rather than at its ingress, as the registers' synchronous reset
             # (the ingress offers the truncating flit's data unchanged).
             m.submodules[f"egress{d}_out"] = out = RegisterSlice(layout)
+            flit = arb.o.payload
+            fields = {"dst": Const(d, len(flit.dst)),
+                      "data": Mux(flit.user.kind == Kind.NULLIFIED, 0, flit.data)}
+            # One assignment of the whole flit (field by field, a constant field would be a
+            # process that reads nothing: Verilator's ALWNEVER).
             m.d.comb += [out.i.valid.eq(arb.o.valid), arb.o.ready.eq(out.i.ready),
-                         out.i.payload.eq(arb.o.payload), out.i.payload.dst.eq(d)]
-            with m.If(arb.o.payload.user.kind == Kind.NULLIFIED):
-                m.d.comb += out.i.payload.data.eq(0)
+                         out.i.payload.eq(Cat(fields[name] if name in fields else flit[name]
+                                              for name, _ in layout))]
             wiring.connect(m, out.o, wiring.flipped(self.o[d]))
 
         drop_hits = [[] for _ in DROP_CAUSES]
