@@ -159,14 +159,17 @@ class ReductionProperties(Elaboratable):
 
     Non-vacuity: with ``claim_unreachable=True`` the harness also asserts that no slot is
     ever freed; that must fail (a complete reduction is reachable), so properties 1–3 are not
-    true merely because nothing happens.
+    true merely because nothing happens. With ``overlap_unreachable=True`` it asserts that no
+    bank is written in a cycle the engine reads; that must fail too, so property 5 compares
+    addresses of writes and reads that do meet.
     """
 
-    def __init__(self, spec=None, *, claim_unreachable=False):
+    def __init__(self, spec=None, *, claim_unreachable=False, overlap_unreachable=False):
         spec = spec or SwitchSpec(ports=3, lanes=1, slots=2, chunk_flits=2, jobs=2,
                                   dtypes=("int32",))
         self.dut = ReductionUnit(spec)
         self.claim_unreachable = claim_unreachable
+        self.overlap_unreachable = overlap_unreachable
 
     def elaborate(self, platform):
         m = Module()
@@ -186,6 +189,8 @@ class ReductionProperties(Elaboratable):
             m.d.comb += value.eq(AnySeq(len(value)))
         if self.claim_unreachable:
             m.d.comb += Assert(st.slot_free == 0)
+        if self.overlap_unreachable:
+            m.d.comb += Assert(~(st.bank_write.any() & st.bank_read))
 
         started = Signal()
         m.d.sync += started.eq(1)
