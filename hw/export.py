@@ -19,12 +19,13 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .arbiter import PRIO_BITS, QUANTUM_BITS, WEIGHT_BITS, LinkArbiter
+from .fpadd import BF16, FP32, MAX_STAGES, TreeNode
 from .packet import JOB_BITS, LANE_BITS, PORT_BITS, SLOT_BITS, USER_LAYOUT, field_table, flit_layout
 from .reduce import COUNTER_BITS, ERROR_CAUSES, ReductionUnit
 from .spec import ELEMENT_TYPES, Policy
 from .switch import DROP_CAUSES, Switch
 
-__all__ = ["AXIS_SIGNALS", "AxisArbiter", "AxisReduce", "AxisSwitch", "export_arbiter",
+__all__ = ["AXIS_SIGNALS", "AxisArbiter", "AxisReduce", "AxisSwitch", "export_arbiter", "export_fpadd",
            "export_reduce", "export_switch",
            "sidecar", "fix_initial_values"]
 
@@ -344,3 +345,21 @@ def export_switch(spec, name=None):
     params.update(policy=spec.policy.value, drop_causes=list(DROP_CAUSES),
                   error_causes=list(ERROR_CAUSES))
     return to_verilog(top, name), sidecar(top, name, "switch", params)
+
+
+def export_fpadd(dtype, stages=MAX_STAGES, name=None):
+    """``(verilog_text, sidecar_dict)`` for one node of the reduction unit's fp adder tree
+    (:class:`hw.fpadd.TreeNode`, ``dtype`` ``"fp32"`` or ``"bf16"``): the adders' own timing,
+    apart from the unit around them."""
+    fmt = {"fp32": FP32, "bf16": BF16}[dtype]
+    top = TreeNode(fmt, stages)
+    name = name or f"innet_fpadd_{dtype}_st{stages}"
+    return to_verilog(top, name), {
+        "module": name, "block": "fpadd", "generator": "innet (hw.export)",
+        "parameters": {"dtype": dtype, "stages": stages, "latency_cycles": stages + 1},
+        "clock": "clk", "reset": {"name": "rst", "kind": "synchronous", "active": "high"},
+        "ports": _port_rows(top)[:2] + [
+            {"name": port, "direction": "in" if member.flow == In else "out",
+             "width": member.shape if isinstance(member.shape, int) else member.shape.width,
+             "role": "operand" if member.flow == In else "result"}
+            for port, member in top.signature.members.items()]}

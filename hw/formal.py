@@ -147,6 +147,8 @@ class ReductionProperties(Elaboratable):
        room for a whole chunk in its hold FIFO takes a first flit (``ready``); on every result
        port ``valid`` does not fall and the flit does not change until ``ready``; no result is
        ever written into a full result FIFO (nothing lost).
+    5. **No read-during-write on a bank**: a bank write never hits the word the engine reads
+       in the same cycle (why the banks carry Yosys's ``no_rw_check``: no bypass logic).
 
     Invariants that make the proof inductive, each a true statement of the design: a port
     writing a packet holds its slot as a not-yet-arrived member of the slot's job and chunk; a
@@ -157,14 +159,17 @@ class ReductionProperties(Elaboratable):
 
     Non-vacuity: with ``claim_unreachable=True`` the harness also asserts that no slot is
     ever freed; that must fail (a complete reduction is reachable), so properties 1–3 are not
-    true merely because nothing happens.
+    true merely because nothing happens. With ``overlap_unreachable=True`` it asserts that no
+    bank is written in a cycle the engine reads; that must fail too, so property 5 compares
+    addresses of writes and reads that do meet.
     """
 
-    def __init__(self, spec=None, *, claim_unreachable=False):
+    def __init__(self, spec=None, *, claim_unreachable=False, overlap_unreachable=False):
         spec = spec or SwitchSpec(ports=3, lanes=1, slots=2, chunk_flits=2, jobs=2,
                                   dtypes=("int32",))
         self.dut = ReductionUnit(spec)
         self.claim_unreachable = claim_unreachable
+        self.overlap_unreachable = overlap_unreachable
 
     def elaborate(self, platform):
         m = Module()
@@ -184,6 +189,8 @@ class ReductionProperties(Elaboratable):
             m.d.comb += value.eq(AnySeq(len(value)))
         if self.claim_unreachable:
             m.d.comb += Assert(st.slot_free == 0)
+        if self.overlap_unreachable:
+            m.d.comb += Assert(~(st.bank_write.any() & st.bank_read))
 
         started = Signal()
         m.d.sync += started.eq(1)
@@ -302,6 +309,10 @@ class ReductionProperties(Elaboratable):
             with m.If(started & past_stuck):
                 m.d.comb += [Assert(out.valid), Assert(out.payload.as_value() == past_flit)]
         m.d.comb += Assert(st.result_lost == 0)
+        # 5. no read-during-write on a bank
+        for k in range(N):
+            m.d.comb += Assert(~(st.bank_write[k] & st.bank_read &
+                                 (st.bank_write_addr[k] == st.bank_read_addr)))
         return m
 
 

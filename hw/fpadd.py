@@ -39,8 +39,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["FloatFormat", "FP32", "BF16", "float_add", "FloatAdder", "CUTS", "STAGE_CUTS",
-           "MAX_STAGES"]
+__all__ = ["FloatFormat", "FP32", "BF16", "float_add", "FloatAdder", "TreeNode", "tree_node",
+           "delay_by", "CUTS", "STAGE_CUTS", "MAX_STAGES"]
 
 
 @dataclass(frozen=True)
@@ -317,4 +317,60 @@ class FloatAdder(wiring.Component):
         m = Module()
         total = float_add(m, self.a, self.b, self._fmt, stages=self._stages)
         m.d.sync += self.result.eq(total)
+        return m
+
+
+def delay_by(m, value, cycles, tag):
+    """``value`` through ``cycles`` registers (no reset) named ``{tag}_d0`` …"""
+    for c in range(cycles):
+        reg = Signal(len(value), name=f"{tag}_d{c}", reset_less=True)
+        m.d.sync += reg.eq(value)
+        value = reg
+    return value
+
+
+def tree_node(m, a, b, a_present, b_present, fmt, stages, prefix="node"):
+    """One node of the reduction unit's adder tree: ``a + b`` when both members are present,
+    else the present one passed through (its NaN payload too), in the level register
+    ``stages`` cycles after the operands. The presence choice is made beside the adder's first
+    stage and delayed with it. Returns the level register."""
+    total = float_add(m, a, b, fmt, prefix=prefix, stages=stages)
+    both = delay_by(m, a_present & b_present, stages - 1, f"{prefix}_both")
+    passed = delay_by(m, Mux(a_present, a, b), stages - 1, f"{prefix}_pass")
+    level = Signal(fmt.width, name=prefix)
+    m.d.sync += level.eq(Mux(both, total, passed))
+    return level
+
+
+class TreeNode(wiring.Component):
+    """A tree node (:func:`tree_node`) between registered operands, as it sits in the reduction
+    unit (bank read data or the level below in, the level register out): what ``innet synth
+    fpadd`` places and routes to give the adders' own Fmax.
+
+    Members
+    -------
+    a, b : In(fmt.width)
+    a_present, b_present : In(1)
+    result : Out(fmt.width)
+    """
+
+    def __init__(self, fmt, stages=MAX_STAGES):
+        if not isinstance(fmt, FloatFormat):
+            raise TypeError(f"Format must be a FloatFormat, not {fmt!r}")
+        _check_stages(stages)
+        self._fmt, self._stages = fmt, stages
+        super().__init__({"a": In(fmt.width), "b": In(fmt.width), "a_present": In(1),
+                          "b_present": In(1), "result": Out(fmt.width)})
+
+    fmt = property(lambda self: self._fmt)
+    stages = property(lambda self: self._stages)
+
+    def elaborate(self, platform):
+        m = Module()
+        ops = [Signal(len(port), name=f"{name}_q")
+               for name, port in (("a", self.a), ("b", self.b), ("a_present", self.a_present),
+                                  ("b_present", self.b_present))]
+        m.d.sync += [ops[0].eq(self.a), ops[1].eq(self.b), ops[2].eq(self.a_present),
+                     ops[3].eq(self.b_present)]
+        m.d.comb += self.result.eq(tree_node(m, *ops, self._fmt, self._stages))
         return m

@@ -49,8 +49,9 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .arbiter import select_tree
+from .blockfifo import BlockFIFO
 from .errors import ParameterTypeError
-from .fpadd import BF16, FP32, float_add
+from .fpadd import BF16, FP32, delay_by, tree_node
 from .packet import JOB_BITS, LANE_BITS, SEQ_BITS, SLOT_BITS, DType, Kind, flit_layout
 from .spec import SwitchSpec
 
@@ -239,6 +240,13 @@ class ReductionUnit(wiring.Component):
             write=[Signal(name=f"p{k}_write") for k in range(N)],
             write_slot=[Signal(slot_range, name=f"p{k}_write_slot") for k in range(N)],
             result_lost=Signal(N, name="result_lost"),         # a result met a full FIFO
+            # the banks' ports as the memories see them: the (registered) write of each
+            # port's bank, and the engine's read of every bank
+            bank_write=Signal(N, name="bank_write"),
+            bank_write_addr=[Signal(range(max(S * P, 2)), name=f"bank{k}_write_addr")
+                             for k in range(N)],
+            bank_read=Signal(name="bank_read"),
+            bank_read_addr=Signal(range(max(S * P, 2)), name="bank_read_addr"),
             # the engine: the slot it reads (busy) and the registered pick of the next one
             busy=Signal(name="busy"),
             eng_slot=Signal(slot_range, name="eng_slot"),
@@ -314,12 +322,16 @@ class ReductionUnit(wiring.Component):
 
         # -- banks -------------------------------------------------------------------------
         lane_shape = data.ArrayLayout(LANE_BITS, L)
-        read_addr = Signal(range(addr_depth))
-        read_en = Signal()
+        read_addr, read_en = st.bank_read_addr, st.bank_read
         bank_data = []
         write_ports = []
         for k in range(N):
-            m.submodules[f"bank{k}"] = bank = Memory(shape=lane_shape, depth=addr_depth, init=[])
+            # no_rw_check: the engine never reads the word a bank is writing in the same cycle
+            # (it reads only complete slots; a bank writes only a slot its port has not yet
+            # arrived in — proved, hw.formal.ReductionProperties), so Yosys need not add a
+            # read-during-write bypass (a register and a multiplexer per bank bit).
+            m.submodules[f"bank{k}"] = bank = Memory(shape=lane_shape, depth=addr_depth, init=[],
+                                                     attrs={"no_rw_check": 1})
             # The judgement drives a write request; the bank takes it a cycle later from
             # registers, so the first-flit checks end at a flip-flop instead of at the bank's
             # write enable (far away, with a long setup in LUT-RAM). The engine cannot miss the
@@ -332,8 +344,10 @@ class ReductionUnit(wiring.Component):
             # Address and data need no reset: nothing is written while the enable is low.
             wreq_addr = Signal.like(wp.addr, name=f"bank{k}_waddr", reset_less=True)
             wreq_data = Signal.like(wp.data, name=f"bank{k}_wdata", reset_less=True)
-            m.d.sync += [bank_wp.en.eq(wp.en), wreq_addr.eq(wp.addr), wreq_data.eq(wp.data)]
-            m.d.comb += [bank_wp.addr.eq(wreq_addr), bank_wp.data.eq(wreq_data)]
+            m.d.sync += [st.bank_write[k].eq(wp.en), wreq_addr.eq(wp.addr),
+                         wreq_data.eq(wp.data)]
+            m.d.comb += [bank_wp.en.eq(st.bank_write[k]), bank_wp.addr.eq(wreq_addr),
+                         bank_wp.data.eq(wreq_data), st.bank_write_addr[k].eq(wreq_addr)]
             write_ports.append(wp)
             rp = bank.read_port()
             m.d.comb += [rp.addr.eq(read_addr), rp.en.eq(read_en)]
@@ -570,11 +584,16 @@ class ReductionUnit(wiring.Component):
                      pick_ok.eq(g_any.any()),
                      pick_members.eq(select_tree(m, g_pick, g_mem, N, "pick_next_members"))]
 
-        # Credits: results in flight must fit in every member's FIFO.
+        # Credits: results in flight must fit in every member's FIFO. A result FIFO holds only
+        # what varies between results (the source, kind and destination are constants of the
+        # egress) and sits in block RAM (hw.blockfifo).
+        result_entry = data.StructLayout({
+            "data": lane_shape, "last": 1, "dtype": DType, "job": range(max(J, 2)),
+            "slot": range(max(S, 2)), "seq": SEQ_BITS})
         fifos = []
         for k in range(N):
-            m.submodules[f"result_fifo{k}"] = q = fifo.SyncFIFOBuffered(
-                width=flit_layout(L).size, depth=self._fifo_depth)
+            m.submodules[f"result_fifo{k}"] = q = BlockFIFO(width=result_entry.size,
+                                                            depth=self._fifo_depth)
             fifos.append(q)
         in_flight = st.in_flight
         # occupancy[k] is kept equal to fifos[k].level + in_flight, updated from the events
@@ -640,26 +659,30 @@ class ReductionUnit(wiring.Component):
             sat_flags.append(flag)
 
         out_meta = stages[-1]
-        result = Signal(flit_layout(L))
+        result = Signal(result_entry)
         m.d.comb += [
             result.data.eq(Cat(*result_lanes)),
             result.last.eq(out_meta.last),
-            result.src.eq(0),
-            result.user.kind.eq(Kind.REDUCE_RESULT),
-            result.user.dtype.eq(out_meta.dtype),
-            result.user.job.eq(out_meta.job),
-            result.user.slot.eq(out_meta.slot),
-            result.user.seq.eq(out_meta.seq),
+            result.dtype.eq(out_meta.dtype),
+            result.job.eq(out_meta.job),   # a claimed slot's job is below J (unknown_job)
+            result.slot.eq(out_meta.slot),
+            result.seq.eq(out_meta.seq),
         ]
         for k in range(N):
             q = fifos[k]
-            copy = Signal(flit_layout(L), name=f"result{k}")
-            m.d.comb += [copy.eq(result), copy.dst.eq(k)]
-            m.d.comb += [q.w_data.eq(copy), q.w_en.eq(out_meta.valid & out_meta.members[k]),
+            m.d.comb += [q.w_data.eq(result), q.w_en.eq(out_meta.valid & out_meta.members[k]),
                          st.result_lost[k].eq(q.w_en & ~q.w_rdy)]
             out = self.o[k]
-            m.d.comb += [out.payload.eq(q.r_data), out.valid.eq(q.r_rdy),
-                         q.r_en.eq(out.ready)]
+            head = Signal(result_entry, name=f"result{k}_head")
+            m.d.comb += [head.eq(q.r_data),
+                         out.payload.data.eq(head.data), out.payload.last.eq(head.last),
+                         out.payload.src.eq(0), out.payload.dst.eq(k),
+                         out.payload.user.kind.eq(Kind.REDUCE_RESULT),
+                         out.payload.user.dtype.eq(head.dtype),
+                         out.payload.user.job.eq(head.job),
+                         out.payload.user.slot.eq(head.slot),
+                         out.payload.user.seq.eq(head.seq),
+                         out.valid.eq(q.r_rdy), q.r_en.eq(out.ready)]
 
         # -- counters and flags ------------------------------------------------------------
         for c, cause in enumerate(ERROR_CAUSES):
@@ -693,34 +716,27 @@ class ReductionUnit(wiring.Component):
             ("f32", FP32, "fp32" in dtypes), ("b0", BF16, "bf16" in dtypes),
             ("b1", BF16, "bf16" in dtypes)) if enabled]
 
-        def delay(value, cycles, tag):
-            for c in range(cycles):
-                reg = Signal(len(value), name=f"{tag}_d{c}", reset_less=True)
-                m.d.sync += reg.eq(value)
-                value = reg
-            return value
-
         # int32: one registered level per cycle; "p" marks a present member.
         int_root = None
         if "int32" in dtypes:
-            nodes = [{"int": word.as_signed(), "p": present} for word, present in leaves]
+            # An absent member is zeroed once, at its leaf (an AND per bit), so every level
+            # is a plain sum: no operand multiplexers inside the tree.
+            nodes = []
+            for n, (word, present) in enumerate(leaves):
+                leaf = Signal(signed(LANE_BITS), name=f"l{lane}_leaf{n}")
+                m.d.comb += leaf.eq(word & present.replicate(LANE_BITS))
+                nodes.append({"int": leaf})
             for level in range(self._levels):
                 nxt = []
                 for pair in range(0, len(nodes), 2):
                     a = nodes[pair]
                     b = nodes[pair + 1] if pair + 1 < len(nodes) else None
                     tag = f"l{lane}_v{level}_{pair // 2}"
-                    node = {"int": Signal(signed(int_width), name=f"{tag}_int"),
-                            "p": Signal(name=f"{tag}_ip")}
-                    if b is None:
-                        m.d.sync += [node["int"].eq(a["int"]), node["p"].eq(a["p"])]
-                    else:
-                        m.d.sync += [node["int"].eq(Mux(a["p"], a["int"], 0) +
-                                                    Mux(b["p"], b["int"], 0)),
-                                     node["p"].eq(a["p"] | b["p"])]
+                    node = {"int": Signal(signed(int_width), name=f"{tag}_int")}
+                    m.d.sync += node["int"].eq(a["int"] if b is None else a["int"] + b["int"])
                     nxt.append(node)
                 nodes = nxt
-            int_root = delay(nodes[0]["int"], self._levels * (k_fp - 1),
+            int_root = delay_by(m, nodes[0]["int"], self._levels * (k_fp - 1),
                              f"l{lane}_int_root").as_signed()
 
         # fp32 / bf16: k_fp cycles per level. A node with both operands present is their sum;
@@ -740,20 +756,14 @@ class ReductionUnit(wiring.Component):
                     node = {}
                     if b is None:
                         for key, fmt in fp_keys:
-                            node[key] = delay(a[key], k_fp, f"{tag}_{key}")
-                        node["p"] = delay(a["p"], k_fp, f"{tag}_p")
+                            node[key] = delay_by(m, a[key], k_fp, f"{tag}_{key}")
+                        node["p"] = delay_by(m, a["p"], k_fp, f"{tag}_p")
                         nxt.append(node)
                         continue
-                    both = delay(a["p"] & b["p"], k_fp - 1, f"{tag}_both")
-                    node["p"] = delay(a["p"] | b["p"], k_fp, f"{tag}_p")
+                    node["p"] = delay_by(m, a["p"] | b["p"], k_fp, f"{tag}_p")
                     for key, fmt in fp_keys:
-                        total = float_add(m, a[key], b[key], fmt, prefix=f"{tag}_{key}",
-                                          stages=k_fp)
-                        passed = delay(Mux(a["p"], a[key], b[key]), k_fp - 1,
-                                       f"{tag}_{key}_pass")
-                        reg = Signal(fmt.width, name=f"{tag}_{key}")
-                        m.d.sync += reg.eq(Mux(both, total, passed))
-                        node[key] = reg
+                        node[key] = tree_node(m, a[key], b[key], a["p"], b["p"], fmt, k_fp,
+                                              prefix=f"{tag}_{key}")
                     nxt.append(node)
                 nodes = nxt
             fp_root = nodes[0]

@@ -36,7 +36,7 @@ that sinks it — the wait-for graph has no cycle, so as long as every GPU event
 flits, every packet is delivered.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -142,8 +142,19 @@ class Switch(wiring.Component):
                 m.d.comb += arb.quantum.eq(self.cfg_quantum)
             wiring.connect(m, red.o[d], arb.i[d])
             # The egress port is driven from flip-flops (the multiplexer's output registered).
+            # Two fields need no multiplexer: every flit egress d carries is addressed to d
+            # (memory traffic is routed by dst, results are d's), and a NULLIFIED tail's data
+            # is zeroed here rather than at its ingress, as the registers' synchronous reset
+            # (the ingress offers the truncating flit's data unchanged).
             m.submodules[f"egress{d}_out"] = out = RegisterSlice(layout)
-            wiring.connect(m, arb.o, out.i)
+            flit = arb.o.payload
+            fields = {"dst": Const(d, len(flit.dst)),
+                      "data": Mux(flit.user.kind == Kind.NULLIFIED, 0, flit.data)}
+            # One assignment of the whole flit (field by field, a constant field would be a
+            # process that reads nothing: Verilator's ALWNEVER).
+            m.d.comb += [out.i.valid.eq(arb.o.valid), arb.o.ready.eq(out.i.ready),
+                         out.i.payload.eq(Cat(fields[name] if name in fields else flit[name]
+                                              for name, _ in layout))]
             wiring.connect(m, out.o, wiring.flipped(self.o[d]))
 
         drop_hits = [[] for _ in DROP_CAUSES]
@@ -173,14 +184,15 @@ class Switch(wiring.Component):
             cur_dest = Mux(in_pkt, dest, Mux(dest_ok, head.dst, 0))
 
             # A truncated packet: the head's header is not its packet's (kept from the first
-            # flit). Offer a NULLIFIED tail instead of the head; the head waits.
+            # flit). Offer a NULLIFIED tail instead of the head; the head waits. The tail's
+            # data is zeroed at the egress (above); the reduction unit never reads it.
             held = Signal(layout, name=f"ingress{k}_held")
             cut = Signal(name=f"ingress{k}_cut")
             tail = Signal(layout, name=f"ingress{k}_tail")
             m.d.comb += [
                 cut.eq(in_pkt & q.r_rdy & ((head.user.as_value() != held.user.as_value()) |
                                            (head.dst != held.dst) | (head.src != held.src))),
-                tail.eq(held), tail.data.eq(0), tail.last.eq(1),
+                tail.eq(held), tail.data.eq(head.data), tail.last.eq(1),
                 tail.user.kind.eq(Kind.NULLIFIED),
             ]
             offer = Mux(cut, tail, head)

@@ -58,3 +58,11 @@ def test_reduction_properties_not_vacuous(tmp_path):
     from sim.flow.formal import prove_reduction
     result = prove_reduction(tmp_path, depth=10, mode="bmc", claim_unreachable=True)
     assert result["status"] == "FAIL", result["log"]
+
+
+def test_reduction_bank_write_during_read_is_reachable(tmp_path):
+    """A bank write in a cycle the engine reads is reachable within the bound, so property 5
+    (never the same word) is exercised, not vacuously true."""
+    from sim.flow.formal import prove_reduction
+    result = prove_reduction(tmp_path, depth=12, mode="bmc", overlap_unreachable=True)
+    assert result["status"] == "FAIL", result["log"]

@@ -145,6 +145,21 @@ def test_synth_bad_arguments():
     proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "switch", "--freq", "0"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "--freq must be positive" in proc.stderr
+    for dtypes in (["--dtype", "int32"], ["--dtype", "fp32", "--dtype", "bf16"]):
+        proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "fpadd", *dtypes],
+                              capture_output=True, text=True)
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+            "innet: error: innet synth fpadd takes one --dtype, fp32 or bf16"]
+
+
+@pytest.mark.slow
+def test_synth_fpadd_tree_node():
+    """One bf16 tree node placed and routed alone: a few hundred LUT4s (one adder), the
+    seven-stage pipeline's flip-flops, and a routed Fmax well above the unit's."""
+    result = _synth("fpadd", "--dtype", "bf16")
+    assert result["routed"] is True and result["parameters"]["dtype"] == "bf16"
+    assert 100 < result["luts"] < 2000 and result["ffs"] > 150
+    assert 60 < result["fmax_mhz"] < 1000
 
 
 def test_silent_yosys_death_falls_back_to_dff(tmp_path, monkeypatch):

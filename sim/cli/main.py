@@ -139,13 +139,18 @@ def _cmd_export_switch(args):
 
 
 def _cmd_synth(args):
-    from hw.export import export_arbiter, export_reduce, export_switch
+    from hw.export import export_arbiter, export_fpadd, export_reduce, export_switch
     from sim.flow.synth import synthesize, synthesize_gates
 
     if args.freq <= 0:
         raise UsageError(f"--freq must be positive, not {args.freq}")
     if args.block == "arbiter":
         verilog, meta = export_arbiter(args.ports, args.lanes, args.policy)
+    elif args.block == "fpadd":
+        dtypes = tuple(dict.fromkeys(args.dtype or ["fp32"]))
+        if len(dtypes) != 1 or dtypes[0] not in ("fp32", "bf16"):
+            raise UsageError("innet synth fpadd takes one --dtype, fp32 or bf16")
+        verilog, meta = export_fpadd(dtypes[0])
     elif args.block == "reduce":
         verilog, meta = export_reduce(_switch_spec(args, default_dtypes=("int32",)))
     else:
@@ -495,7 +500,9 @@ def build_parser():
     fred.set_defaults(func=_cmd_formal_reduce)
 
     synth = sub.add_parser("synth", help="ECP5-85 synthesis: LUTs, FFs, BRAMs, DSPs, Fmax")
-    synth.add_argument("block", choices=["arbiter", "reduce", "switch"])
+    synth.add_argument("block", choices=["arbiter", "reduce", "switch", "fpadd"],
+                       help="fpadd: one node of the reduction unit's fp adder tree "
+                            "(hw.fpadd.TreeNode; --dtype fp32 or bf16)")
     _block_options(synth, ports_default=8, lanes_default=8, dtype_default="int32")
     synth.add_argument("--policy", type=_policy, default="rr")
     synth.add_argument("--freq", type=real_number("--freq", 0, exclusive=True), default=200.0,

@@ -65,11 +65,12 @@ def prove_arbiter(ports, policy, workdir, *, depth=12, mode="prove", starvation_
 
 
 def prove_reduction(workdir, *, ports=3, lanes=1, slots=2, chunk_flits=2, jobs=2, depth=12,
-                    mode="prove", claim_unreachable=False):
+                    mode="prove", claim_unreachable=False, overlap_unreachable=False):
     """Prove :class:`hw.formal.ReductionProperties` for one reduction-unit size."""
     spec = SwitchSpec(ports=ports, lanes=lanes, slots=slots, chunk_flits=chunk_flits, jobs=jobs,
                       dtypes=("int32",))
-    harness = ReductionProperties(spec, claim_unreachable=claim_unreachable)
+    harness = ReductionProperties(spec, claim_unreachable=claim_unreachable,
+                                  overlap_unreachable=overlap_unreachable)
     result = run_sby(harness_rtlil(harness), workdir, mode=mode, depth=depth)
     result.update({"block": "reduce", "ports": ports, "lanes": lanes, "slots": slots,
                    "chunk_flits": chunk_flits, "jobs": jobs})

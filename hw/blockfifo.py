@@ -1,0 +1,91 @@
+"""A first-word-fall-through FIFO whose storage maps to block RAM (ECP5 DP16KD).
+
+Same interface and cycle behaviour as Amaranth 0.5's ``fifo.SyncFIFOBuffered`` (an inner
+memory of ``depth - 1`` words with a synchronous read port, plus the output word held in the
+read port's own register), so every level, ``r_rdy`` and latency a model or a proof relies
+on is unchanged. The differences are two attributes on the memory, for Yosys:
+
+* ``ram_style = "block"``: a few words deep and ~300 bits wide, Yosys would otherwise put it
+  in LUT-RAM (about 80 ``TRELLIS_DPR16X4`` per 16 words of a flit, four LUT sites each) plus a
+  flip-flop per bit for the registered read;
+* ``no_rw_check``: the FIFO never reads the word it writes in the same cycle (a read needs the
+  inner FIFO non-empty, a write needs it non-full, and the pointers are equal only when it is
+  one or the other), so the read-during-write bypass Yosys would add is dead logic. Under
+  ``platform="formal"`` that is asserted, beside the pointer invariants.
+"""
+
+from amaranth.asserts import Initial
+from amaranth.hdl import Assert, Assume, Elaboratable, Module, Mux, Signal
+from amaranth.lib import fifo
+from amaranth.lib.memory import Memory
+
+__all__ = ["BlockFIFO"]
+
+#: Yosys attributes of the storage: block RAM, and no read-during-write bypass.
+BLOCK_RAM_ATTRS = {"ram_style": "block", "no_rw_check": 1}
+
+
+def _wrap(value, modulo):
+    return Mux(value == modulo - 1, 0, value + 1)
+
+
+class BlockFIFO(Elaboratable, fifo.FIFOInterface):
+    """``SyncFIFOBuffered(width=…, depth=…)`` with its storage in block RAM (``depth`` ≥ 2)."""
+
+    def __init__(self, *, width, depth):
+        if depth < 2:
+            raise ValueError(f"BlockFIFO depth must be at least 2, not {depth}")
+        super().__init__(width=width, depth=depth)
+        self.level = Signal(range(depth + 1))
+
+    def elaborate(self, platform):
+        m = Module()
+        do_write = self.w_rdy & self.w_en
+        do_read = self.r_rdy & self.r_en
+        m.d.comb += [self.w_level.eq(self.level), self.r_level.eq(self.level)]
+
+        inner_depth = self.depth - 1
+        inner_level = Signal(range(inner_depth + 1))
+        inner_r_rdy = Signal()
+        m.d.comb += [self.w_rdy.eq(inner_level != inner_depth), inner_r_rdy.eq(inner_level != 0)]
+        do_inner_read = inner_r_rdy & (~self.r_rdy | self.r_en)
+
+        storage = m.submodules.storage = Memory(shape=self.width, depth=inner_depth, init=[],
+                                                attrs=BLOCK_RAM_ATTRS)
+        w_port = storage.write_port()
+        r_port = storage.read_port(domain="sync")
+        produce = Signal(range(inner_depth))
+        consume = Signal(range(inner_depth))
+        m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data), w_port.en.eq(do_write),
+                     r_port.addr.eq(consume), r_port.en.eq(do_inner_read),
+                     self.r_data.eq(r_port.data)]
+        with m.If(do_write):
+            m.d.sync += produce.eq(_wrap(produce, inner_depth))
+        with m.If(do_inner_read):
+            m.d.sync += consume.eq(_wrap(consume, inner_depth))
+        with m.If(do_write & ~do_inner_read):
+            m.d.sync += inner_level.eq(inner_level + 1)
+        with m.If(do_inner_read & ~do_write):
+            m.d.sync += inner_level.eq(inner_level - 1)
+        with m.If(do_inner_read):
+            m.d.sync += self.r_rdy.eq(1)
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
+        m.d.comb += self.level.eq(inner_level + self.r_rdy)
+
+        if platform == "formal":
+            # The pointer invariants (as Amaranth's own FIFOs state them), assumed in the
+            # initial state of an induction and asserted after; and the reason no_rw_check
+            # is safe: a write never meets a read of the same word.
+            invariants = [produce < inner_depth, consume < inner_depth,
+                          (produce != consume) | (inner_level == 0) |
+                          (inner_level == inner_depth),
+                          (produce <= consume) | (inner_level == produce - consume),
+                          (produce >= consume) |
+                          (inner_level == inner_depth + produce - consume)]
+            with m.If(Initial()):
+                m.d.comb += [Assume(inv) for inv in invariants]
+            with m.Else():
+                m.d.comb += [Assert(inv) for inv in invariants]
+            m.d.comb += Assert(~(do_write & do_inner_read & (produce == consume)))
+        return m
