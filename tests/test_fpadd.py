@@ -132,14 +132,17 @@ fp32_close = st.tuples(st.integers(0, 2**32 - 1), st.integers(-40, 40)).map(
     lambda t: (t[0], (t[0] + t[1] * 0x800000) % 2**32))   # nearby exponents: cancellation
 
 
-@settings(max_examples=400, deadline=None)
-@given(st.lists(st.tuples(fp32_bits, fp32_bits), min_size=20, max_size=20))
+# The random tests check many pairs per example: building the simulator costs about 0.35 s,
+# a pair about 2.5 ms, so 40 examples of 200 pairs check the same 8,000 pairs as 400 of 20 in
+# a quarter of the time.
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(fp32_bits, fp32_bits), min_size=200, max_size=200))
 def test_fp32_random(pairs):
     check(FP32, pairs)
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(fp32_close, min_size=20, max_size=20), st.booleans())
+@settings(max_examples=20, deadline=None)
+@given(st.lists(fp32_close, min_size=200, max_size=200), st.booleans())
 def test_fp32_random_near_cancellation(pairs, negate):
     check(FP32, [(a, b ^ (0x80000000 if negate else 0)) for a, b in pairs])
 
@@ -170,9 +173,9 @@ def test_subnormal_with_normal(fmt, data):
     check(fmt, data.draw(st.lists(subnormal_and_small(fmt), min_size=40, max_size=40)))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 0xFFFF), st.integers(0, 0xFFFF)),
-                min_size=50, max_size=50))
+                min_size=250, max_size=250))
 def test_bf16_random(pairs):
     check(BF16, pairs)
 
