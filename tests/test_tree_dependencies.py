@@ -145,3 +145,18 @@ def test_results_of_the_switch_make_no_dependencies_of_their_own():
     """The in-switch expansion keeps one dependency per result (the last contribution)."""
     msgs = expand_collective("inswitch", 4, 100)
     assert [len(m.deps) for m in msgs if m.src == SWITCH] == [1] * 4
+
+
+@pytest.mark.parametrize("n", range(2, 9))
+def test_direct_allreduce_sums_in_any_valid_order(n):
+    """The direct all-reduce: an owner's all-gather messages wait for every contribution to
+    its chunk, not only the last one listed."""
+    rng = np.random.default_rng(1900 + n)
+    msgs = expand_collective("direct", n, n * 7)
+    data = {r: {c: rng.integers(-1000, 1000, size=7) for c in range(n)} for r in range(n)}
+    expected = {c: sum(data[r][c] for r in range(n)) for c in range(n)}
+    for _ in range(30):
+        buf, _ = deliver_in_random_order(msgs, data, lambda m: m.step == 0, rng)
+        for r in range(n):
+            for c in range(n):
+                np.testing.assert_array_equal(buf[r][c], expected[c], err_msg=f"rank {r}")

@@ -408,7 +408,8 @@ def expand_collective(algo, n, size_bytes, op="allreduce"):
                 for owner in range(n):
                     if owner != g:
                         msgs.append(Message(g, owner, chunk, owner, 0))
-                        received[owner] = (len(msgs) - 1,)
+                        # the owner sends its chunk on once every contribution arrived
+                        received[owner] = received.get(owner, ()) + (len(msgs) - 1,)
             for owner in range(n):
                 for g in range(n):
                     if owner != g:
