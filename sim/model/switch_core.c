@@ -124,7 +124,7 @@ static void sorted_insert(tvec *s, trip x) {
         i64 mid = (lo + hi) / 2;
         if (trip_less(s->v[mid], x)) lo = mid + 1; else hi = mid;
     }
-    memmove(s->v + lo + 1, s->v + lo, (size_t)(s->n - lo) * sizeof(trip));
+    if (lo < s->n) memmove(s->v + lo + 1, s->v + lo, (size_t)(s->n - lo) * sizeof(trip));
     s->v[lo] = x;
     s->n++;
 }
@@ -408,14 +408,14 @@ static i64 next_seq(SwitchRun *s, i64 mid) {
 /* An active contribution message, by its next chunk's credit: eligible at `cycle` (ready),
  * from a known later cycle (pending), or when the credit comes back (blocked). The scan's
  * test, got + round trip < cycle, is ready-from = got + round trip + 1 <= cycle. */
-static void con_place(SwitchRun *s, i64 port, i64 mid, i64 cycle) {
-    i64 q = next_seq(s, mid), from = NONE;
-    if (q < s->S) {
-        from = cycle;
-    } else {
-        i64 got = s->results[port * s->chunks + (q - s->S)];
-        if (got >= 0) from = got + s->rt + 1;
-    }
+static i64 con_from(SwitchRun *s, i64 port, i64 mid, i64 cycle) {
+    i64 q = next_seq(s, mid);
+    if (q < s->S) return cycle;
+    i64 got = s->results[port * s->chunks + (q - s->S)];
+    return got >= 0 ? got + s->rt + 1 : NONE;
+}
+
+static void con_place_from(SwitchRun *s, i64 port, i64 mid, i64 cycle, i64 from) {
     if (from == NONE) {
         s->con_state[mid] = CON_BLOCKED;
     } else if (from <= cycle) {
@@ -428,9 +428,12 @@ static void con_place(SwitchRun *s, i64 port, i64 mid, i64 cycle) {
     }
 }
 
+static void con_place(SwitchRun *s, i64 port, i64 mid, i64 cycle) {
+    con_place_from(s, port, mid, cycle, con_from(s, port, mid, cycle));
+}
+
 static void list_pop_front(tvec *l) {
-    memmove(l->v, l->v + 1, (size_t)(l->n - 1) * sizeof(trip));
-    l->n--;
+    if (--l->n) memmove(l->v, l->v + 1, (size_t)l->n * sizeof(trip));
 }
 
 static i64 loop_next_packet(SwitchRun *s, i64 port, i64 cycle) {
@@ -458,10 +461,19 @@ static i64 loop_next_packet(SwitchRun *s, i64 port, i64 cycle) {
     i64 mid = list->v[0].b, p = s->m_pk_off[mid] + s->next_index[mid];
     s->next_index[mid]++;
     int done = s->next_index[mid] == s->m_pk_len[mid];
-    if (con || done) list_pop_front(list);
-    if (con) {
-        if (done) s->con_state[mid] = CON_IDLE;
-        else con_place(s, port, mid, cycle);
+    if (!con) {
+        if (done) list_pop_front(list);
+    } else if (done) {
+        list_pop_front(list);
+        s->con_state[mid] = CON_IDLE;
+    } else {
+        /* Still ready: it goes back where it was, at the front (its key is the least), so it
+         * stays there instead of leaving and coming back. */
+        i64 from = con_from(s, port, mid, cycle);
+        if (from == NONE || from > cycle) {
+            list_pop_front(list);
+            con_place_from(s, port, mid, cycle, from);
+        }
     }
     s->started++;
     return p;
@@ -669,7 +681,7 @@ static void try_source(SwitchRun *s, i64 k, i64 t) {
         q->head = 0;
     }
     q->v = grow(q->v, &q->cap, q->n + 1, sizeof(trip));
-    memmove(q->v + lo + 1, q->v + lo, (size_t)(q->n - lo) * sizeof(trip));
+    if (lo < q->n) memmove(q->v + lo + 1, q->v + lo, (size_t)(q->n - lo) * sizeof(trip));
     q->n++;
     s->order++;
     trip e = {t, ((i64)EV_SOURCE << KIND_SHIFT) | s->order, 0};
