@@ -382,6 +382,7 @@ typedef struct {
     Hold *hold;
     i64 judge_mask;   /* N - 1 when N is a power of two (the judge's turn without a division) */
     i64 *room_q, *room_rem;   /* room_time's packet offset and flit, per flit of a chunk */
+    i64 *eng_when;            /* per flit of a chunk: its issue, while a run is issued */
     i64 *arrivals, *arrived_at;
     tvec engine;   /* complete chunks: (ready cycle, slot, seq) */
     i64 engine_free, engine_armed, engine_blocked;
@@ -902,8 +903,42 @@ static void stream_result(SwitchRun *s, i64 d) {
     if (s->rq_head[d] < s->rtabs[d].n) expose_result(s, d);
 }
 
+/* Flits i0 .. of the engine's chunk whose room is in older result packets only (room_q < 0),
+ * up to the first without room: their issues, in eng_when; returns the first flit not issued.
+ * Those packets' reads cannot change while the chunk is issued (an egress streams an older
+ * packet whole when it grants it, the chunk's are streamed only here), so the issues are the
+ * ones flit-by-flit issuing would find. */
+static i64 engine_run_of_flits(SwitchRun *s, i64 i0) {
+    i64 i = i0;
+    for (; i < s->P && s->room_q[i] < 0; i++) {
+        i64 need = room_time(s, i, 0);
+        if (need == NONE) break;
+        s->eng_when[i] = s->eng_last_issue = max64(s->eng_last_issue + 1, need);
+    }
+    return i;
+}
+
 static void continue_engine(SwitchRun *s) {
     while (s->eng_nissues < s->P) {
+        i64 i0 = s->eng_nissues, i1 = engine_run_of_flits(s, i0);
+        if (i1 > i0) {
+            /* Issued as a run: each member's flits, then each member's stream once (only the
+             * chunk's last flit completes a packet, so the completions keep member order). */
+            for (i64 m = 0; m < s->nmembers; m++) {
+                RTab *tab = &s->rtabs[s->mem_ports[m]];
+                i64 at = s->eng_r[m] - tab->base, *issue = tab->issue + at * s->P;
+                for (i64 i = i0; i < i1; i++) issue[i] = s->eng_when[i];
+                tab->nissues[at] = i1;
+            }
+            s->eng_nissues = i1;
+            for (i64 m = 0; m < s->nmembers; m++)
+                if (s->streaming[s->mem_ports[m]] == s->eng_r[m]) stream_result(s, s->mem_ports[m]);
+        }
+        if (i1 == s->P) break;
+        if (s->room_q[i1] < 0) {   /* the run stopped at a flit without room */
+            s->engine_blocked = 1;
+            return;
+        }
         i64 need = room_time(s, s->eng_nissues, 0);
         if (need == NONE) {
             s->engine_blocked = 1;
@@ -979,6 +1014,17 @@ static void wake(SwitchRun *s, i64 k) {
     if (t != NONE) try_source(s, k, max64(t, s->src_free[k]));
 }
 
+/* Egress d grants its head result at t. */
+static void grant_result(SwitchRun *s, i64 d, i64 t) {
+    i64 r = s->head_res[d];
+    s->head_res[d] = -1;
+    R_(d, grant, r) = t;
+    /* Held until its last flit is read; the engine may still be issuing it. */
+    s->egress_free[d] = (i64)1 << 62;
+    s->streaming[d] = r;
+    stream_result(s, d);
+}
+
 static void egress(SwitchRun *s, i64 d, i64 t) {
     if (t != s->egress_armed[d]) return;   /* superseded by an earlier arm_egress */
     s->egress_armed[d] = NONE;
@@ -992,6 +1038,25 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
      * visible head (nmem[d] == 0: in-switch traffic), only the results may request. */
     i64 N = s->N, *valid = s->valid, *hm = s->head_mem + d * N, any = 0, nxt = NONE;
     i64 seen = t - s->pick_lag, res = s->head_res[d] >= 0 ? R_(d, visible, s->head_res[d]) : NONE;
+    if (!s->nmem[d] && s->policy == RR) {
+        /* Round robin with at most two requesters, the results (d) and the last one served
+         * (arb_ptr[d], counted as requesting when its last flit left at `seen`): the code
+         * below with arb_choose's scan, which visits arb_ptr[d] last, worked out. Every
+         * other head is empty, so only the results can be granted. */
+        int results = res != NONE && res <= seen;
+        if (!results && s->egress_last[d] != seen) {
+            if (res != NONE) arm_egress(s, d, res + s->pick_lag);
+            return;
+        }
+        i64 sel = results ? d : s->arb_ptr[d];
+        if (sel != d || res == NONE || res > t) {
+            arm_egress(s, d, t + 1);
+            return;
+        }
+        s->arb_ptr[d] = d;
+        grant_result(s, d, t);
+        return;
+    }
     if (s->nmem[d]) {
         for (i64 k = 0; k < N; k++) {
             i64 vis = k != d ? (hm[k] >= 0 ? ING(k, hm[k])->visible : NONE) : res;
@@ -1031,13 +1096,7 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
     i64 flits = sel == d ? s->P : ING(sel, hm[sel])->flits, *deficit = s->arb_deficit + d * N;
     if (s->policy == DRR && flits > 1) set_deficit(s, deficit, sel, deficit[sel] - (flits - 1));
     if (sel == d) {
-        i64 r = s->head_res[d];
-        s->head_res[d] = -1;
-        R_(d, grant, r) = t;
-        /* Held until its last flit is read; the engine may still be issuing it. */
-        s->egress_free[d] = (i64)1 << 62;
-        s->streaming[d] = r;
-        stream_result(s, d);
+        grant_result(s, d, t);
         return;
     }
     i64 i = hm[sel];
@@ -1212,6 +1271,7 @@ int innet_switch_run(const SwitchArgs *a) {
     ZALLOC(s->hold, N * s->hold_cap);
     ZALLOC(s->room_q, s->P);
     ZALLOC(s->room_rem, s->P);
+    ZALLOC(s->eng_when, s->P);
     for (i64 i = 0; i < s->P; i++) {   /* floor division of i - (depth - 1) by P */
         i64 back = i - (s->result_depth - 1), q = back / s->P, rem = back - q * s->P;
         if (rem < 0) {
@@ -1283,7 +1343,7 @@ fail:
                   s->pending, s->src_q, s->egress_free, s->egress_armed, s->egress_last,
                   s->head_mem, s->nmem, s->head_res, s->streaming, s->result_last_read, s->rtabs, s->rq_head,
                   s->rh_head, s->arb_ptr, s->arb_count, s->arb_deficit, s->hold_taken,
-                  s->hold_free, s->hold_lo, s->hold_hi, s->hold, s->room_q, s->room_rem,
+                  s->hold_free, s->hold_lo, s->hold_hi, s->hold, s->room_q, s->room_rem, s->eng_when,
                   s->arrivals, s->arrived_at, s->eng_r, s->mem_ports,
                   s->valid, s->scratch, s->events};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) free(ps[i]);
