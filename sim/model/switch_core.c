@@ -675,15 +675,24 @@ static void try_source(SwitchRun *s, i64 k, i64 t) {
         lo = b - q->v;
     }
     if (lo < q->n && q->v[lo].a == t) return;
-    if (q->n == q->cap && q->head > 0) {   /* reuse the room the popped entries left */
-        memmove(q->v, q->v + q->head, (size_t)(q->n - q->head) * sizeof(trip));
-        q->n -= q->head;
-        lo -= q->head;
-        q->head = 0;
+    if (lo < q->n && q->head > 0 && lo - q->head < q->n - lo) {
+        /* Nearer the front (a port's next packet, before its wakes a round trip on): the
+         * entries before it move into the room the popped ones left. */
+        if (lo > q->head)
+            memmove(q->v + q->head - 1, q->v + q->head, (size_t)(lo - q->head) * sizeof(trip));
+        q->head--;
+        lo--;
+    } else {
+        if (q->n == q->cap && q->head > 0) {   /* reuse the room the popped entries left */
+            memmove(q->v, q->v + q->head, (size_t)(q->n - q->head) * sizeof(trip));
+            q->n -= q->head;
+            lo -= q->head;
+            q->head = 0;
+        }
+        q->v = grow(q->v, &q->cap, q->n + 1, sizeof(trip));
+        if (lo < q->n) memmove(q->v + lo + 1, q->v + lo, (size_t)(q->n - lo) * sizeof(trip));
+        q->n++;
     }
-    q->v = grow(q->v, &q->cap, q->n + 1, sizeof(trip));
-    if (lo < q->n) memmove(q->v + lo + 1, q->v + lo, (size_t)(q->n - lo) * sizeof(trip));
-    q->n++;
     s->order++;
     trip e = {t, ((i64)EV_SOURCE << KIND_SHIFT) | s->order, 0};
     if (lo == q->head) {   /* the port's first source event: the heap must hold it */
@@ -909,13 +918,30 @@ static void stream_result(SwitchRun *s, i64 d) {
  * packet whole when it grants it, the chunk's are streamed only here), so the issues are the
  * ones flit-by-flit issuing would find. */
 static i64 engine_run_of_flits(SwitchRun *s, i64 i0) {
-    i64 i = i0;
-    for (; i < s->P && s->room_q[i] < 0; i++) {
-        i64 need = room_time(s, i, 0);
-        if (need == NONE) break;
-        s->eng_when[i] = s->eng_last_issue = max64(s->eng_last_issue + 1, need);
+    i64 end = i0, *need = s->eng_when;
+    while (end < s->P && s->room_q[end] < 0) end++;
+    for (i64 i = i0; i < end; i++) need[i] = -1;
+    /* room_time of each flit, member by member: the run ends at the first flit a member has
+     * no room for yet */
+    for (i64 m = 0; m < s->nmembers && end > i0; m++) {
+        i64 d = s->mem_ports[m], lo = s->rh_head[d];
+        const RTab *tab = &s->rtabs[d];
+        for (i64 i = i0; i < end; i++) {
+            i64 idx = s->eng_r[m] + s->room_q[i], r = -1;   /* result_read */
+            if (idx >= lo && idx < tab->n) {
+                i64 at = idx - tab->base, rem = s->room_rem[i];
+                if (rem >= tab->nreads[at]) {
+                    end = i;
+                    break;
+                }
+                r = tab->read[at * s->P + rem];
+            }
+            need[i] = max64(need[i], r + 1);
+        }
     }
-    return i;
+    for (i64 i = i0; i < end; i++)
+        need[i] = s->eng_last_issue = max64(s->eng_last_issue + 1, need[i]);
+    return end;
 }
 
 static void continue_engine(SwitchRun *s) {
