@@ -310,7 +310,12 @@ def _run(lib, model, plan):
               "egress_pick_lag": cfg.switch.egress_pick_latency,
               "egress_out_lag": cfg.switch.egress_output_latency,
               "engine_restart": cfg.switch.engine_restart_cycles}
-    out = {"inject": np.full(p_cap, -1, np.int64), "deliver": np.full(p_cap, -1, np.int64),
+    # Only memory packets are delivered (a message with a destination and the read responses
+    # to one): without any (in-switch traffic), the core never writes `deliver` and the
+    # result's is a read-only view of -1s, not hundreds of MB of fresh memory.
+    delivers = bool((arrays["m_dst"][:m0] >= 0).any())
+    out = {"inject": np.full(p_cap, -1, np.int64),
+           "deliver": np.full(p_cap if delivers else 1, -1, np.int64),
            "results": np.full(N * C, -1, np.int64), "done_at": np.full(m_cap, -1, np.int64),
            "out_flits": np.zeros(N, np.int64), "in_flits": np.zeros(N, np.int64),
            "stall": np.zeros(N, np.int64), "counters": np.zeros(4, np.int64),
@@ -323,13 +328,20 @@ def _run(lib, model, plan):
     if status:
         raise MemoryError("the switch model's C core ran out of memory")
     npk, nmsg = (int(v) for v in out["counters"][:2])
+    if delivers:
+        deliver = out["deliver"][:npk]
+    else:
+        if out["deliver"][0] != -1:
+            raise RuntimeError("the switch model's C core delivered a packet of a plan "
+                               "without memory packets")
+        deliver = np.broadcast_to(np.int64(-1), (npk,))
     plan = _with_responses(plan, arrays, pk, npk, nmsg)
     results = ResultCycles(out["results"].reshape(N, C)[:, :plan.chunks])
     done = out["done_at"][:nmsg]
     mids = np.nonzero(done >= 0)[0]
     message_done = dict(zip(mids.tolist(), done[mids].tolist()))
     return ReplayResult.build(
-        "model", plan, message_done, out["inject"][:npk], out["deliver"][:npk], results,
+        "model", plan, message_done, out["inject"][:npk], deliver, results,
         egress_flits=out["out_flits"].tolist(), ingress_flits=out["in_flits"].tolist(),
         stall_cycles=out["stall"].tolist(), chunk_start=out["chunk_start"][:plan.chunks],
         wall_s=time.perf_counter() - began,
