@@ -31,7 +31,7 @@ from sim.replay.pages import paused_gc, small_pages
 from sim.trace.format import GRAD, MEM
 
 __all__ = ["Plan", "Message", "build_plan", "PlanError", "MEM_KINDS", "PACKET_DTYPE",
-           "scale_for"]
+           "SMALL_DTYPE", "scale_for"]
 
 
 MEM_KINDS = (Kind.MEM_WRITE, Kind.MEM_READ_REQ, Kind.MEM_READ_RESP)
@@ -40,6 +40,10 @@ MEM_KINDS = (Kind.MEM_WRITE, Kind.MEM_READ_REQ, Kind.MEM_READ_RESP)
 #: is tens of millions of packets: at int64 its six arrays were 2 GB of fresh memory, whose
 #: first touch cost more than building them.
 PACKET_DTYPE = np.int32
+#: The type of the two packet arrays the compiled core never reads, ``src`` and ``kind``: a
+#: port (below :data:`hw.packet.MAX_PORTS`, 64) and a kind (3 bits) fit a byte, and at flit
+#: scale 1 each array at ``PACKET_DTYPE`` was another 126 MB of fresh memory.
+SMALL_DTYPE = np.int8
 
 
 class PlanError(InputError, ValueError):
@@ -69,9 +73,9 @@ class Plan:
     config: ReplayConfig
     gpus: int
     messages: list
-    src: np.ndarray           # the packet arrays: PACKET_DTYPE when build_plan made them
+    src: np.ndarray           # the packet arrays: PACKET_DTYPE when build_plan made them,
     dst: np.ndarray           # egress port, -1 for contributions
-    kind: np.ndarray
+    kind: np.ndarray          # but src and kind, SMALL_DTYPE
     flits: np.ndarray
     msg: np.ndarray
     seq: np.ndarray           # contributions: chunk sequence number; else -1
@@ -221,13 +225,13 @@ def _build_plan(meta, records, config, path):
     # costs more than the arithmetic, so no temporaries of a packet array's length.
     n = n_mem + n_con
     mem, con = slice(0, n_mem), slice(n_mem, n)
-    src = np.empty(n, dtype=pk_type)
+    src = np.empty(n, dtype=SMALL_DTYPE)
     _repeat_into(src[mem], m_src[mem_mids], mem_count)
     _repeat_into(src[con], m_src[c_mids], c_count)
     dst = np.empty(n, dtype=pk_type)
     _repeat_into(dst[mem], m_dst[mem_mids], mem_count)
     dst[con] = -1
-    kind = np.empty(n, dtype=pk_type)
+    kind = np.empty(n, dtype=SMALL_DTYPE)
     _repeat_into(kind[mem], m_kind[mem_mids], mem_count)
     kind[con] = Kind.REDUCE_CONTRIB.value
     # memory packets: every one a full MTU but the last of its message
