@@ -383,7 +383,11 @@ typedef struct {
     i64 judge_mask;   /* N - 1 when N is a power of two (the judge's turn without a division) */
     i64 *room_q, *room_rem;   /* room_time's packet offset and flit, per flit of a chunk */
     i64 *eng_when;            /* per flit of a chunk: its issue, while a run is issued */
-    i64 *arrivals, *arrived_at;
+    /* per slot, for the chunk arr_seq whose contributions are arriving: contributions still
+       to come (nmembers when none is) and the last one's cycle. A contribution of chunk q
+       waits for chunk q - S's result, so q - S has arrived whole before q's first comes:
+       a slot, not a chunk, per entry (a whole iteration is millions of chunks). */
+    i64 *arrivals, *arrived_at, *arr_seq;
     tvec engine;   /* complete chunks: (ready cycle, slot, seq) */
     i64 engine_free, engine_armed, engine_blocked;
     i64 eng_active, eng_nissues, eng_last_issue, *eng_r, *mem_ports;
@@ -823,11 +827,18 @@ static void grant_contribution(SwitchRun *s, i64 k, i64 i) {
     s->hold_taken[k] += e->flits;
     s->hold_free[k] = judged + e->flits;
     i64 last = judged + e->flits - 2, seq = s->pk_seq[e->pid];
-    i64 left = s->arrivals[seq] - 1;
-    s->arrived_at[seq] = max64(s->arrived_at[seq], last);
-    s->arrivals[seq] = left;
+    i64 slot = seq % s->S;
+    if (s->arr_seq[slot] != seq) {   /* the chunk's first contribution */
+        if (s->arrivals[slot] != s->nmembers) longjmp(oom, 2);
+        s->arr_seq[slot] = seq;
+    }
+    i64 left = s->arrivals[slot] - 1;
+    s->arrived_at[slot] = max64(s->arrived_at[slot], last);
+    s->arrivals[slot] = left;
     if (left == 0) {
-        tpush(&s->engine, (trip){s->arrived_at[seq] + s->pick_latency, seq % s->S, seq});
+        tpush(&s->engine, (trip){s->arrived_at[slot] + s->pick_latency, slot, seq});
+        s->arrivals[slot] = s->nmembers;
+        s->arrived_at[slot] = -1;
         arm_engine(s);
     }
     leave_fifo(s, k, i);
@@ -1171,8 +1182,9 @@ static void source(SwitchRun *s, i64 k, i64 t) {
 
 /* ------------------------------------------------------------------------------------------ */
 /* Entry points. innet_switch_run's arrays are the caller's (numpy); the packet and message   */
-/* arrays have room for the read responses the replay creates. It returns 0, or 1 when memory */
-/* ran out.                                                                                   */
+/* arrays have room for the read responses the replay creates. It returns 0, 1 when memory   */
+/* ran out, or 2 when a chunk's contributions began arriving before those of the previous      */
+/* chunk of its slot were all in (the credit loop prevents it).                                */
 
 #define ALLOC(ptr, count, fill)                                                              \
     do {                                                                                     \
@@ -1248,7 +1260,7 @@ int innet_switch_run(const SwitchArgs *a) {
     s->done_at = a->done_at;
     s->out_flits = a->out_flits, s->in_flits = a->in_flits, s->stall = a->stall;
     s->chunk_start = a->chunk_start;
-    i64 C = s->chunks > 0 ? s->chunks : 1, R = N;
+    i64 R = N;
 
     ZALLOC(s->future, N);
     ZALLOC(s->active, N);
@@ -1307,8 +1319,9 @@ int innet_switch_run(const SwitchArgs *a) {
         s->room_q[i] = q;
         s->room_rem[i] = rem;
     }
-    ZALLOC(s->arrivals, C);
-    ALLOC(s->arrived_at, C, -1);
+    ZALLOC(s->arrivals, s->S);
+    ALLOC(s->arrived_at, s->S, -1);
+    ALLOC(s->arr_seq, s->S, -1);
     ZALLOC(s->eng_r, N);
     ZALLOC(s->mem_ports, N);
     ZALLOC(s->valid, R);
@@ -1318,10 +1331,18 @@ int innet_switch_run(const SwitchArgs *a) {
 
     for (i64 d = 0; d < N; d++)
         if (s->members >> d & 1) s->mem_ports[s->nmembers++] = d;
-    for (i64 c = 0; c < C; c++) s->arrivals[c] = s->nmembers;
+    for (i64 c = 0; c < s->S; c++) s->arrivals[c] = s->nmembers;
     s->engine_armed = NONE;
 
-    if (setjmp(oom)) goto fail;
+    switch (setjmp(oom)) {   /* 1: out of memory, 2: a slot's chunks overlapped */
+    case 0:
+        break;
+    case 2:
+        status = 2;
+        goto fail;
+    default:
+        goto fail;
+    }
     for (i64 m = 0; m < s->nmsg0; m++) {
         s->remaining[m] = s->m_pk_len[m];
         if (s->m_ndeps[m] == 0) loop_push_future(s, s->m_src[m], s->m_issue[m], m);
@@ -1370,7 +1391,7 @@ fail:
                   s->head_mem, s->nmem, s->head_res, s->streaming, s->result_last_read, s->rtabs, s->rq_head,
                   s->rh_head, s->arb_ptr, s->arb_count, s->arb_deficit, s->hold_taken,
                   s->hold_free, s->hold_lo, s->hold_hi, s->hold, s->room_q, s->room_rem, s->eng_when,
-                  s->arrivals, s->arrived_at, s->eng_r, s->mem_ports,
+                  s->arrivals, s->arrived_at, s->arr_seq, s->eng_r, s->mem_ports,
                   s->valid, s->scratch, s->events};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) free(ps[i]);
     return status;

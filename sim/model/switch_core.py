@@ -325,6 +325,9 @@ def _run(lib, model, plan):
     weight = np.array([a.weight for a in model.arbiters], np.int64)
     args = _pack(values | {"priority": priority, "weight": weight} | con | pk | arrays | out)
     status = lib.innet_switch_run(ctypes.byref(args))
+    if status == 2:
+        raise RuntimeError("the switch model's C core saw a chunk's contributions arrive "
+                           "before those of the chunk using its slot before it were all in")
     if status:
         raise MemoryError("the switch model's C core ran out of memory")
     npk, nmsg = (int(v) for v in out["counters"][:2])
