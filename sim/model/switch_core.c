@@ -56,6 +56,7 @@
 
 typedef int64_t i64;
 typedef int32_t i32;   /* the plan's packet arrays (sim.replay.plan.PACKET_DTYPE) */
+typedef int8_t i8;     /* but the destination port's (sim.replay.plan.SMALL_DTYPE) */
 #define NONE INT64_MIN
 
 /* ------------------------------------------------------------------------------------------ */
@@ -306,7 +307,7 @@ typedef struct { InPkt *v; i64 mask; } Ring;
     /* arbiter inputs, per egress, per requester: ports x ports */                             \
     X(const i64 *, priority) X(const i64 *, weight)                                            \
     /* the plan's packets (packet_cap) and messages (message_cap), grown by read responses */  \
-    X(i32 *, pk_flits) X(i32 *, pk_dst) X(i32 *, pk_seq) X(i32 *, pk_msg)                      \
+    X(i32 *, pk_flits) X(i8 *, pk_dst) X(i32 *, pk_seq) X(i32 *, pk_msg)                       \
     X(i64 *, m_src) X(i64 *, m_dst) X(i64 *, m_issue) X(i64 *, m_kind)                         \
     X(i64 *, m_resp_flits) X(i64 *, m_resp_to) X(i64 *, m_ndeps)                              \
     X(i64 *, m_pk_off) X(i64 *, m_pk_len)                                                      \
@@ -345,7 +346,8 @@ typedef struct {
     const i64 *priority, *weight;
     /* plan: packets (growing with read responses) */
     i64 npk, pk_cap;
-    i32 *pk_flits, *pk_dst, *pk_seq, *pk_msg;
+    i32 *pk_flits, *pk_seq, *pk_msg;
+    i8 *pk_dst;
     /* plan: messages */
     i64 nmsg, nmsg0, msg_cap, *m_src, *m_dst, *m_issue, *m_kind, *m_resp_flits, *m_resp_to;
     i64 *m_ndeps;   /* per message: its dependencies not yet delivered */
@@ -517,7 +519,7 @@ static void loop_respond(SwitchRun *s, i64 req, i64 cycle) {
         i64 p = s->npk++;
         i64 left = s->m_resp_flits[req] - off;
         s->pk_flits[p] = (i32)(left < s->mtu ? left : s->mtu);
-        s->pk_dst[p] = (i32)s->m_src[req];
+        s->pk_dst[p] = (i8)s->m_src[req];
         s->pk_seq[p] = -1;
         s->pk_msg[p] = (i32)mid;
         s->m_pk_len[mid]++;

@@ -34,7 +34,7 @@ from hw.packet import Kind
 from hw.spec import Policy
 from sim.files import cache_dir
 from sim.replay.pages import paused_gc, small_pages
-from sim.replay.plan import PACKET_DTYPE, Message, Plan
+from sim.replay.plan import PACKET_DTYPE, SMALL_DTYPE, Message, Plan
 from sim.replay.result import ReplayResult, ResultCycles
 
 __all__ = ["CoreUnavailable", "SwitchArgs", "check_args", "library", "library_args",
@@ -59,9 +59,10 @@ ARRAYS = ("priority", "weight", "pk_flits", "pk_dst", "pk_seq", "pk_msg",
           "m_pk_off", "m_pk_len", "wait_off", "wait_list", "con_off", "con_first", "con_mid",
           "inject", "deliver", "results", "done_at", "out_flits", "in_flits", "stall",
           "counters", "chunk_start")
-#: The plan's packet arrays, of the plan's type (``int32_t`` in switch_core.c): a whole
-#: iteration is tens of millions of packets.
-PACKET_ARRAYS = ("pk_flits", "pk_dst", "pk_seq", "pk_msg")
+#: The plan's packet arrays, of the plan's types (``int32_t`` in switch_core.c, ``int8_t``
+#: for the destination port): a whole iteration is tens of millions of packets.
+PACKET_ARRAYS = {"pk_flits": PACKET_DTYPE, "pk_dst": SMALL_DTYPE, "pk_seq": PACKET_DTYPE,
+                 "pk_msg": PACKET_DTYPE}
 K_OTHER, K_READ_REQ, K_READ_RESP = 0, 1, 2
 
 
@@ -258,7 +259,7 @@ def _contributions(plan, arrays, m0, ports):
 
 def _pack(values):
     """``values`` (every :class:`SwitchArgs` field by name: an int, or a C-contiguous array,
-    int64 or, for :data:`PACKET_ARRAYS`, the plan's packet type) as a :class:`SwitchArgs`."""
+    int64 or, for :data:`PACKET_ARRAYS`, the plan's packet types) as a :class:`SwitchArgs`."""
     names = [name for name, _ in SwitchArgs._fields_]
     if set(values) != set(names):
         raise ValueError(f"SwitchArgs fields missing {sorted(set(names) - set(values))}, "
@@ -267,7 +268,7 @@ def _pack(values):
     for name in names:
         v = values[name]
         if isinstance(v, np.ndarray):
-            want = np.dtype(PACKET_DTYPE if name in PACKET_ARRAYS else np.int64)
+            want = np.dtype(PACKET_ARRAYS.get(name, np.int64))
             if v.dtype != want or not v.flags.c_contiguous:
                 raise ValueError(f"SwitchArgs.{name} must be a contiguous {want} array")
             v = v.ctypes.data
@@ -292,7 +293,7 @@ def _run(lib, model, plan):
     arrays, m_cap, p_cap = _message_arrays(plan)
     n0, m0 = plan.packets, len(plan.messages)
 
-    pk = {name: _padded(a, p_cap, fill, PACKET_DTYPE) for name, a, fill in (
+    pk = {name: _padded(a, p_cap, fill, PACKET_ARRAYS[name]) for name, a, fill in (
         ("pk_flits", plan.flits, 0), ("pk_dst", plan.dst, 0), ("pk_seq", plan.seq, -1),
         ("pk_msg", plan.msg, 0))}
     con = _contributions(plan, arrays, m0, N)

@@ -40,9 +40,9 @@ MEM_KINDS = (Kind.MEM_WRITE, Kind.MEM_READ_REQ, Kind.MEM_READ_RESP)
 #: is tens of millions of packets: at int64 its six arrays were 2 GB of fresh memory, whose
 #: first touch cost more than building them.
 PACKET_DTYPE = np.int32
-#: The type of the two packet arrays the compiled core never reads, ``src`` and ``kind``: a
-#: port (below :data:`hw.packet.MAX_PORTS`, 64) and a kind (3 bits) fit a byte, and at flit
-#: scale 1 each array at ``PACKET_DTYPE`` was another 126 MB of fresh memory.
+#: The type of the packet arrays of ports and kinds, ``src``, ``dst`` and ``kind``: a port
+#: (below :data:`hw.packet.MAX_PORTS`, 64; -1 for none) and a kind (3 bits) fit a byte, and at
+#: flit scale 1 each array at ``PACKET_DTYPE`` was another 126 MB of fresh memory.
 SMALL_DTYPE = np.int8
 
 
@@ -75,7 +75,7 @@ class Plan:
     messages: list
     src: np.ndarray           # the packet arrays: PACKET_DTYPE when build_plan made them,
     dst: np.ndarray           # egress port, -1 for contributions
-    kind: np.ndarray          # but src and kind, SMALL_DTYPE
+    kind: np.ndarray          # but src, dst and kind, SMALL_DTYPE
     flits: np.ndarray
     msg: np.ndarray
     seq: np.ndarray           # contributions: chunk sequence number; else -1
@@ -229,7 +229,7 @@ def _build_plan(meta, records, config, path):
     src = np.empty(n, dtype=SMALL_DTYPE)
     _repeat_into(src[mem], m_src[mem_mids], mem_count)
     _repeat_into(src[con], m_src[c_mids], c_count)
-    dst = np.empty(n, dtype=pk_type)
+    dst = np.empty(n, dtype=SMALL_DTYPE)
     _repeat_into(dst[mem], m_dst[mem_mids], mem_count)
     dst[con] = -1
     kind = np.empty(n, dtype=SMALL_DTYPE)
