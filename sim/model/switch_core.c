@@ -147,9 +147,13 @@ static i64 max64(i64 a, i64 b) { return a > b ? a : b; }
 #define CAL_WORDS (CAL_W / 64)
 
 typedef struct { i64 key, arg, next; } CalNode;   /* next: node index, -1 at the end */
+/* A bucket holds one list per key class (key >> CAL_CLASS_SHIFT: 0 or 1), the lower popped
+ * first: an event of class 0 joins a bucket after the other class 0 ones only, not past those
+ * of class 1 too. */
+#define CAL_CLASS_SHIFT 40
 typedef struct {
     i64 cur, n;                  /* the window starts at cycle cur; events held */
-    i64 head[CAL_W], tail[CAL_W];   /* per bucket: its first and last node, -1 */
+    int32_t head[2][CAL_W], tail[2][CAL_W];   /* per class, per bucket: first and last node, -1 */
     uint64_t bits[CAL_WORDS];    /* non-empty buckets */
     CalNode *pool;
     i64 pool_n, pool_cap, free;  /* nodes made; the first free node, -1 */
@@ -160,7 +164,7 @@ static void cal_init(Cal *q) {
     q->cur = q->n = q->pool_n = q->pool_cap = 0;
     q->pool = NULL;
     q->free = -1;
-    for (i64 i = 0; i < CAL_W; i++) q->head[i] = q->tail[i] = -1;
+    for (i64 i = 0; i < CAL_W; i++) q->head[0][i] = q->tail[0][i] = q->head[1][i] = q->tail[1][i] = -1;
     memset(q->bits, 0, sizeof(q->bits));
     q->far = (tvec){0};
     q->past = (tvec){0};
@@ -173,24 +177,31 @@ static void cal_free(Cal *q) {
     free(q->past.v);
 }
 
-/* Into its bucket (t within the window), after the entries of smaller key. */
+/* Into its bucket (t within the window), after the entries of its class of smaller key. */
 static void cal_bucket(Cal *q, i64 t, i64 key, i64 arg) {
     i64 node = q->free;
     if (node >= 0) {
         q->free = q->pool[node].next;
     } else {
+        if (q->pool_n == INT32_MAX) longjmp(oom, 1);
         q->pool = grow(q->pool, &q->pool_cap, q->pool_n + 1, sizeof(CalNode));
         node = q->pool_n++;
     }
-    i64 b = t & (CAL_W - 1), *link = &q->head[b], last = q->tail[b];
+    i64 b = t & (CAL_W - 1), c = key >> CAL_CLASS_SHIFT, last = q->tail[c][b];
     if (last >= 0 && q->pool[last].key < key) {   /* the usual case: after all of them */
-        link = &q->pool[last].next;
+        q->pool[node] = (CalNode){key, arg, -1};
+        q->pool[last].next = node;
+        q->tail[c][b] = (int32_t)node;
     } else {
-        while (*link >= 0 && q->pool[*link].key < key) link = &q->pool[*link].next;
+        i64 prev = -1, at = q->head[c][b];
+        while (at >= 0 && q->pool[at].key < key) {
+            prev = at;
+            at = q->pool[at].next;
+        }
+        q->pool[node] = (CalNode){key, arg, at};
+        if (prev < 0) q->head[c][b] = (int32_t)node; else q->pool[prev].next = node;
+        if (at < 0) q->tail[c][b] = (int32_t)node;
     }
-    q->pool[node] = (CalNode){key, arg, *link};
-    if (*link < 0) q->tail[b] = node;
-    *link = node;
     q->bits[b >> 6] |= (uint64_t)1 << (b & 63);
 }
 
@@ -217,13 +228,13 @@ static trip cal_pop(Cal *q) {
     q->n--;
     if (q->past.n) return heap_pop(&q->past);
     for (;;) {
-        i64 b = q->cur & (CAL_W - 1), node = q->head[b];
+        i64 b = q->cur & (CAL_W - 1), c = q->head[0][b] < 0, node = q->head[c][b];
         if (node >= 0) {
             CalNode *e = &q->pool[node];
-            q->head[b] = e->next;
+            q->head[c][b] = (int32_t)e->next;
             if (e->next < 0) {
-                q->tail[b] = -1;
-                q->bits[b >> 6] &= ~((uint64_t)1 << (b & 63));
+                q->tail[c][b] = -1;
+                if (c == 1 || q->head[1][b] < 0) q->bits[b >> 6] &= ~((uint64_t)1 << (b & 63));
             }
             e->next = q->free;
             q->free = node;
@@ -335,7 +346,7 @@ enum { POLICIES(POLICY_CODE) };
 #undef POLICY_CODE
 enum { K_OTHER, K_READ_REQ, K_READ_RESP };
 enum { EV_SOURCE, EV_EGRESS };
-#define KIND_SHIFT 40   /* event order key: kind above the insertion counter */
+#define KIND_SHIFT CAL_CLASS_SHIFT   /* event order key: kind above the insertion counter */
 
 typedef struct {
     /* configuration */
