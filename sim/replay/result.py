@@ -231,7 +231,10 @@ def slot_occupancy(plan, inject, results, start=None):
     else:
         starts, ends = start[done], end[done]
     n = len(starts)
-    steps = np.empty(2 * n, dtype=np.int64)
+    # int32 when every step fits (BERT-large in-switch: 742 M cycles): half the memory to touch
+    # and to sort
+    top = 2 * max(int(starts.max()), int(ends.max())) + 2
+    steps = np.empty(2 * n, dtype=np.int32 if top <= np.iinfo(np.int32).max else np.int64)
     np.multiply(starts, 2, out=steps[:n])
     steps[:n] += 1
     np.multiply(ends, 2, out=steps[n:])
