@@ -56,6 +56,7 @@
 
 typedef int64_t i64;
 typedef int32_t i32;   /* the plan's packet arrays (sim.replay.plan.PACKET_DTYPE) */
+typedef int8_t i8;     /* but the destination port's (sim.replay.plan.SMALL_DTYPE) */
 #define NONE INT64_MIN
 
 /* ------------------------------------------------------------------------------------------ */
@@ -124,7 +125,7 @@ static void sorted_insert(tvec *s, trip x) {
         i64 mid = (lo + hi) / 2;
         if (trip_less(s->v[mid], x)) lo = mid + 1; else hi = mid;
     }
-    memmove(s->v + lo + 1, s->v + lo, (size_t)(s->n - lo) * sizeof(trip));
+    if (lo < s->n) memmove(s->v + lo + 1, s->v + lo, (size_t)(s->n - lo) * sizeof(trip));
     s->v[lo] = x;
     s->n++;
 }
@@ -146,9 +147,13 @@ static i64 max64(i64 a, i64 b) { return a > b ? a : b; }
 #define CAL_WORDS (CAL_W / 64)
 
 typedef struct { i64 key, arg, next; } CalNode;   /* next: node index, -1 at the end */
+/* A bucket holds one list per key class (key >> CAL_CLASS_SHIFT: 0 or 1), the lower popped
+ * first: an event of class 0 joins a bucket after the other class 0 ones only, not past those
+ * of class 1 too. */
+#define CAL_CLASS_SHIFT 40
 typedef struct {
     i64 cur, n;                  /* the window starts at cycle cur; events held */
-    i64 head[CAL_W], tail[CAL_W];   /* per bucket: its first and last node, -1 */
+    int32_t head[2][CAL_W], tail[2][CAL_W];   /* per class, per bucket: first and last node, -1 */
     uint64_t bits[CAL_WORDS];    /* non-empty buckets */
     CalNode *pool;
     i64 pool_n, pool_cap, free;  /* nodes made; the first free node, -1 */
@@ -159,7 +164,7 @@ static void cal_init(Cal *q) {
     q->cur = q->n = q->pool_n = q->pool_cap = 0;
     q->pool = NULL;
     q->free = -1;
-    for (i64 i = 0; i < CAL_W; i++) q->head[i] = q->tail[i] = -1;
+    for (i64 i = 0; i < CAL_W; i++) q->head[0][i] = q->tail[0][i] = q->head[1][i] = q->tail[1][i] = -1;
     memset(q->bits, 0, sizeof(q->bits));
     q->far = (tvec){0};
     q->past = (tvec){0};
@@ -172,24 +177,31 @@ static void cal_free(Cal *q) {
     free(q->past.v);
 }
 
-/* Into its bucket (t within the window), after the entries of smaller key. */
+/* Into its bucket (t within the window), after the entries of its class of smaller key. */
 static void cal_bucket(Cal *q, i64 t, i64 key, i64 arg) {
     i64 node = q->free;
     if (node >= 0) {
         q->free = q->pool[node].next;
     } else {
+        if (q->pool_n == INT32_MAX) longjmp(oom, 1);
         q->pool = grow(q->pool, &q->pool_cap, q->pool_n + 1, sizeof(CalNode));
         node = q->pool_n++;
     }
-    i64 b = t & (CAL_W - 1), *link = &q->head[b], last = q->tail[b];
+    i64 b = t & (CAL_W - 1), c = key >> CAL_CLASS_SHIFT, last = q->tail[c][b];
     if (last >= 0 && q->pool[last].key < key) {   /* the usual case: after all of them */
-        link = &q->pool[last].next;
+        q->pool[node] = (CalNode){key, arg, -1};
+        q->pool[last].next = node;
+        q->tail[c][b] = (int32_t)node;
     } else {
-        while (*link >= 0 && q->pool[*link].key < key) link = &q->pool[*link].next;
+        i64 prev = -1, at = q->head[c][b];
+        while (at >= 0 && q->pool[at].key < key) {
+            prev = at;
+            at = q->pool[at].next;
+        }
+        q->pool[node] = (CalNode){key, arg, at};
+        if (prev < 0) q->head[c][b] = (int32_t)node; else q->pool[prev].next = node;
+        if (at < 0) q->tail[c][b] = (int32_t)node;
     }
-    q->pool[node] = (CalNode){key, arg, *link};
-    if (*link < 0) q->tail[b] = node;
-    *link = node;
     q->bits[b >> 6] |= (uint64_t)1 << (b & 63);
 }
 
@@ -216,13 +228,13 @@ static trip cal_pop(Cal *q) {
     q->n--;
     if (q->past.n) return heap_pop(&q->past);
     for (;;) {
-        i64 b = q->cur & (CAL_W - 1), node = q->head[b];
+        i64 b = q->cur & (CAL_W - 1), c = q->head[0][b] < 0, node = q->head[c][b];
         if (node >= 0) {
             CalNode *e = &q->pool[node];
-            q->head[b] = e->next;
+            q->head[c][b] = (int32_t)e->next;
             if (e->next < 0) {
-                q->tail[b] = -1;
-                q->bits[b >> 6] &= ~((uint64_t)1 << (b & 63));
+                q->tail[c][b] = -1;
+                if (c == 1 || q->head[1][b] < 0) q->bits[b >> 6] &= ~((uint64_t)1 << (b & 63));
             }
             e->next = q->free;
             q->free = node;
@@ -306,7 +318,7 @@ typedef struct { InPkt *v; i64 mask; } Ring;
     /* arbiter inputs, per egress, per requester: ports x ports */                             \
     X(const i64 *, priority) X(const i64 *, weight)                                            \
     /* the plan's packets (packet_cap) and messages (message_cap), grown by read responses */  \
-    X(i32 *, pk_flits) X(i32 *, pk_dst) X(i32 *, pk_seq) X(i32 *, pk_msg)                      \
+    X(i32 *, pk_flits) X(i8 *, pk_dst) X(i32 *, pk_seq) X(i32 *, pk_msg)                       \
     X(i64 *, m_src) X(i64 *, m_dst) X(i64 *, m_issue) X(i64 *, m_kind)                         \
     X(i64 *, m_resp_flits) X(i64 *, m_resp_to) X(i64 *, m_ndeps)                              \
     X(i64 *, m_pk_off) X(i64 *, m_pk_len)                                                      \
@@ -334,7 +346,7 @@ enum { POLICIES(POLICY_CODE) };
 #undef POLICY_CODE
 enum { K_OTHER, K_READ_REQ, K_READ_RESP };
 enum { EV_SOURCE, EV_EGRESS };
-#define KIND_SHIFT 40   /* event order key: kind above the insertion counter */
+#define KIND_SHIFT CAL_CLASS_SHIFT   /* event order key: kind above the insertion counter */
 
 typedef struct {
     /* configuration */
@@ -345,7 +357,8 @@ typedef struct {
     const i64 *priority, *weight;
     /* plan: packets (growing with read responses) */
     i64 npk, pk_cap;
-    i32 *pk_flits, *pk_dst, *pk_seq, *pk_msg;
+    i32 *pk_flits, *pk_seq, *pk_msg;
+    i8 *pk_dst;
     /* plan: messages */
     i64 nmsg, nmsg0, msg_cap, *m_src, *m_dst, *m_issue, *m_kind, *m_resp_flits, *m_resp_to;
     i64 *m_ndeps;   /* per message: its dependencies not yet delivered */
@@ -382,7 +395,12 @@ typedef struct {
     Hold *hold;
     i64 judge_mask;   /* N - 1 when N is a power of two (the judge's turn without a division) */
     i64 *room_q, *room_rem;   /* room_time's packet offset and flit, per flit of a chunk */
-    i64 *arrivals, *arrived_at;
+    i64 *eng_when;            /* per flit of a chunk: its issue, while a run is issued */
+    /* per slot, for the chunk arr_seq whose contributions are arriving: contributions still
+       to come (nmembers when none is) and the last one's cycle. A contribution of chunk q
+       waits for chunk q - S's result, so q - S has arrived whole before q's first comes:
+       a slot, not a chunk, per entry (a whole iteration is millions of chunks). */
+    i64 *arrivals, *arrived_at, *arr_seq;
     tvec engine;   /* complete chunks: (ready cycle, slot, seq) */
     i64 engine_free, engine_armed, engine_blocked;
     i64 eng_active, eng_nissues, eng_last_issue, *eng_r, *mem_ports;
@@ -408,14 +426,14 @@ static i64 next_seq(SwitchRun *s, i64 mid) {
 /* An active contribution message, by its next chunk's credit: eligible at `cycle` (ready),
  * from a known later cycle (pending), or when the credit comes back (blocked). The scan's
  * test, got + round trip < cycle, is ready-from = got + round trip + 1 <= cycle. */
-static void con_place(SwitchRun *s, i64 port, i64 mid, i64 cycle) {
-    i64 q = next_seq(s, mid), from = NONE;
-    if (q < s->S) {
-        from = cycle;
-    } else {
-        i64 got = s->results[port * s->chunks + (q - s->S)];
-        if (got >= 0) from = got + s->rt + 1;
-    }
+static i64 con_from(SwitchRun *s, i64 port, i64 mid, i64 cycle) {
+    i64 q = next_seq(s, mid);
+    if (q < s->S) return cycle;
+    i64 got = s->results[port * s->chunks + (q - s->S)];
+    return got >= 0 ? got + s->rt + 1 : NONE;
+}
+
+static void con_place_from(SwitchRun *s, i64 port, i64 mid, i64 cycle, i64 from) {
     if (from == NONE) {
         s->con_state[mid] = CON_BLOCKED;
     } else if (from <= cycle) {
@@ -428,9 +446,12 @@ static void con_place(SwitchRun *s, i64 port, i64 mid, i64 cycle) {
     }
 }
 
+static void con_place(SwitchRun *s, i64 port, i64 mid, i64 cycle) {
+    con_place_from(s, port, mid, cycle, con_from(s, port, mid, cycle));
+}
+
 static void list_pop_front(tvec *l) {
-    memmove(l->v, l->v + 1, (size_t)(l->n - 1) * sizeof(trip));
-    l->n--;
+    if (--l->n) memmove(l->v, l->v + 1, (size_t)l->n * sizeof(trip));
 }
 
 static i64 loop_next_packet(SwitchRun *s, i64 port, i64 cycle) {
@@ -458,10 +479,19 @@ static i64 loop_next_packet(SwitchRun *s, i64 port, i64 cycle) {
     i64 mid = list->v[0].b, p = s->m_pk_off[mid] + s->next_index[mid];
     s->next_index[mid]++;
     int done = s->next_index[mid] == s->m_pk_len[mid];
-    if (con || done) list_pop_front(list);
-    if (con) {
-        if (done) s->con_state[mid] = CON_IDLE;
-        else con_place(s, port, mid, cycle);
+    if (!con) {
+        if (done) list_pop_front(list);
+    } else if (done) {
+        list_pop_front(list);
+        s->con_state[mid] = CON_IDLE;
+    } else {
+        /* Still ready: it goes back where it was, at the front (its key is the least), so it
+         * stays there instead of leaving and coming back. */
+        i64 from = con_from(s, port, mid, cycle);
+        if (from == NONE || from > cycle) {
+            list_pop_front(list);
+            con_place_from(s, port, mid, cycle, from);
+        }
     }
     s->started++;
     return p;
@@ -500,7 +530,7 @@ static void loop_respond(SwitchRun *s, i64 req, i64 cycle) {
         i64 p = s->npk++;
         i64 left = s->m_resp_flits[req] - off;
         s->pk_flits[p] = (i32)(left < s->mtu ? left : s->mtu);
-        s->pk_dst[p] = (i32)s->m_src[req];
+        s->pk_dst[p] = (i8)s->m_src[req];
         s->pk_seq[p] = -1;
         s->pk_msg[p] = (i32)mid;
         s->m_pk_len[mid]++;
@@ -662,15 +692,24 @@ static void try_source(SwitchRun *s, i64 k, i64 t) {
         lo = b - q->v;
     }
     if (lo < q->n && q->v[lo].a == t) return;
-    if (q->n == q->cap && q->head > 0) {   /* reuse the room the popped entries left */
-        memmove(q->v, q->v + q->head, (size_t)(q->n - q->head) * sizeof(trip));
-        q->n -= q->head;
-        lo -= q->head;
-        q->head = 0;
+    if (lo < q->n && q->head > 0 && lo - q->head < q->n - lo) {
+        /* Nearer the front (a port's next packet, before its wakes a round trip on): the
+         * entries before it move into the room the popped ones left. */
+        if (lo > q->head)
+            memmove(q->v + q->head - 1, q->v + q->head, (size_t)(lo - q->head) * sizeof(trip));
+        q->head--;
+        lo--;
+    } else {
+        if (q->n == q->cap && q->head > 0) {   /* reuse the room the popped entries left */
+            memmove(q->v, q->v + q->head, (size_t)(q->n - q->head) * sizeof(trip));
+            q->n -= q->head;
+            lo -= q->head;
+            q->head = 0;
+        }
+        q->v = grow(q->v, &q->cap, q->n + 1, sizeof(trip));
+        if (lo < q->n) memmove(q->v + lo + 1, q->v + lo, (size_t)(q->n - lo) * sizeof(trip));
+        q->n++;
     }
-    q->v = grow(q->v, &q->cap, q->n + 1, sizeof(trip));
-    memmove(q->v + lo + 1, q->v + lo, (size_t)(q->n - lo) * sizeof(trip));
-    q->n++;
     s->order++;
     trip e = {t, ((i64)EV_SOURCE << KIND_SHIFT) | s->order, 0};
     if (lo == q->head) {   /* the port's first source event: the heap must hold it */
@@ -801,11 +840,18 @@ static void grant_contribution(SwitchRun *s, i64 k, i64 i) {
     s->hold_taken[k] += e->flits;
     s->hold_free[k] = judged + e->flits;
     i64 last = judged + e->flits - 2, seq = s->pk_seq[e->pid];
-    i64 left = s->arrivals[seq] - 1;
-    s->arrived_at[seq] = max64(s->arrived_at[seq], last);
-    s->arrivals[seq] = left;
+    i64 slot = seq % s->S;
+    if (s->arr_seq[slot] != seq) {   /* the chunk's first contribution */
+        if (s->arrivals[slot] != s->nmembers) longjmp(oom, 2);
+        s->arr_seq[slot] = seq;
+    }
+    i64 left = s->arrivals[slot] - 1;
+    s->arrived_at[slot] = max64(s->arrived_at[slot], last);
+    s->arrivals[slot] = left;
     if (left == 0) {
-        tpush(&s->engine, (trip){s->arrived_at[seq] + s->pick_latency, seq % s->S, seq});
+        tpush(&s->engine, (trip){s->arrived_at[slot] + s->pick_latency, slot, seq});
+        s->arrivals[slot] = s->nmembers;
+        s->arrived_at[slot] = -1;
         arm_engine(s);
     }
     leave_fifo(s, k, i);
@@ -890,8 +936,59 @@ static void stream_result(SwitchRun *s, i64 d) {
     if (s->rq_head[d] < s->rtabs[d].n) expose_result(s, d);
 }
 
+/* Flits i0 .. of the engine's chunk whose room is in older result packets only (room_q < 0),
+ * up to the first without room: their issues, in eng_when; returns the first flit not issued.
+ * Those packets' reads cannot change while the chunk is issued (an egress streams an older
+ * packet whole when it grants it, the chunk's are streamed only here), so the issues are the
+ * ones flit-by-flit issuing would find. */
+static i64 engine_run_of_flits(SwitchRun *s, i64 i0) {
+    i64 end = i0, *need = s->eng_when;
+    while (end < s->P && s->room_q[end] < 0) end++;
+    for (i64 i = i0; i < end; i++) need[i] = -1;
+    /* room_time of each flit, member by member: the run ends at the first flit a member has
+     * no room for yet */
+    for (i64 m = 0; m < s->nmembers && end > i0; m++) {
+        i64 d = s->mem_ports[m], lo = s->rh_head[d];
+        const RTab *tab = &s->rtabs[d];
+        for (i64 i = i0; i < end; i++) {
+            i64 idx = s->eng_r[m] + s->room_q[i], r = -1;   /* result_read */
+            if (idx >= lo && idx < tab->n) {
+                i64 at = idx - tab->base, rem = s->room_rem[i];
+                if (rem >= tab->nreads[at]) {
+                    end = i;
+                    break;
+                }
+                r = tab->read[at * s->P + rem];
+            }
+            need[i] = max64(need[i], r + 1);
+        }
+    }
+    for (i64 i = i0; i < end; i++)
+        need[i] = s->eng_last_issue = max64(s->eng_last_issue + 1, need[i]);
+    return end;
+}
+
 static void continue_engine(SwitchRun *s) {
     while (s->eng_nissues < s->P) {
+        i64 i0 = s->eng_nissues, i1 = engine_run_of_flits(s, i0);
+        if (i1 > i0) {
+            /* Issued as a run: each member's flits, then each member's stream once (only the
+             * chunk's last flit completes a packet, so the completions keep member order). */
+            for (i64 m = 0; m < s->nmembers; m++) {
+                RTab *tab = &s->rtabs[s->mem_ports[m]];
+                i64 at = s->eng_r[m] - tab->base, *issue = tab->issue + at * s->P;
+                for (i64 i = i0; i < i1; i++) issue[i] = s->eng_when[i];
+                tab->nissues[at] = i1;
+            }
+            s->eng_nissues = i1;
+            for (i64 m = 0; m < s->nmembers; m++)
+                if (s->streaming[s->mem_ports[m]] == s->eng_r[m]) stream_result(s, s->mem_ports[m]);
+        }
+        if (i1 == s->P) break;
+        if (s->room_q[i1] < 0) {   /* the run stopped at a flit without room */
+            s->engine_blocked = 1;
+            return;
+        }
         i64 need = room_time(s, s->eng_nissues, 0);
         if (need == NONE) {
             s->engine_blocked = 1;
@@ -967,6 +1064,17 @@ static void wake(SwitchRun *s, i64 k) {
     if (t != NONE) try_source(s, k, max64(t, s->src_free[k]));
 }
 
+/* Egress d grants its head result at t. */
+static void grant_result(SwitchRun *s, i64 d, i64 t) {
+    i64 r = s->head_res[d];
+    s->head_res[d] = -1;
+    R_(d, grant, r) = t;
+    /* Held until its last flit is read; the engine may still be issuing it. */
+    s->egress_free[d] = (i64)1 << 62;
+    s->streaming[d] = r;
+    stream_result(s, d);
+}
+
 static void egress(SwitchRun *s, i64 d, i64 t) {
     if (t != s->egress_armed[d]) return;   /* superseded by an earlier arm_egress */
     s->egress_armed[d] = NONE;
@@ -980,6 +1088,25 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
      * visible head (nmem[d] == 0: in-switch traffic), only the results may request. */
     i64 N = s->N, *valid = s->valid, *hm = s->head_mem + d * N, any = 0, nxt = NONE;
     i64 seen = t - s->pick_lag, res = s->head_res[d] >= 0 ? R_(d, visible, s->head_res[d]) : NONE;
+    if (!s->nmem[d] && s->policy == RR) {
+        /* Round robin with at most two requesters, the results (d) and the last one served
+         * (arb_ptr[d], counted as requesting when its last flit left at `seen`): the code
+         * below with arb_choose's scan, which visits arb_ptr[d] last, worked out. Every
+         * other head is empty, so only the results can be granted. */
+        int results = res != NONE && res <= seen;
+        if (!results && s->egress_last[d] != seen) {
+            if (res != NONE) arm_egress(s, d, res + s->pick_lag);
+            return;
+        }
+        i64 sel = results ? d : s->arb_ptr[d];
+        if (sel != d || res == NONE || res > t) {
+            arm_egress(s, d, t + 1);
+            return;
+        }
+        s->arb_ptr[d] = d;
+        grant_result(s, d, t);
+        return;
+    }
     if (s->nmem[d]) {
         for (i64 k = 0; k < N; k++) {
             i64 vis = k != d ? (hm[k] >= 0 ? ING(k, hm[k])->visible : NONE) : res;
@@ -1019,13 +1146,7 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
     i64 flits = sel == d ? s->P : ING(sel, hm[sel])->flits, *deficit = s->arb_deficit + d * N;
     if (s->policy == DRR && flits > 1) set_deficit(s, deficit, sel, deficit[sel] - (flits - 1));
     if (sel == d) {
-        i64 r = s->head_res[d];
-        s->head_res[d] = -1;
-        R_(d, grant, r) = t;
-        /* Held until its last flit is read; the engine may still be issuing it. */
-        s->egress_free[d] = (i64)1 << 62;
-        s->streaming[d] = r;
-        stream_result(s, d);
+        grant_result(s, d, t);
         return;
     }
     i64 i = hm[sel];
@@ -1074,8 +1195,9 @@ static void source(SwitchRun *s, i64 k, i64 t) {
 
 /* ------------------------------------------------------------------------------------------ */
 /* Entry points. innet_switch_run's arrays are the caller's (numpy); the packet and message   */
-/* arrays have room for the read responses the replay creates. It returns 0, or 1 when memory */
-/* ran out.                                                                                   */
+/* arrays have room for the read responses the replay creates. It returns 0, 1 when memory   */
+/* ran out, or 2 when a chunk's contributions began arriving before those of the previous      */
+/* chunk of its slot were all in (the credit loop prevents it).                                */
 
 #define ALLOC(ptr, count, fill)                                                              \
     do {                                                                                     \
@@ -1151,7 +1273,7 @@ int innet_switch_run(const SwitchArgs *a) {
     s->done_at = a->done_at;
     s->out_flits = a->out_flits, s->in_flits = a->in_flits, s->stall = a->stall;
     s->chunk_start = a->chunk_start;
-    i64 C = s->chunks > 0 ? s->chunks : 1, R = N;
+    i64 R = N;
 
     ZALLOC(s->future, N);
     ZALLOC(s->active, N);
@@ -1200,6 +1322,7 @@ int innet_switch_run(const SwitchArgs *a) {
     ZALLOC(s->hold, N * s->hold_cap);
     ZALLOC(s->room_q, s->P);
     ZALLOC(s->room_rem, s->P);
+    ZALLOC(s->eng_when, s->P);
     for (i64 i = 0; i < s->P; i++) {   /* floor division of i - (depth - 1) by P */
         i64 back = i - (s->result_depth - 1), q = back / s->P, rem = back - q * s->P;
         if (rem < 0) {
@@ -1209,8 +1332,9 @@ int innet_switch_run(const SwitchArgs *a) {
         s->room_q[i] = q;
         s->room_rem[i] = rem;
     }
-    ZALLOC(s->arrivals, C);
-    ALLOC(s->arrived_at, C, -1);
+    ZALLOC(s->arrivals, s->S);
+    ALLOC(s->arrived_at, s->S, -1);
+    ALLOC(s->arr_seq, s->S, -1);
     ZALLOC(s->eng_r, N);
     ZALLOC(s->mem_ports, N);
     ZALLOC(s->valid, R);
@@ -1220,10 +1344,18 @@ int innet_switch_run(const SwitchArgs *a) {
 
     for (i64 d = 0; d < N; d++)
         if (s->members >> d & 1) s->mem_ports[s->nmembers++] = d;
-    for (i64 c = 0; c < C; c++) s->arrivals[c] = s->nmembers;
+    for (i64 c = 0; c < s->S; c++) s->arrivals[c] = s->nmembers;
     s->engine_armed = NONE;
 
-    if (setjmp(oom)) goto fail;
+    switch (setjmp(oom)) {   /* 1: out of memory, 2: a slot's chunks overlapped */
+    case 0:
+        break;
+    case 2:
+        status = 2;
+        goto fail;
+    default:
+        goto fail;
+    }
     for (i64 m = 0; m < s->nmsg0; m++) {
         s->remaining[m] = s->m_pk_len[m];
         if (s->m_ndeps[m] == 0) loop_push_future(s, s->m_src[m], s->m_issue[m], m);
@@ -1271,8 +1403,8 @@ fail:
                   s->pending, s->src_q, s->egress_free, s->egress_armed, s->egress_last,
                   s->head_mem, s->nmem, s->head_res, s->streaming, s->result_last_read, s->rtabs, s->rq_head,
                   s->rh_head, s->arb_ptr, s->arb_count, s->arb_deficit, s->hold_taken,
-                  s->hold_free, s->hold_lo, s->hold_hi, s->hold, s->room_q, s->room_rem,
-                  s->arrivals, s->arrived_at, s->eng_r, s->mem_ports,
+                  s->hold_free, s->hold_lo, s->hold_hi, s->hold, s->room_q, s->room_rem, s->eng_when,
+                  s->arrivals, s->arrived_at, s->arr_seq, s->eng_r, s->mem_ports,
                   s->valid, s->scratch, s->events};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) free(ps[i]);
     return status;

@@ -20,6 +20,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -33,14 +34,18 @@ from hw.packet import Kind
 from hw.spec import Policy
 from sim.files import cache_dir
 from sim.replay.pages import paused_gc, small_pages
-from sim.replay.plan import PACKET_DTYPE, Message, Plan
+from sim.replay.plan import PACKET_DTYPE, SMALL_DTYPE, Message, Plan
 from sim.replay.result import ReplayResult, ResultCycles
 
 __all__ = ["CoreUnavailable", "SwitchArgs", "check_args", "library", "library_args",
            "run_core"]
 
 SOURCE = Path(__file__).with_name("switch_core.c")
-FLAGS = ["-O2", "-std=c11", "-shared", "-fPIC"]
+FLAGS = ["-O3", "-std=c11", "-shared", "-fPIC"]
+#: Tried first, and dropped when the compiler refuses them: code for this machine's CPU (the
+#: library is built where it runs). BERT-large in-switch's C call: -O2 9.8 to 10.1 CPU s,
+#: -O3 8.1 to 8.3, -O3 with these 7.9 (docs/replay.md).
+TUNED = ["-march=native"]
 #: The entry point's scalar parameters, in ``SwitchArgs`` order (``SWITCH_ARGS`` in
 #: switch_core.c).
 PARAMS = ("ports", "depth", "result_lag", "result_depth", "chunk_flits", "slots", "policy",
@@ -54,9 +59,10 @@ ARRAYS = ("priority", "weight", "pk_flits", "pk_dst", "pk_seq", "pk_msg",
           "m_pk_off", "m_pk_len", "wait_off", "wait_list", "con_off", "con_first", "con_mid",
           "inject", "deliver", "results", "done_at", "out_flits", "in_flits", "stall",
           "counters", "chunk_start")
-#: The plan's packet arrays, of the plan's type (``int32_t`` in switch_core.c): a whole
-#: iteration is tens of millions of packets.
-PACKET_ARRAYS = ("pk_flits", "pk_dst", "pk_seq", "pk_msg")
+#: The plan's packet arrays, of the plan's types (``int32_t`` in switch_core.c, ``int8_t``
+#: for the destination port): a whole iteration is tens of millions of packets.
+PACKET_ARRAYS = {"pk_flits": PACKET_DTYPE, "pk_dst": SMALL_DTYPE, "pk_seq": PACKET_DTYPE,
+                 "pk_msg": PACKET_DTYPE}
 K_OTHER, K_READ_REQ, K_READ_RESP = 0, 1, 2
 
 
@@ -84,7 +90,10 @@ def library():
     if shutil.which(compiler) is None:
         raise CoreUnavailable(f"no C compiler ({compiler!r} not found; set CC)")
     text = SOURCE.read_bytes()
-    key = hashlib.sha256(text + " ".join([compiler] + FLAGS).encode()).hexdigest()[:16]
+    # The CPU is in the key: a cache shared by machines never hands one a library tuned for
+    # another.
+    key = hashlib.sha256(text + " ".join([compiler] + FLAGS + TUNED).encode()
+                         + _host_cpu()).hexdigest()[:16]
     target = _cache_dir() / f"switch_core-{key}.so"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -93,8 +102,11 @@ def library():
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
         os.close(fd)
         try:
-            done = subprocess.run([compiler, *FLAGS, "-o", tmp, str(SOURCE)],
-                                  capture_output=True, text=True)
+            for flags in (FLAGS + TUNED, FLAGS):
+                done = subprocess.run([compiler, *flags, "-o", tmp, str(SOURCE)],
+                                      capture_output=True, text=True)
+                if not done.returncode:
+                    break
             if done.returncode:
                 first = (done.stderr.strip().splitlines() or ["no output"])[0]
                 raise CoreUnavailable(f"{compiler} failed on {SOURCE.name}: {first}")
@@ -110,6 +122,17 @@ def library():
     lib.innet_switch_run.restype = ctypes.c_int
     lib.innet_switch_run.argtypes = [ctypes.POINTER(SwitchArgs)]
     return lib
+
+
+def _host_cpu():
+    """What identifies this machine's CPU for :data:`TUNED` code: its model and feature flags
+    (Linux's /proc/cpuinfo), else the platform's processor name."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    fields = [line for line in lines if line.split(":")[0].strip() in ("model name", "flags")]
+    return "\n".join(dict.fromkeys(fields) or [platform.machine(), platform.processor()]).encode()
 
 
 #: How a field's type is compared across the boundary: ``"i64"`` or ``"pointer"``.
@@ -236,7 +259,7 @@ def _contributions(plan, arrays, m0, ports):
 
 def _pack(values):
     """``values`` (every :class:`SwitchArgs` field by name: an int, or a C-contiguous array,
-    int64 or, for :data:`PACKET_ARRAYS`, the plan's packet type) as a :class:`SwitchArgs`."""
+    int64 or, for :data:`PACKET_ARRAYS`, the plan's packet types) as a :class:`SwitchArgs`."""
     names = [name for name, _ in SwitchArgs._fields_]
     if set(values) != set(names):
         raise ValueError(f"SwitchArgs fields missing {sorted(set(names) - set(values))}, "
@@ -245,7 +268,7 @@ def _pack(values):
     for name in names:
         v = values[name]
         if isinstance(v, np.ndarray):
-            want = np.dtype(PACKET_DTYPE if name in PACKET_ARRAYS else np.int64)
+            want = np.dtype(PACKET_ARRAYS.get(name, np.int64))
             if v.dtype != want or not v.flags.c_contiguous:
                 raise ValueError(f"SwitchArgs.{name} must be a contiguous {want} array")
             v = v.ctypes.data
@@ -270,7 +293,7 @@ def _run(lib, model, plan):
     arrays, m_cap, p_cap = _message_arrays(plan)
     n0, m0 = plan.packets, len(plan.messages)
 
-    pk = {name: _padded(a, p_cap, fill, PACKET_DTYPE) for name, a, fill in (
+    pk = {name: _padded(a, p_cap, fill, PACKET_ARRAYS[name]) for name, a, fill in (
         ("pk_flits", plan.flits, 0), ("pk_dst", plan.dst, 0), ("pk_seq", plan.seq, -1),
         ("pk_msg", plan.msg, 0))}
     con = _contributions(plan, arrays, m0, N)
@@ -288,7 +311,12 @@ def _run(lib, model, plan):
               "egress_pick_lag": cfg.switch.egress_pick_latency,
               "egress_out_lag": cfg.switch.egress_output_latency,
               "engine_restart": cfg.switch.engine_restart_cycles}
-    out = {"inject": np.full(p_cap, -1, np.int64), "deliver": np.full(p_cap, -1, np.int64),
+    # Only memory packets are delivered (a message with a destination and the read responses
+    # to one): without any (in-switch traffic), the core never writes `deliver` and the
+    # result's is a read-only view of -1s, not hundreds of MB of fresh memory.
+    delivers = bool((arrays["m_dst"][:m0] >= 0).any())
+    out = {"inject": np.full(p_cap, -1, np.int64),
+           "deliver": np.full(p_cap if delivers else 1, -1, np.int64),
            "results": np.full(N * C, -1, np.int64), "done_at": np.full(m_cap, -1, np.int64),
            "out_flits": np.zeros(N, np.int64), "in_flits": np.zeros(N, np.int64),
            "stall": np.zeros(N, np.int64), "counters": np.zeros(4, np.int64),
@@ -298,16 +326,26 @@ def _run(lib, model, plan):
     weight = np.array([a.weight for a in model.arbiters], np.int64)
     args = _pack(values | {"priority": priority, "weight": weight} | con | pk | arrays | out)
     status = lib.innet_switch_run(ctypes.byref(args))
+    if status == 2:
+        raise RuntimeError("the switch model's C core saw a chunk's contributions arrive "
+                           "before those of the chunk using its slot before it were all in")
     if status:
         raise MemoryError("the switch model's C core ran out of memory")
     npk, nmsg = (int(v) for v in out["counters"][:2])
+    if delivers:
+        deliver = out["deliver"][:npk]
+    else:
+        if out["deliver"][0] != -1:
+            raise RuntimeError("the switch model's C core delivered a packet of a plan "
+                               "without memory packets")
+        deliver = np.broadcast_to(np.int64(-1), (npk,))
     plan = _with_responses(plan, arrays, pk, npk, nmsg)
     results = ResultCycles(out["results"].reshape(N, C)[:, :plan.chunks])
     done = out["done_at"][:nmsg]
     mids = np.nonzero(done >= 0)[0]
     message_done = dict(zip(mids.tolist(), done[mids].tolist()))
     return ReplayResult.build(
-        "model", plan, message_done, out["inject"][:npk], out["deliver"][:npk], results,
+        "model", plan, message_done, out["inject"][:npk], deliver, results,
         egress_flits=out["out_flits"].tolist(), ingress_flits=out["in_flits"].tolist(),
         stall_cycles=out["stall"].tolist(), chunk_start=out["chunk_start"][:plan.chunks],
         wall_s=time.perf_counter() - began,

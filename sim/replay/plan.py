@@ -31,7 +31,7 @@ from sim.replay.pages import paused_gc, small_pages
 from sim.trace.format import GRAD, MEM
 
 __all__ = ["Plan", "Message", "build_plan", "PlanError", "MEM_KINDS", "PACKET_DTYPE",
-           "scale_for"]
+           "SMALL_DTYPE", "scale_for"]
 
 
 MEM_KINDS = (Kind.MEM_WRITE, Kind.MEM_READ_REQ, Kind.MEM_READ_RESP)
@@ -40,6 +40,10 @@ MEM_KINDS = (Kind.MEM_WRITE, Kind.MEM_READ_REQ, Kind.MEM_READ_RESP)
 #: is tens of millions of packets: at int64 its six arrays were 2 GB of fresh memory, whose
 #: first touch cost more than building them.
 PACKET_DTYPE = np.int32
+#: The type of the packet arrays of ports and kinds, ``src``, ``dst`` and ``kind``: a port
+#: (below :data:`hw.packet.MAX_PORTS`, 64; -1 for none) and a kind (3 bits) fit a byte, and at
+#: flit scale 1 each array at ``PACKET_DTYPE`` was another 126 MB of fresh memory.
+SMALL_DTYPE = np.int8
 
 
 class PlanError(InputError, ValueError):
@@ -69,9 +73,9 @@ class Plan:
     config: ReplayConfig
     gpus: int
     messages: list
-    src: np.ndarray           # the packet arrays: PACKET_DTYPE when build_plan made them
+    src: np.ndarray           # the packet arrays: PACKET_DTYPE when build_plan made them,
     dst: np.ndarray           # egress port, -1 for contributions
-    kind: np.ndarray
+    kind: np.ndarray          # but src, dst and kind, SMALL_DTYPE
     flits: np.ndarray
     msg: np.ndarray
     seq: np.ndarray           # contributions: chunk sequence number; else -1
@@ -136,7 +140,7 @@ def _build_plan(meta, records, config, path):
     fb, mtu = config.flit_bytes, config.mtu_flits
     messages, by_record = [], {}
     m_flits = []   # per message: flits of its data (memory writes), else 0
-    contrib = []   # (message, record) of in-switch pieces, numbered after the loop
+    contrib = []   # in-switch pieces, grouped into chunks after the loop
     for r in records:
         if r.rtype not in (MEM, GRAD):
             continue
@@ -148,11 +152,12 @@ def _build_plan(meta, records, config, path):
             # The switch drops a packet to its sender's own port (hw/switch.py).
             raise PlanError(f"{path}: record {r.id}: GPU {r.gpu} sends to itself")
         issue = int(r.time_ns / cycle_ns) + arrive
-        n_flits = max(1, -(-r.bytes // fb))
+        size = r.bytes
+        n_flits = max(1, -(-size // fb))
         mid = len(messages)
         if r.rtype == GRAD and r.to_switch:
             m = Message(mid, r.gpu, Kind.REDUCE_CONTRIB, -1, issue, deps, r.id)
-            contrib.append((m, r))
+            contrib.append((mid, r.bucket, r.chunk, r.gpu, r.time_ns, size, r.id))
             m_flits.append(0)
         elif r.rtype == MEM and r.mem_op == "read":
             m = Message(mid, r.gpu, Kind.MEM_READ_REQ, r.peer, issue, deps, r.id,
@@ -169,25 +174,25 @@ def _build_plan(meta, records, config, path):
     members, chunks = 0, 0
     c_mids, c_count, c_base = [], [], []   # contribution messages in packet order
     if contrib:
+        # each piece's (mid, bucket, chunk, gpu, time_ns, bytes, record id), read once above
         keys = {}
-        for m, r in contrib:
-            keys.setdefault((r.bucket, r.chunk), []).append((m, r))
-            members |= 1 << r.gpu
-        order = sorted(keys, key=lambda k: (min(r.time_ns for _, r in keys[k]), k))
+        for piece in contrib:
+            keys.setdefault(piece[1:3], []).append(piece)
+            members |= 1 << piece[3]
+        order = sorted(keys, key=lambda k: (min(p[4] for p in keys[k]), k))
         n_members = bin(members).count("1")
         for key in order:
             group = keys[key]
-            senders = sum(1 << r.gpu for _, r in group)
+            senders = sum(1 << p[3] for p in group)
             if senders != members or len(group) != n_members:
-                _, r = group[0]
-                raise PlanError(f"{path}: record {r.id}: in-switch piece bucket={key[0]} "
-                                f"chunk={key[1]} is not sent exactly once by every member")
-            size = max(r.bytes for _, r in group)
+                raise PlanError(f"{path}: record {group[0][6]}: in-switch piece "
+                                f"bucket={key[0]} chunk={key[1]} is not sent exactly once by "
+                                "every member")
+            size = max(p[5] for p in group)
             n_chunks = max(1, -(-size // config.chunk_bytes))
-            for m, _ in group:
-                c_mids.append(m.mid)
-                c_count.append(n_chunks)
-                c_base.append(chunks)
+            c_mids.extend(p[0] for p in group)
+            c_count.extend([n_chunks] * len(group))
+            c_base.extend([chunks] * len(group))
             chunks += n_chunks
         if n_members < 2:
             raise PlanError(f"{path}: in-switch reduction needs at least 2 members")
@@ -221,13 +226,13 @@ def _build_plan(meta, records, config, path):
     # costs more than the arithmetic, so no temporaries of a packet array's length.
     n = n_mem + n_con
     mem, con = slice(0, n_mem), slice(n_mem, n)
-    src = np.empty(n, dtype=pk_type)
+    src = np.empty(n, dtype=SMALL_DTYPE)
     _repeat_into(src[mem], m_src[mem_mids], mem_count)
     _repeat_into(src[con], m_src[c_mids], c_count)
-    dst = np.empty(n, dtype=pk_type)
+    dst = np.empty(n, dtype=SMALL_DTYPE)
     _repeat_into(dst[mem], m_dst[mem_mids], mem_count)
     dst[con] = -1
-    kind = np.empty(n, dtype=pk_type)
+    kind = np.empty(n, dtype=SMALL_DTYPE)
     _repeat_into(kind[mem], m_kind[mem_mids], mem_count)
     kind[con] = Kind.REDUCE_CONTRIB.value
     # memory packets: every one a full MTU but the last of its message

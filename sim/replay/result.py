@@ -224,11 +224,28 @@ def slot_occupancy(plan, inject, results, start=None):
     # both as 2 × cycle + 1 (a start) and 2 × cycle (an end), cheaper than sorting each and
     # searching one in the other. Its time-average is the total of the chunks' lifetimes over
     # the span.
-    starts, ends = start[done], end[done] + 1
-    steps = np.concatenate([2 * starts + 1, 2 * ends])
+    # Every step is computed in place in one array: at flit scale 1 each temporary of it is
+    # tens of MB of fresh memory, whose first touch cost more than the arithmetic.
+    if done.all():
+        starts, ends = start, end   # views: no copies
+    else:
+        starts, ends = start[done], end[done]
+    n = len(starts)
+    # int32 when every step fits (BERT-large in-switch: 742 M cycles): half the memory to touch
+    # and to sort
+    top = 2 * max(int(starts.max()), int(ends.max())) + 2
+    steps = np.empty(2 * n, dtype=np.int32 if top <= np.iinfo(np.int32).max else np.int64)
+    np.multiply(starts, 2, out=steps[:n])
+    steps[:n] += 1
+    np.multiply(ends, 2, out=steps[n:])
+    steps[n:] += 2   # 2 × (end + 1)
     steps.sort(kind="stable")   # two nearly sorted runs: timsort merges them (0.14 → 0.05 s)
-    steps = (steps & 1) * 2 - 1   # +1 at a start, -1 at an end
-    peak = int(np.cumsum(steps).max())
-    span = int(ends.max() - starts.min())
-    mean = float((ends.sum() - starts.sum()) / span) if span else float(peak)
+    steps &= 1
+    steps *= 2
+    steps -= 1   # +1 at a start, -1 at an end
+    np.cumsum(steps, out=steps)
+    peak = int(steps.max())
+    # ends run to end + 1
+    span = int(ends.max() + 1 - starts.min())
+    mean = float((ends.sum() + n - starts.sum()) / span) if span else float(peak)
     return peak, mean
