@@ -297,6 +297,7 @@ def trace_of(tmp_path, capsys, *options):
     (["--no-overlap"], "overlap", False),
     (["--straggler", "1:0.5"], "straggler_speed_factors", {"1": 0.5}),
     (["--grad-accum", "2"], "grad_accum_microbatches", 2),
+    (["--precision", "fp32"], "precision", "fp32"),
     (["--channels", "8"], "channels_sms", 8),
     (["--bucketing", "horovod"], "bucketing", "horovod"),
     (["--first-bucket-mb", "16"], "first_bucket_bytes", 16 << 20),

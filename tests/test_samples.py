@@ -30,7 +30,8 @@ def test_version_1_sample_reads_as_its_regeneration():
     added = {key: new_meta.pop(key) for key in set(new_meta) - set(old_meta)}
     assert added == {"bucketing": "ddp", "first_bucket_bytes": 1 << 20,
                      "fusion_bytes": 64 * 10**6, "fusion_cycle_s": 5e-3, "overlap": True,
-                     "grad_accum_microbatches": 1, "straggler_speed_factors": {},
+                     "grad_accum_microbatches": 1, "precision": "amp",
+                     "straggler_speed_factors": {},
                      "channels_sms": None, "collective_sms": 24,
                      "optimizer_bytes_per_param": 20.0, "job": 0, "seq_tokens": None,
                      "hidden_features": None, "layers": None}

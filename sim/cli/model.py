@@ -373,7 +373,8 @@ def _iteration_config(args, node=None):
         sizes.update(nodes=args.nodes, node=node)
     return IterationConfig(n_gpus=args.gpus, algo=args.algo, bucketing=args.bucketing,
                            overlap=not args.no_overlap, grad_accum=args.grad_accum,
-                           speed=_straggler_speeds(args), channels=args.channels, **sizes)
+                           precision=args.precision, speed=_straggler_speeds(args),
+                           channels=args.channels, **sizes)
 
 
 def _node(args):
@@ -664,6 +665,9 @@ def _iteration_arguments(p, positive, gpus_min=1):
     p.add_argument("--no-overlap", action="store_true",
                    help="all-reduce after backward instead of during it")
     p.add_argument("--grad-accum", type=positive("--grad-accum"), default=1)
+    p.add_argument("--precision", choices=["amp", "o2", "fp32"], default="amp",
+                   help="amp (torch.cuda.amp, the default), o2 (apex O2: FP16 weights and "
+                        "gradients) or fp32")
     p.add_argument("--straggler", action="append", metavar="GPU:FACTOR",
                    help="compute speed factor of one GPU (repeatable), e.g. 3:0.8")
     p.add_argument("--channels", type=positive("--channels"),

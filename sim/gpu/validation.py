@@ -174,20 +174,22 @@ def _single_gpu_rows():
     path (no tensor cores, 4-byte activations)."""
     rows = []
     src = ("NVIDIA DeepLearningExamples PyTorch ResNet-50 v1.5 README, pytorch-21.03 "
-           "(DGX A100 80GB / DGX-1 16GB / DGX-1 32GB tables); ±10 % tolerance as before")
-    for name, label, published, config, role in (
-            ("a100-80", "A100 80GB, batch 256, AMP", 2470, {}, "fitted"),
-            ("v100", "V100 16GB, batch 256, AMP", 1200, {}, "predicted"),
-            ("v100", "V100 32GB, batch 256, AMP", 1156, {}, "predicted"),
-            ("v100", "V100 16GB, batch 256, FP32", 367, {"precision": "fp32"}, "predicted")):
+           "(DGX A100 80GB / DGX-1 16GB / DGX-1 32GB tables; batches from its configs.yml); "
+           "±10 % tolerance as before")
+    for name, label, batch, published, config, role in (
+            ("a100-80", "A100 80GB, batch 256, AMP", 256, 2470, {}, "fitted"),
+            ("v100", "V100 16GB, batch 256, AMP", 256, 1200, {}, "predicted"),
+            ("v100", "V100 32GB, batch 256, AMP", 256, 1156, {}, "predicted"),
+            ("v100", "V100 16GB, batch 112, FP32", 112, 367, {"precision": "fp32"},
+             "predicted")):
         gpu = gpu_preset(name)
-        t = simulate_iteration(resnet50(256), gpu, IterationConfig(n_gpus=1, **config),
+        t = simulate_iteration(resnet50(batch), gpu, IterationConfig(n_gpus=1, **config),
                                record=False).iteration_s
-        rows.append(row(f"ResNet-50 training, one {label}", 256 / t,
+        rows.append(row(f"ResNet-50 training, one {label}", batch / t,
                         published, published * 0.9, published * 1.1, src,
                         f"innet model iteration --model resnet50 --gpu {name} --gpus 1 "
-                        f"--batch 256" + (" (fp32)" if config else ""), "img/s", role=role,
-                        fits="conv_efficiency" if role == "fitted" else None))
+                        f"--batch {batch}" + (" --precision fp32" if config else ""), "img/s",
+                        role=role, fits="conv_efficiency" if role == "fitted" else None))
     return rows
 
 
@@ -204,24 +206,51 @@ def scaling(workload, gpu_name, n=8, **config):
     return one / many * 100, (many / one - 1) * 100
 
 
+#: The ResNet-50 README's 21.03 tables (commit 7bdfc81d) were measured with `launch.py --mode
+#: benchmark_training`, whose configs.yml sets ``data_backend: pytorch`` (the PyTorch
+#: DataLoader decoding JPEGs on the CPU, 8 workers a GPU on DGX-1, 16 on DGX A100) and the
+#: DGX-1 FP32 batch to 112; its 20.06 tables (commit 46ff3707) with ``main.py``, whose default
+#: backend is DALI (``dali-cpu``), at the README's batches (256; FP32 on DGX-1 128).
+_RN50_2103 = ("DeepLearningExamples ResNet-50 v1.5 README, pytorch-21.03 (7bdfc81d; PyTorch "
+              "DataLoader), ")
+_RN50_2006 = ("DeepLearningExamples ResNet-50 v1.5 README, pytorch-20.06 (46ff3707; DALI "
+              "dali-cpu), ")
+
 #: (quantity, workload, GPU preset, config, published 8-GPU speedup, source, command options)
 _SCALING = (
     ("ResNet-50 AMP, 8×A100 scaling efficiency, batch 256", lambda: resnet50(256),
-     "a100-80", {}, 6.72, "DeepLearningExamples ResNet-50 v1.5 README, DGX A100: 2470 → "
-     "16621 img/s", "--model resnet50 --gpu a100-80 --batch 256"),
+     "a100-80", {}, 6.72, _RN50_2103 + "DGX A100 80GB: 2470 → 16621 img/s",
+     "--model resnet50 --gpu a100-80 --batch 256"),
     ("ResNet-50 AMP, 8×V100 scaling efficiency, batch 256", lambda: resnet50(256),
-     "v100", {}, 6.93, "DeepLearningExamples ResNet-50 v1.5 README, DGX-1 16GB: 1200 → "
-     "8322 img/s", "--model resnet50 --gpu v100 --batch 256"),
-    ("ResNet-50 FP32, 8×V100 scaling efficiency, batch 256", lambda: resnet50(256),
-     "v100", {"precision": "fp32"}, 7.76, "DeepLearningExamples ResNet-50 v1.5 README, "
-     "DGX-1 16GB: 367 → 2855 img/s", "--model resnet50 --gpu v100 --batch 256 (fp32)"),
+     "v100", {}, 6.93, _RN50_2103 + "DGX-1 16GB: 1200 → 8322 img/s",
+     "--model resnet50 --gpu v100 --batch 256"),
+    ("ResNet-50 FP32, 8×V100 scaling efficiency, batch 112", lambda: resnet50(112),
+     "v100", {"precision": "fp32"}, 7.76, _RN50_2103 + "DGX-1 16GB: 367 → 2855 img/s",
+     "--model resnet50 --gpu v100 --batch 112 --precision fp32"),
     # the same recipe on a DGX-1 of V100 32GB (the v100 preset's part): separate measurements
     ("ResNet-50 AMP, 8×V100 32GB scaling efficiency, batch 256", lambda: resnet50(256),
-     "v100", {}, 6.96, "DeepLearningExamples ResNet-50 v1.5 README, DGX-1 32GB: 1156 → "
-     "8056 img/s", "--model resnet50 --gpu v100 --batch 256"),
-    ("ResNet-50 FP32, 8×V100 32GB scaling efficiency, batch 256", lambda: resnet50(256),
-     "v100", {"precision": "fp32"}, 7.75, "DeepLearningExamples ResNet-50 v1.5 README, "
-     "DGX-1 32GB: 356 → 2766 img/s", "--model resnet50 --gpu v100 --batch 256 (fp32)"),
+     "v100", {}, 6.96, _RN50_2103 + "DGX-1 32GB: 1156 → 8056 img/s",
+     "--model resnet50 --gpu v100 --batch 256"),
+    ("ResNet-50 FP32, 8×V100 32GB scaling efficiency, batch 112", lambda: resnet50(112),
+     "v100", {"precision": "fp32"}, 7.75, _RN50_2103 + "DGX-1 32GB: 356 → 2766 img/s",
+     "--model resnet50 --gpu v100 --batch 112 --precision fp32"),
+    # DALI: the input pipeline off the training processes' CPU path. The TF32 columns have no
+    # row: innet has no TF32 precision (its FP32 runs on the FP32 pipes).
+    ("ResNet-50 AMP, 8×A100 40GB scaling efficiency, batch 256, DALI", lambda: resnet50(256),
+     "a100", {}, 7.74, _RN50_2006 + "DGX A100 40GB: 1240.81 → 9604.92 img/s",
+     "--model resnet50 --gpu a100 --batch 256"),
+    ("ResNet-50 AMP, 8×V100 scaling efficiency, batch 256, DALI", lambda: resnet50(256),
+     "v100", {}, 7.75, _RN50_2006 + "DGX-1 16GB: 856.52 → 6635.90 img/s",
+     "--model resnet50 --gpu v100 --batch 256"),
+    ("ResNet-50 FP32, 8×V100 scaling efficiency, batch 128, DALI", lambda: resnet50(128),
+     "v100", {"precision": "fp32"}, 7.77, _RN50_2006 + "DGX-1 16GB: 373.21 → 2899.62 img/s",
+     "--model resnet50 --gpu v100 --batch 128 --precision fp32"),
+    ("ResNet-50 AMP, 8×V100 32GB scaling efficiency, batch 256, DALI", lambda: resnet50(256),
+     "v100", {}, 7.78, _RN50_2006 + "DGX-1 32GB: 816.00 → 6347.26 img/s",
+     "--model resnet50 --gpu v100 --batch 256"),
+    ("ResNet-50 FP32, 8×V100 32GB scaling efficiency, batch 128, DALI", lambda: resnet50(128),
+     "v100", {"precision": "fp32"}, 7.82, _RN50_2006 + "DGX-1 32GB: 359.76 → 2813.23 img/s",
+     "--model resnet50 --gpu v100 --batch 128 --precision fp32"),
     ("BERT-large SQuAD AMP, 8×A100 scaling efficiency, batch 32, seq 384",
      lambda: bert_large(32, 384), "a100-80", {}, 7.66, "DeepLearningExamples BERT README, "
      "fine-tuning DGX A100: 110.5 → 846.7 seq/s", "--model bert_large --gpu a100-80 "
@@ -233,7 +262,7 @@ _SCALING = (
     ("BERT-large SQuAD FP32, 8×V100 scaling efficiency, batch 8, seq 384",
      lambda: bert_large(8, 384), "v100", {"precision": "fp32"}, 7.12,
      "DeepLearningExamples BERT README, fine-tuning DGX-1 32G: 12 → 85.5 seq/s",
-     "--model bert_large --gpu v100 --batch 8 --seq 384 (fp32)"),
+     "--model bert_large --gpu v100 --batch 8 --seq 384 --precision fp32"),
     # pre-training: gradient accumulation, one all-reduce per accumulated batch (LAMB there;
     # innet's Adam moves the same bytes a parameter)
     ("BERT-large pre-training AMP, 8×A100 weak scaling, batch 256, seq 128, 32 accumulated",

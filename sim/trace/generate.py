@@ -50,7 +50,8 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
     The metadata records the whole configuration, units in the key names: ``gpus``, ``gpu``,
     ``model``, ``batch`` (samples per GPU), ``algo``, ``bucketing``, ``first_bucket_bytes``,
     ``bucket_cap_bytes``, ``fusion_bytes`` and ``fusion_cycle_s`` (Horovod), ``overlap``,
-    ``grad_accum_microbatches``, ``straggler_speed_factors`` (GPU → factor; the GPUs not
+    ``grad_accum_microbatches``, ``precision`` (``amp``, ``o2`` or ``fp32``),
+    ``straggler_speed_factors`` (GPU → factor; the GPUs not
     named run at 1.0), ``channels_sms`` (asked for; null: NCCL's default) and
     ``collective_sms`` (what the collectives used), ``optimizer_bytes_per_param``,
     ``chunk_bytes``, ``p2p_bytes``, ``traffic`` (only when given), ``job``; and the result,
@@ -188,6 +189,7 @@ def generate_trace(workload, gpu, n_gpus, algo="ring", bucket_mb=25.0, chunk_byt
             "bucketing": config.bucketing, "first_bucket_bytes": config.first_bucket_bytes,
             "fusion_bytes": config.fusion_bytes, "fusion_cycle_s": config.cycle_s,
             "overlap": config.overlap, "grad_accum_microbatches": config.grad_accum,
+            "precision": config.precision,
             "straggler_speed_factors": {str(g): factor for g, factor
                                         in enumerate(config.speed or []) if factor != 1.0},
             "channels_sms": config.channels,
