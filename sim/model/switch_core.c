@@ -263,7 +263,8 @@ typedef struct {
 #define RT_PACKET_FIELDS(X) X(seq) X(a0) X(visible) X(grant) X(nissues) X(nreads)
 
 /* Room for packet t->n: forget the packets below `keep` if that frees half the table, else
- * double it. */
+ * double it. It starts at 64 packets: a dozen are live, and a smaller table shifts them at
+ * every few packets. */
 static void rtab_reserve(RTab *t, i64 keep) {
     if (t->n - t->base < t->cap) return;
     i64 drop = keep - t->base, live = t->n - keep;
@@ -277,7 +278,7 @@ static void rtab_reserve(RTab *t, i64 keep) {
         return;
     }
     i64 cap = t->cap, pcap;
-#define GROW(f) cap = t->cap; t->f = grow(t->f, &cap, t->cap ? t->cap * 2 : 16, sizeof(i64));
+#define GROW(f) cap = t->cap; t->f = grow(t->f, &cap, t->cap ? t->cap * 2 : 64, sizeof(i64));
     RT_PACKET_FIELDS(GROW)
 #undef GROW
     i64 flits = t->cap * t->P;
@@ -686,6 +687,10 @@ static void try_source(SwitchRun *s, i64 k, i64 t) {
     i64 lo = q->head, hi = q->n;   /* the first entry at or after cycle t */
     if (lo == hi || q->v[hi - 1].a < t) {
         lo = hi;   /* the usual case: after them all */
+    } else if (q->v[lo].a >= t) {
+        /* before them all (a port's next packet) */
+    } else if (hi - lo >= 2 && q->v[hi - 2].a < t) {
+        lo = hi - 1;   /* before the last only (a wake for a message issued much later) */
     } else {   /* branchless (a conditional move per step): the entry is in [b, b + n) */
         const trip *b = q->v + lo;
         for (i64 n = hi - lo; n > 1; n -= n / 2) b = b[n / 2 - 1].a < t ? b + n / 2 : b;
@@ -700,14 +705,17 @@ static void try_source(SwitchRun *s, i64 k, i64 t) {
         q->head--;
         lo--;
     } else {
-        if (q->n == q->cap && q->head > 0) {   /* reuse the room the popped entries left */
+        /* Reuse the room the popped entries left once it is half the queue, else grow: a
+         * port's ~64 pending retries, moved at every few pushes when the queue is full. */
+        if (q->n == q->cap && q->head >= q->cap / 2) {
             memmove(q->v, q->v + q->head, (size_t)(q->n - q->head) * sizeof(trip));
             q->n -= q->head;
             lo -= q->head;
             q->head = 0;
         }
         q->v = grow(q->v, &q->cap, q->n + 1, sizeof(trip));
-        if (lo < q->n) memmove(q->v + lo + 1, q->v + lo, (size_t)(q->n - lo) * sizeof(trip));
+        if (lo == q->n - 1) q->v[q->n] = q->v[lo];   /* one entry: no call */
+        else if (lo < q->n) memmove(q->v + lo + 1, q->v + lo, (size_t)(q->n - lo) * sizeof(trip));
         q->n++;
     }
     s->order++;
