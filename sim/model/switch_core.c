@@ -950,26 +950,30 @@ static void stream_result(SwitchRun *s, i64 d) {
  * packet whole when it grants it, the chunk's are streamed only here), so the issues are the
  * ones flit-by-flit issuing would find. */
 static i64 engine_run_of_flits(SwitchRun *s, i64 i0) {
-    i64 end = i0, *need = s->eng_when;
-    while (end < s->P && s->room_q[end] < 0) end++;
+    i64 end = i0, *need = s->eng_when, P = s->P;
+    while (end < P && s->room_q[end] < 0) end++;
     for (i64 i = i0; i < end; i++) need[i] = -1;
     /* room_time of each flit, member by member: the run ends at the first flit a member has
-     * no room for yet */
+     * no room for yet. Flit i's room is flit n0 + i of the member's egress; an egress reads
+     * its packets in order, each from its first flit, so the flits read are the ones before
+     * the first packet not read whole (from rh_head on; older ones count as read at -1),
+     * up to its nreads: the loop below is result_read's, a packet at a time. */
     for (i64 m = 0; m < s->nmembers && end > i0; m++) {
         i64 d = s->mem_ports[m], lo = s->rh_head[d];
         const RTab *tab = &s->rtabs[d];
-        for (i64 i = i0; i < end; i++) {
-            i64 idx = s->eng_r[m] + s->room_q[i], r = -1;   /* result_read */
-            if (idx >= lo && idx < tab->n) {
-                i64 at = idx - tab->base, rem = s->room_rem[i];
-                if (rem >= tab->nreads[at]) {
-                    end = i;
-                    break;
-                }
-                r = tab->read[at * s->P + rem];
+        i64 n0 = s->eng_r[m] * P - (s->result_depth - 1), first = lo * P - n0;
+        for (i64 r = max64(s->eng_r[m] + s->room_q[i0], lo); r * P < n0 + end; r++) {
+            i64 got = tab->nreads[r - tab->base];
+            if (got < P) {
+                end = max64(i0, r * P + got - n0 < end ? r * P + got - n0 : end);
+                break;
             }
-            need[i] = max64(need[i], r + 1);
         }
+        i64 mid = first < i0 ? i0 : first > end ? end : first;
+        for (i64 i = i0; i < mid; i++) need[i] = max64(need[i], 0);
+        const i64 *read = tab->read;
+        for (i64 i = mid, off = n0 - tab->base * P; i < end; i++)
+            need[i] = max64(need[i], read[off + i] + 1);
     }
     for (i64 i = i0; i < end; i++)
         need[i] = s->eng_last_issue = max64(s->eng_last_issue + 1, need[i]);
