@@ -395,6 +395,7 @@ typedef struct {
     i64 *hold_taken, *hold_free, hold_cap, *hold_lo, *hold_hi;
     Hold *hold;
     i64 judge_mask;   /* N - 1 when N is a power of two (the judge's turn without a division) */
+    i64 slot_mask;    /* S - 1 when S is a power of two (a chunk's slot likewise) */
     i64 *room_q, *room_rem;   /* room_time's packet offset and flit, per flit of a chunk */
     i64 *eng_when;            /* per flit of a chunk: its issue, while a run is issued */
     /* per slot, for the chunk arr_seq whose contributions are arriving: contributions still
@@ -413,6 +414,11 @@ typedef struct {
 
 /* ------------------------------------------------------------------------------------------ */
 /* The closed loop (sim/replay/loop.py ClosedLoop).                                           */
+
+/* Chunk seq's slot (seq >= 0). */
+static i64 slot_of(const SwitchRun *s, i64 seq) {
+    return s->slot_mask ? seq & s->slot_mask : seq % s->S;
+}
 
 enum { CON_IDLE, CON_READY, CON_PENDING, CON_BLOCKED };
 
@@ -848,7 +854,7 @@ static void grant_contribution(SwitchRun *s, i64 k, i64 i) {
     s->hold_taken[k] += e->flits;
     s->hold_free[k] = judged + e->flits;
     i64 last = judged + e->flits - 2, seq = s->pk_seq[e->pid];
-    i64 slot = seq % s->S;
+    i64 slot = slot_of(s, seq);
     if (s->arr_seq[slot] != seq) {   /* the chunk's first contribution */
         if (s->arrivals[slot] != s->nmembers) longjmp(oom, 2);
         s->arr_seq[slot] = seq;
@@ -1271,6 +1277,7 @@ int innet_switch_run(const SwitchArgs *a) {
     /* live entries: at most hold_depth - P + 2 */
     for (s->hold_cap = 1; s->hold_cap < s->hold_depth - s->P + 4;) s->hold_cap *= 2;
     s->judge_mask = (N & (N - 1)) == 0 ? N - 1 : 0;
+    s->slot_mask = (s->S & (s->S - 1)) == 0 ? s->S - 1 : 0;
     s->hist_limit = 4 + s->result_depth / s->P;
     s->priority = a->priority;
     s->weight = a->weight;
