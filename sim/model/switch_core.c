@@ -153,7 +153,9 @@ typedef struct { i64 key, arg, next; } CalNode;   /* next: node index, -1 at the
 #define CAL_CLASS_SHIFT 40
 typedef struct {
     i64 cur, n;                  /* the window starts at cycle cur; events held */
-    int32_t head[2][CAL_W], tail[2][CAL_W];   /* per class, per bucket: first and last node, -1 */
+    /* per bucket, per class: first and last node, -1 (together: a pop or push touches one
+     * cache line) */
+    struct { int32_t head[2], tail[2]; } at[CAL_W];
     uint64_t bits[CAL_WORDS];    /* non-empty buckets */
     CalNode *pool;
     i64 pool_n, pool_cap, free;  /* nodes made; the first free node, -1 */
@@ -164,7 +166,8 @@ static void cal_init(Cal *q) {
     q->cur = q->n = q->pool_n = q->pool_cap = 0;
     q->pool = NULL;
     q->free = -1;
-    for (i64 i = 0; i < CAL_W; i++) q->head[0][i] = q->tail[0][i] = q->head[1][i] = q->tail[1][i] = -1;
+    for (i64 i = 0; i < CAL_W; i++)
+        q->at[i].head[0] = q->at[i].tail[0] = q->at[i].head[1] = q->at[i].tail[1] = -1;
     memset(q->bits, 0, sizeof(q->bits));
     q->far = (tvec){0};
     q->past = (tvec){0};
@@ -187,20 +190,20 @@ static void cal_bucket(Cal *q, i64 t, i64 key, i64 arg) {
         q->pool = grow(q->pool, &q->pool_cap, q->pool_n + 1, sizeof(CalNode));
         node = q->pool_n++;
     }
-    i64 b = t & (CAL_W - 1), c = key >> CAL_CLASS_SHIFT, last = q->tail[c][b];
+    i64 b = t & (CAL_W - 1), c = key >> CAL_CLASS_SHIFT, last = q->at[b].tail[c];
     if (last >= 0 && q->pool[last].key < key) {   /* the usual case: after all of them */
         q->pool[node] = (CalNode){key, arg, -1};
         q->pool[last].next = node;
-        q->tail[c][b] = (int32_t)node;
+        q->at[b].tail[c] = (int32_t)node;
     } else {
-        i64 prev = -1, at = q->head[c][b];
+        i64 prev = -1, at = q->at[b].head[c];
         while (at >= 0 && q->pool[at].key < key) {
             prev = at;
             at = q->pool[at].next;
         }
         q->pool[node] = (CalNode){key, arg, at};
-        if (prev < 0) q->head[c][b] = (int32_t)node; else q->pool[prev].next = node;
-        if (at < 0) q->tail[c][b] = (int32_t)node;
+        if (prev < 0) q->at[b].head[c] = (int32_t)node; else q->pool[prev].next = node;
+        if (at < 0) q->at[b].tail[c] = (int32_t)node;
     }
     q->bits[b >> 6] |= (uint64_t)1 << (b & 63);
 }
@@ -228,13 +231,13 @@ static trip cal_pop(Cal *q) {
     q->n--;
     if (q->past.n) return heap_pop(&q->past);
     for (;;) {
-        i64 b = q->cur & (CAL_W - 1), c = q->head[0][b] < 0, node = q->head[c][b];
+        i64 b = q->cur & (CAL_W - 1), c = q->at[b].head[0] < 0, node = q->at[b].head[c];
         if (node >= 0) {
             CalNode *e = &q->pool[node];
-            q->head[c][b] = (int32_t)e->next;
+            q->at[b].head[c] = (int32_t)e->next;
             if (e->next < 0) {
-                q->tail[c][b] = -1;
-                if (c == 1 || q->head[1][b] < 0) q->bits[b >> 6] &= ~((uint64_t)1 << (b & 63));
+                q->at[b].tail[c] = -1;
+                if (c == 1 || q->at[b].head[1] < 0) q->bits[b >> 6] &= ~((uint64_t)1 << (b & 63));
             }
             e->next = q->free;
             q->free = node;
