@@ -352,6 +352,15 @@ enum { K_OTHER, K_READ_REQ, K_READ_RESP };
 enum { EV_SOURCE, EV_EGRESS };
 #define KIND_SHIFT CAL_CLASS_SHIFT   /* event order key: kind above the insertion counter */
 
+/* A message's closed-loop state, in one place: a packet start reads most of it. */
+typedef struct {
+    i64 next, end;   /* its next packet to send, and the end of its packets (pids) */
+    i64 act_key;     /* the issue key it became active with */
+    i64 con_at;      /* a pending contribution: the cycle its credit makes it eligible */
+    i64 remaining;   /* its packets not yet delivered (contributions: results not yet back) */
+    i64 con_state;   /* a contribution: CON_* */
+} Msg;
+
 typedef struct {
     /* configuration */
     i64 N, D, result_lag, result_depth, P, S, policy, quantum, dbits, members, nmembers;
@@ -374,9 +383,7 @@ typedef struct {
     i64 started;
     /* closed loop */
     tvec *future, *active, *ready, *pend;
-    i64 *con_state, *con_at;   /* contributions: CON_* and, while pending, the cycle */
-    i64 *act_key;              /* the issue key a message became active with */
-    i64 *next_index, *remaining;
+    Msg *msg;
     vec woken;
     /* packet state: a0 is the output inject (-1 while unknown) */
     i64 *src_start;              /* per ingress: the pending packet's start (Python's pk.start) */
@@ -430,7 +437,7 @@ static void loop_push_future(SwitchRun *s, i64 port, i64 issue, i64 mid) {
 }
 
 static i64 next_seq(SwitchRun *s, i64 mid) {
-    return s->pk_seq[s->m_pk_off[mid] + s->next_index[mid]];
+    return s->pk_seq[s->msg[mid].next];
 }
 
 /* An active contribution message, by its next chunk's credit: eligible at `cycle` (ready),
@@ -445,13 +452,13 @@ static i64 con_from(SwitchRun *s, i64 port, i64 mid, i64 cycle) {
 
 static void con_place_from(SwitchRun *s, i64 port, i64 mid, i64 cycle, i64 from) {
     if (from == NONE) {
-        s->con_state[mid] = CON_BLOCKED;
+        s->msg[mid].con_state = CON_BLOCKED;
     } else if (from <= cycle) {
-        s->con_state[mid] = CON_READY;
-        sorted_insert(&s->ready[port], (trip){s->act_key[mid], mid, 0});
+        s->msg[mid].con_state = CON_READY;
+        sorted_insert(&s->ready[port], (trip){s->msg[mid].act_key, mid, 0});
     } else {
-        s->con_state[mid] = CON_PENDING;
-        s->con_at[mid] = from;
+        s->msg[mid].con_state = CON_PENDING;
+        s->msg[mid].con_at = from;
         heap_push(&s->pend[port], (trip){from, mid, 0});
     }
 }
@@ -469,15 +476,15 @@ static i64 loop_next_packet(SwitchRun *s, i64 port, i64 cycle) {
     tvec *pend = &s->pend[port];
     while (fut->n && fut->v[0].a <= cycle) {
         trip e = heap_pop(fut);
-        s->act_key[e.b] = e.a;
+        s->msg[e.b].act_key = e.a;
         if (next_seq(s, e.b) >= 0) con_place(s, port, e.b, cycle);
         else sorted_insert(act, e);
     }
     while (pend->n && pend->v[0].a <= cycle) {
         trip e = heap_pop(pend);
-        if (s->con_state[e.b] != CON_PENDING || s->con_at[e.b] != e.a) continue;   /* stale */
-        s->con_state[e.b] = CON_READY;
-        sorted_insert(rdy, (trip){s->act_key[e.b], e.b, 0});
+        if (s->msg[e.b].con_state != CON_PENDING || s->msg[e.b].con_at != e.a) continue;   /* stale */
+        s->msg[e.b].con_state = CON_READY;
+        sorted_insert(rdy, (trip){s->msg[e.b].act_key, e.b, 0});
     }
     /* The scan's first eligible message: the first memory message or the first ready
      * contribution, whichever comes first in (issue, id) order. */
@@ -486,14 +493,13 @@ static i64 loop_next_packet(SwitchRun *s, i64 port, i64 cycle) {
     else if (act->n || rdy->n) con = rdy->n > 0;
     else return NONE;
     tvec *list = con ? rdy : act;
-    i64 mid = list->v[0].b, p = s->m_pk_off[mid] + s->next_index[mid];
-    s->next_index[mid]++;
-    int done = s->next_index[mid] == s->m_pk_len[mid];
+    i64 mid = list->v[0].b, p = s->msg[mid].next++;
+    int done = s->msg[mid].next == s->msg[mid].end;
     if (!con) {
         if (done) list_pop_front(list);
     } else if (done) {
         list_pop_front(list);
-        s->con_state[mid] = CON_IDLE;
+        s->msg[mid].con_state = CON_IDLE;
     } else {
         /* Still ready: it goes back where it was, at the front (its key is the least), so it
          * stays there instead of leaving and coming back. */
@@ -545,7 +551,9 @@ static void loop_respond(SwitchRun *s, i64 req, i64 cycle) {
         s->pk_msg[p] = (i32)mid;
         s->m_pk_len[mid]++;
     }
-    s->remaining[mid] = s->m_pk_len[mid];
+    s->msg[mid].remaining = s->m_pk_len[mid];
+    s->msg[mid].next = s->m_pk_off[mid];
+    s->msg[mid].end = s->m_pk_off[mid] + s->m_pk_len[mid];
     loop_push_future(s, s->m_src[mid], s->m_issue[mid], mid);
     push(&s->woken, s->m_src[mid]);
 }
@@ -553,7 +561,7 @@ static void loop_respond(SwitchRun *s, i64 req, i64 cycle) {
 static void loop_delivered(SwitchRun *s, i64 pid, i64 cycle) {
     s->woken.n = 0;
     i64 mid = s->pk_msg[pid];
-    if (--s->remaining[mid] != 0) return;
+    if (--s->msg[mid].remaining != 0) return;
     if (s->m_kind[mid] == K_READ_REQ && s->m_resp_flits[mid]) {
         loop_respond(s, mid, cycle);
     } else if (s->m_kind[mid] == K_READ_RESP) {
@@ -596,15 +604,15 @@ static void loop_result(SwitchRun *s, i64 port, i64 seq, i64 cycle) {
     /* The credit for chunk seq + S: a contribution blocked on it is eligible a round trip on. */
     if (seq + s->S < s->chunks) {
         i64 owner = chunk_owner(s, port, seq + s->S, 0);
-        if (owner >= 0 && s->con_state[owner] == CON_BLOCKED && next_seq(s, owner) == seq + s->S) {
-            s->con_state[owner] = CON_PENDING;
-            s->con_at[owner] = cycle + s->rt + 1;
-            heap_push(&s->pend[port], (trip){s->con_at[owner], owner, 0});
+        if (owner >= 0 && s->msg[owner].con_state == CON_BLOCKED && next_seq(s, owner) == seq + s->S) {
+            s->msg[owner].con_state = CON_PENDING;
+            s->msg[owner].con_at = cycle + s->rt + 1;
+            heap_push(&s->pend[port], (trip){s->msg[owner].con_at, owner, 0});
         }
     }
     i64 mid = chunk_owner(s, port, seq, 1);
     push(&s->woken, port);
-    if (--s->remaining[mid] == 0) loop_done(s, mid, cycle);
+    if (--s->msg[mid].remaining == 0) loop_done(s, mid, cycle);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1301,11 +1309,7 @@ int innet_switch_run(const SwitchArgs *a) {
     ZALLOC(s->active, N);
     ZALLOC(s->ready, N);
     ZALLOC(s->pend, N);
-    ZALLOC(s->con_state, s->msg_cap);
-    ZALLOC(s->con_at, s->msg_cap);
-    ZALLOC(s->act_key, s->msg_cap);
-    ZALLOC(s->next_index, s->msg_cap);
-    ZALLOC(s->remaining, s->msg_cap);
+    ZALLOC(s->msg, s->msg_cap);
     ZALLOC(s->src_start, N);
     ZALLOC(s->ring, N);
     for (i64 k = 0; k < N; k++) {
@@ -1379,7 +1383,9 @@ int innet_switch_run(const SwitchArgs *a) {
         goto fail;
     }
     for (i64 m = 0; m < s->nmsg0; m++) {
-        s->remaining[m] = s->m_pk_len[m];
+        s->msg[m].remaining = s->m_pk_len[m];
+        s->msg[m].next = s->m_pk_off[m];
+        s->msg[m].end = s->m_pk_off[m] + s->m_pk_len[m];
         if (s->m_ndeps[m] == 0) loop_push_future(s, s->m_src[m], s->m_issue[m], m);
     }
     for (i64 k = 0; k < N; k++) try_source(s, k, 0);
@@ -1418,8 +1424,7 @@ fail:
     for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) free(vs[i]->v);
     free(s->engine.v);
     cal_free(s->events);
-    void *ps[] = {s->future, s->active, s->ready, s->pend, s->con_state, s->con_at, s->act_key,
-                  s->next_index, s->remaining, s->con_hint,
+    void *ps[] = {s->future, s->active, s->ready, s->pend, s->msg, s->con_hint,
                   s->src_start, s->ring, s->ing_n, s->fifo_head,
                   s->hist_head, s->written, s->prev_last_read, s->src_busy, s->src_free,
                   s->pending, s->src_q, s->egress_free, s->egress_armed, s->egress_last,
