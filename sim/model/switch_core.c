@@ -257,13 +257,12 @@ static trip cal_pop(Cal *q) {
 /* An egress's result packets: packet r (absolute, counted from 0) is at r - base; its flit n  */
 /* (absolute) at n - base * P. Packets below base are forgotten.                              */
 
+typedef struct { i64 seq, a0, visible, grant, nissues, nreads; } RPkt;   /* read together */
 typedef struct {
     i64 base, n, cap, P;
-    i64 *seq, *a0, *visible, *grant, *nissues, *nreads;   /* per packet */
-    i64 *issue, *read;                                     /* per flit */
+    RPkt *pk;              /* per packet */
+    i64 *issue, *read;     /* per flit */
 } RTab;
-
-#define RT_PACKET_FIELDS(X) X(seq) X(a0) X(visible) X(grant) X(nissues) X(nreads)
 
 /* Room for packet t->n: forget the packets below `keep` if that frees half the table, else
  * double it. It starts at 64 packets: a dozen are live, and a smaller table shifts them at
@@ -272,18 +271,14 @@ static void rtab_reserve(RTab *t, i64 keep) {
     if (t->n - t->base < t->cap) return;
     i64 drop = keep - t->base, live = t->n - keep;
     if (drop > 0 && drop >= t->cap / 2) {
-#define SHIFT(f) memmove(t->f, t->f + drop, (size_t)live * sizeof(i64));
-        RT_PACKET_FIELDS(SHIFT)
-#undef SHIFT
+        memmove(t->pk, t->pk + drop, (size_t)live * sizeof(RPkt));
         memmove(t->issue, t->issue + drop * t->P, (size_t)(live * t->P) * sizeof(i64));
         memmove(t->read, t->read + drop * t->P, (size_t)(live * t->P) * sizeof(i64));
         t->base = keep;
         return;
     }
     i64 cap = t->cap, pcap;
-#define GROW(f) cap = t->cap; t->f = grow(t->f, &cap, t->cap ? t->cap * 2 : 64, sizeof(i64));
-    RT_PACKET_FIELDS(GROW)
-#undef GROW
+    t->pk = grow(t->pk, &cap, t->cap ? t->cap * 2 : 64, sizeof(RPkt));
     i64 flits = t->cap * t->P;
     pcap = flits;
     t->issue = grow(t->issue, &pcap, cap * t->P, sizeof(i64));
@@ -301,7 +296,7 @@ typedef struct { InPkt *v; i64 mask; } Ring;
 
 #define ING(k, i) (&s->ring[k].v[(i) & s->ring[k].mask])
 
-#define R_(d, f, r) (s->rtabs[d].f[(r) - s->rtabs[d].base])
+#define R_(d, f, r) (s->rtabs[d].pk[(r) - s->rtabs[d].base].f)
 #define R_ISSUE(d, n) (s->rtabs[d].issue[(n) - s->rtabs[d].base * s->P])
 #define R_READ(d, n) (s->rtabs[d].read[(n) - s->rtabs[d].base * s->P])
 
@@ -933,12 +928,12 @@ static void stream_result(SwitchRun *s, i64 d) {
     {   /* Python's loop, on locals: the packet's flits, its reads so far (flit 0 is read at
          * max(avail, grant), i.e. after a previous read at grant - 1) */
         RTab *tab = &s->rtabs[d];
-        i64 at = r - tab->base, n = tab->nreads[at], issued = tab->nissues[at];
+        i64 at = r - tab->base, n = tab->pk[at].nreads, issued = tab->pk[at].nissues;
         const i64 *issue = tab->issue + at * s->P;
         i64 *read = tab->read + at * s->P, lag = s->result_lag;
-        i64 prev = n == 0 ? tab->grant[at] - 1 : read[n - 1];
+        i64 prev = n == 0 ? tab->pk[at].grant - 1 : read[n - 1];
         for (; n < issued; n++) read[n] = prev = max64(issue[n] + lag, prev + 1);
-        tab->nreads[at] = n;
+        tab->pk[at].nreads = n;
     }
     if (s->engine_blocked) {
         arm_engine_at(s, s->now);
@@ -980,7 +975,7 @@ static i64 engine_run_of_flits(SwitchRun *s, i64 i0) {
         const RTab *tab = &s->rtabs[d];
         i64 n0 = s->eng_r[m] * P - (s->result_depth - 1), first = lo * P - n0;
         for (i64 r = max64(s->eng_r[m] + s->room_q[i0], lo); r * P < n0 + end; r++) {
-            i64 got = tab->nreads[r - tab->base];
+            i64 got = tab->pk[r - tab->base].nreads;
             if (got < P) {
                 end = max64(i0, r * P + got - n0 < end ? r * P + got - n0 : end);
                 break;
@@ -1007,7 +1002,7 @@ static void continue_engine(SwitchRun *s) {
                 RTab *tab = &s->rtabs[s->mem_ports[m]];
                 i64 at = s->eng_r[m] - tab->base, *issue = tab->issue + at * s->P;
                 for (i64 i = i0; i < i1; i++) issue[i] = s->eng_when[i];
-                tab->nissues[at] = i1;
+                tab->pk[at].nissues = i1;
             }
             s->eng_nissues = i1;
             for (i64 m = 0; m < s->nmembers; m++)
@@ -1029,7 +1024,7 @@ static void continue_engine(SwitchRun *s) {
             RTab *tab = &s->rtabs[s->mem_ports[m]];
             i64 at = s->eng_r[m] - tab->base;
             tab->issue[at * s->P + i] = when;
-            tab->nissues[at]++;
+            tab->pk[at].nissues++;
         }
         for (i64 m = 0; m < s->nmembers; m++)
             if (s->streaming[s->mem_ports[m]] == s->eng_r[m]) stream_result(s, s->mem_ports[m]);
@@ -1072,12 +1067,7 @@ static void run_engine(SwitchRun *s, i64 t) {
             RTab *tab = &s->rtabs[d];
             rtab_reserve(tab, s->rq_head[d] < s->rh_head[d] ? s->rq_head[d] : s->rh_head[d]);
             i64 r = tab->n++, j0 = r * s->P;
-            R_(d, seq, r) = seq;
-            R_(d, a0, r) = t + s->result_lag;
-            R_(d, visible, r) = NONE;
-            R_(d, grant, r) = NONE;
-            R_(d, nissues, r) = 1;
-            R_(d, nreads, r) = 0;
+            tab->pk[r - tab->base] = (RPkt){seq, t + s->result_lag, NONE, NONE, 1, 0};
             s->eng_r[m] = r;
             /* Python's issues = [t], reads = []: flits at or past nissues (nreads) are unset */
             R_ISSUE(d, j0) = t;
@@ -1413,9 +1403,7 @@ fail:
         free(s->ring[k].v);
         if (s->src_q) free(s->src_q[k].v);
         if (s->rtabs) {
-#define FREE(f) free(s->rtabs[k].f);
-            RT_PACKET_FIELDS(FREE)
-#undef FREE
+            free(s->rtabs[k].pk);
             free(s->rtabs[k].issue);
             free(s->rtabs[k].read);
         }
