@@ -793,12 +793,14 @@ static i64 ring_push(SwitchRun *s, i64 k) {
     return s->ing_n[k]++;
 }
 
+/* The live packets hold consecutive flit ranges, oldest first, and the ones asked for are
+ * near the oldest (a depth back): searched from there. */
 static i64 read_time(SwitchRun *s, i64 k, i64 j) {
     if (j < 0) return -1;
-    for (i64 i = s->ing_n[k] - 1; i >= s->hist_head[k]; i--) {
+    for (i64 i = s->hist_head[k], n = s->ing_n[k]; i < n; i++) {
         InPkt *e = ING(k, i);
-        if (e->j0 <= j && j < e->j0 + e->flits)
-            return i >= s->fifo_head[k] ? NONE : e->grant + (j - e->j0);
+        if (j < e->j0) break;
+        if (j < e->j0 + e->flits) return i >= s->fifo_head[k] ? NONE : e->grant + (j - e->j0);
     }
     return -1;
 }
