@@ -347,6 +347,8 @@ enum { K_OTHER, K_READ_REQ, K_READ_RESP };
 enum { EV_SOURCE, EV_EGRESS };
 #define KIND_SHIFT CAL_CLASS_SHIFT   /* event order key: kind above the insertion counter */
 
+typedef struct { i64 seq, at; } Credit;
+
 /* A message's closed-loop state, in one place: a packet start reads most of it. */
 typedef struct {
     i64 next, end;   /* its next packet to send, and the end of its packets (pids) */
@@ -415,6 +417,10 @@ typedef struct {
     Cal *events;
     i64 order, now, handled;
     i64 *valid, *scratch;
+    /* per port, per slot: the last result of a chunk of that slot, which con_from reads
+     * (results[] is hundreds of MB, long out of cache when a credit is looked up; chunk q's
+     * result needs the port's contribution of q, so a slot holds q - S's until q is sent) */
+    Credit *credit;
 } SwitchRun;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -441,8 +447,8 @@ static i64 next_seq(SwitchRun *s, i64 mid) {
 static i64 con_from(SwitchRun *s, i64 port, i64 mid, i64 cycle) {
     i64 q = next_seq(s, mid);
     if (q < s->S) return cycle;
-    i64 got = s->results[port * s->chunks + (q - s->S)];
-    return got >= 0 ? got + s->rt + 1 : NONE;
+    const Credit *c = &s->credit[port * s->S + slot_of(s, q)];
+    return c->seq == q - s->S ? c->at + s->rt + 1 : NONE;
 }
 
 static void con_place_from(SwitchRun *s, i64 port, i64 mid, i64 cycle, i64 from) {
@@ -951,6 +957,7 @@ static void stream_result(SwitchRun *s, i64 d) {
     s->result_last_read[d] = last;
     i64 out = last + s->out_lag;   /* the egress register slice */
     s->results[d * s->chunks + seq] = out;
+    s->credit[d * s->S + slot_of(s, seq)] = (Credit){seq, out};
     loop_result(s, d, seq, out);
     for (i64 i = 0; i < s->woken.n; i++) try_source(s, s->woken.v[i], out + 1 + s->rt);
     /* Its next start first: the next result's arm, later, then makes no event to drop. */
@@ -1353,6 +1360,7 @@ int innet_switch_run(const SwitchArgs *a) {
     ZALLOC(s->arrivals, s->S);
     ALLOC(s->arrived_at, s->S, -1);
     ALLOC(s->arr_seq, s->S, -1);
+    ALLOC(s->credit, N * s->S, ((Credit){-1, -1}));
     ZALLOC(s->eng_r, N);
     ZALLOC(s->mem_ports, N);
     ZALLOC(s->valid, R);
@@ -1422,7 +1430,7 @@ fail:
                   s->rh_head, s->arb_ptr, s->arb_count, s->arb_deficit, s->hold_taken,
                   s->hold_free, s->hold_lo, s->hold_hi, s->hold, s->room_q, s->room_rem, s->eng_when,
                   s->arrivals, s->arrived_at, s->arr_seq, s->eng_r, s->mem_ports,
-                  s->valid, s->scratch, s->events};
+                  s->valid, s->scratch, s->events, s->credit};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) free(ps[i]);
     return status;
 }
