@@ -973,7 +973,7 @@ static void stream_result(SwitchRun *s, i64 d) {
 static i64 engine_run_of_flits(SwitchRun *s, i64 i0) {
     i64 end = i0, *need = s->eng_when, P = s->P;
     while (end < P && s->room_q[end] < 0) end++;
-    for (i64 i = i0; i < end; i++) need[i] = -1;
+    for (i64 i = i0; i < end; i++) need[i] = NONE;   /* not a byte pattern: no memset call */
     /* room_time of each flit, member by member: the run ends at the first flit a member has
      * no room for yet. Flit i's room is flit n0 + i of the member's egress; an egress reads
      * its packets in order, each from its first flit, so the flits read are the ones before
