@@ -975,10 +975,9 @@ static i64 engine_run_of_flits(SwitchRun *s, i64 i0) {
     while (end < P && s->room_q[end] < 0) end++;
     for (i64 i = i0; i < end; i++) need[i] = NONE;   /* not a byte pattern: no memset call */
     /* room_time of each flit, member by member: the run ends at the first flit a member has
-     * no room for yet. Flit i's room is flit n0 + i of the member's egress; an egress reads
-     * its packets in order, each from its first flit, so the flits read are the ones before
-     * the first packet not read whole (from rh_head on; older ones count as read at -1),
-     * up to its nreads: the loop below is result_read's, a packet at a time. */
+     * no room for yet. Flit i's room is flit n0 + i of the member's egress, read when its
+     * packet's nreads passes it (packets before rh_head count as read at -1): the first flit
+     * without room is in the first packet not read whole, found a packet at a time. */
     for (i64 m = 0; m < s->nmembers && end > i0; m++) {
         i64 d = s->mem_ports[m], lo = s->rh_head[d];
         const RTab *tab = &s->rtabs[d];
