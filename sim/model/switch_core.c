@@ -18,8 +18,9 @@
  *     tens of millions of packets, a few dozen of which are live, and per-pid arrays that
  *     size cost more in first-touched memory than the events;
  *   - a result packet is its number r at its egress: egress d's table rtabs[d] (an RTab) holds
- *     its fields and, packet r owning result flits [r*P, (r+1)*P), each flit's issue and read
- *     cycles; Python's result_q[d] is rtabs[d] from rq_head, result_hist[d] from rh_head, and
+ *     its fields and, packet r owning result flits [r*P, (r+1)*P), each flit's read cycle;
+ *     the flits' issue cycles, the same at every member egress, are one table (iss) for all.
+ *     Python's result_q[d] is rtabs[d] from rq_head, result_hist[d] from rh_head, and
  *     result_count[d] is rtabs[d].n * P. The table keeps only packets from
  *     min(rq_head, rh_head) on (nothing older is read again): a whole iteration makes tens
  *     of millions of result packets, a few dozen of which are live;
@@ -260,8 +261,8 @@ static trip cal_pop(Cal *q) {
 typedef struct { i64 seq, a0, visible, grant, nissues, nreads; } RPkt;   /* read together */
 typedef struct {
     i64 base, n, cap, P;
-    RPkt *pk;              /* per packet */
-    i64 *issue, *read;     /* per flit */
+    RPkt *pk;     /* per packet */
+    i64 *read;    /* per flit (their issues: SwitchRun.iss, the same at every egress) */
 } RTab;
 
 /* Room for packet t->n: forget the packets below `keep` if that frees half the table, else
@@ -272,7 +273,6 @@ static void rtab_reserve(RTab *t, i64 keep) {
     i64 drop = keep - t->base, live = t->n - keep;
     if (drop > 0 && drop >= t->cap / 2) {
         memmove(t->pk, t->pk + drop, (size_t)live * sizeof(RPkt));
-        memmove(t->issue, t->issue + drop * t->P, (size_t)(live * t->P) * sizeof(i64));
         memmove(t->read, t->read + drop * t->P, (size_t)(live * t->P) * sizeof(i64));
         t->base = keep;
         return;
@@ -280,8 +280,6 @@ static void rtab_reserve(RTab *t, i64 keep) {
     i64 cap = t->cap, pcap;
     t->pk = grow(t->pk, &cap, t->cap ? t->cap * 2 : 64, sizeof(RPkt));
     i64 flits = t->cap * t->P;
-    pcap = flits;
-    t->issue = grow(t->issue, &pcap, cap * t->P, sizeof(i64));
     pcap = flits;
     t->read = grow(t->read, &pcap, cap * t->P, sizeof(i64));
     t->cap = cap;
@@ -297,7 +295,6 @@ typedef struct { InPkt *v; i64 mask; } Ring;
 #define ING(k, i) (&s->ring[k].v[(i) & s->ring[k].mask])
 
 #define R_(d, f, r) (s->rtabs[d].pk[(r) - s->rtabs[d].base].f)
-#define R_ISSUE(d, n) (s->rtabs[d].issue[(n) - s->rtabs[d].base * s->P])
 #define R_READ(d, n) (s->rtabs[d].read[(n) - s->rtabs[d].base * s->P])
 
 /* ------------------------------------------------------------------------------------------ */
@@ -405,6 +402,11 @@ typedef struct {
     i64 slot_mask;    /* S - 1 when S is a power of two (a chunk's slot likewise) */
     i64 *room_q, *room_rem;   /* room_time's packet offset and flit, per flit of a chunk */
     i64 *eng_when;            /* per flit of a chunk: its issue, while a run is issued */
+    /* per result packet r, per flit: its issue, from packet iss_base on (room for iss_cap
+     * packets). Every member egress has packet r (the engine makes a chunk's packets at all
+     * of them at once, so their counts agree) and the same issues: one copy, not one per
+     * member. */
+    i64 *iss, iss_base, iss_cap;
     /* per slot, for the chunk arr_seq whose contributions are arriving: contributions still
        to come (nmembers when none is) and the last one's cycle. A contribution of chunk q
        waits for chunk q - S's result, so q - S has arrived whole before q's first comes:
@@ -937,7 +939,7 @@ static void stream_result(SwitchRun *s, i64 d) {
          * max(avail, grant), i.e. after a previous read at grant - 1) */
         RTab *tab = &s->rtabs[d];
         i64 at = r - tab->base, n = tab->pk[at].nreads, issued = tab->pk[at].nissues;
-        const i64 *issue = tab->issue + at * s->P;
+        const i64 *issue = s->iss + (r - s->iss_base) * s->P;
         i64 *read = tab->read + at * s->P, lag = s->result_lag;
         i64 prev = n == 0 ? tab->pk[at].grant - 1 : read[n - 1];
         for (; n < issued; n++) read[n] = prev = max64(issue[n] + lag, prev + 1);
@@ -1000,17 +1002,40 @@ static i64 engine_run_of_flits(SwitchRun *s, i64 i0) {
     return end;
 }
 
+/* Room in iss for packet r, the next one: forget the packets below every member egress's
+ * oldest kept one if that frees half the table, else double it (as rtab_reserve). */
+static void iss_reserve(SwitchRun *s, i64 r) {
+    if (r - s->iss_base < s->iss_cap) return;
+    i64 keep = r, P = s->P;
+    for (i64 m = 0; m < s->nmembers; m++) {
+        i64 d = s->mem_ports[m];
+        keep = s->rq_head[d] < keep ? s->rq_head[d] : keep;
+        keep = s->rh_head[d] < keep ? s->rh_head[d] : keep;
+    }
+    i64 drop = keep - s->iss_base;
+    if (drop > 0 && drop >= s->iss_cap / 2) {
+        memmove(s->iss, s->iss + drop * P, (size_t)((r - keep) * P) * sizeof(i64));
+        s->iss_base = keep;
+        return;
+    }
+    i64 cap = s->iss_cap * P;
+    s->iss = grow(s->iss, &cap, (s->iss_cap ? s->iss_cap * 2 : 64) * P, sizeof(i64));
+    s->iss_cap = cap / P;
+}
+
 static void continue_engine(SwitchRun *s) {
     while (s->eng_nissues < s->P) {
         i64 i0 = s->eng_nissues, i1 = engine_run_of_flits(s, i0);
         if (i1 > i0) {
             /* Issued as a run: each member's flits, then each member's stream once (only the
              * chunk's last flit completes a packet, so the completions keep member order). */
+            if (s->nmembers) {
+                i64 *issue = s->iss + (s->eng_r[0] - s->iss_base) * s->P;
+                for (i64 i = i0; i < i1; i++) issue[i] = s->eng_when[i];
+            }
             for (i64 m = 0; m < s->nmembers; m++) {
                 RTab *tab = &s->rtabs[s->mem_ports[m]];
-                i64 at = s->eng_r[m] - tab->base, *issue = tab->issue + at * s->P;
-                for (i64 i = i0; i < i1; i++) issue[i] = s->eng_when[i];
-                tab->pk[at].nissues = i1;
+                tab->pk[s->eng_r[m] - tab->base].nissues = i1;
             }
             s->eng_nissues = i1;
             for (i64 m = 0; m < s->nmembers; m++)
@@ -1028,11 +1053,10 @@ static void continue_engine(SwitchRun *s) {
         }
         i64 when = max64(s->eng_last_issue + 1, need), i = s->eng_nissues++;
         s->eng_last_issue = when;
+        if (s->nmembers) s->iss[(s->eng_r[0] - s->iss_base) * s->P + i] = when;
         for (i64 m = 0; m < s->nmembers; m++) {
             RTab *tab = &s->rtabs[s->mem_ports[m]];
-            i64 at = s->eng_r[m] - tab->base;
-            tab->issue[at * s->P + i] = when;
-            tab->pk[at].nissues++;
+            tab->pk[s->eng_r[m] - tab->base].nissues++;
         }
         for (i64 m = 0; m < s->nmembers; m++)
             if (s->streaming[s->mem_ports[m]] == s->eng_r[m]) stream_result(s, s->mem_ports[m]);
@@ -1070,15 +1094,19 @@ static void run_engine(SwitchRun *s, i64 t) {
         s->eng_active = 1;
         s->eng_nissues = 1;
         s->eng_last_issue = t;
+        if (s->nmembers) {
+            /* Python's issues = [t], reads = []: flits at or past nissues (nreads) are unset */
+            i64 r = s->rtabs[s->mem_ports[0]].n;
+            iss_reserve(s, r);
+            s->iss[(r - s->iss_base) * s->P] = t;
+        }
         for (i64 m = 0; m < s->nmembers; m++) {
             i64 d = s->mem_ports[m];
             RTab *tab = &s->rtabs[d];
             rtab_reserve(tab, s->rq_head[d] < s->rh_head[d] ? s->rq_head[d] : s->rh_head[d]);
-            i64 r = tab->n++, j0 = r * s->P;
+            i64 r = tab->n++;
             tab->pk[r - tab->base] = (RPkt){seq, t + s->result_lag, NONE, NONE, 1, 0};
             s->eng_r[m] = r;
-            /* Python's issues = [t], reads = []: flits at or past nissues (nreads) are unset */
-            R_ISSUE(d, j0) = t;
             s->rh_head[d] = max64(s->rh_head[d], tab->n - s->hist_limit);
             if (tab->n - s->rq_head[d] == 1) expose_result(s, d);
         }
@@ -1413,7 +1441,6 @@ fail:
         if (s->src_q) free(s->src_q[k].v);
         if (s->rtabs) {
             free(s->rtabs[k].pk);
-            free(s->rtabs[k].issue);
             free(s->rtabs[k].read);
         }
     }
@@ -1429,7 +1456,7 @@ fail:
                   s->rh_head, s->arb_ptr, s->arb_count, s->arb_deficit, s->hold_taken,
                   s->hold_free, s->hold_lo, s->hold_hi, s->hold, s->room_q, s->room_rem, s->eng_when,
                   s->arrivals, s->arrived_at, s->arr_seq, s->eng_r, s->mem_ports,
-                  s->valid, s->scratch, s->events, s->credit};
+                  s->valid, s->scratch, s->events, s->credit, s->iss};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) free(ps[i]);
     return status;
 }
