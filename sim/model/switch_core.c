@@ -18,8 +18,9 @@
  *     tens of millions of packets, a few dozen of which are live, and per-pid arrays that
  *     size cost more in first-touched memory than the events;
  *   - a result packet is its number r at its egress: egress d's table rtabs[d] (an RTab) holds
- *     its fields and, packet r owning result flits [r*P, (r+1)*P), each flit's issue and read
- *     cycles; Python's result_q[d] is rtabs[d] from rq_head, result_hist[d] from rh_head, and
+ *     its fields and, packet r owning result flits [r*P, (r+1)*P), each flit's read cycle;
+ *     the flits' issue cycles, the same at every member egress, are one table (iss) for all.
+ *     Python's result_q[d] is rtabs[d] from rq_head, result_hist[d] from rh_head, and
  *     result_count[d] is rtabs[d].n * P. The table keeps only packets from
  *     min(rq_head, rh_head) on (nothing older is read again): a whole iteration makes tens
  *     of millions of result packets, a few dozen of which are live;
@@ -153,7 +154,9 @@ typedef struct { i64 key, arg, next; } CalNode;   /* next: node index, -1 at the
 #define CAL_CLASS_SHIFT 40
 typedef struct {
     i64 cur, n;                  /* the window starts at cycle cur; events held */
-    int32_t head[2][CAL_W], tail[2][CAL_W];   /* per class, per bucket: first and last node, -1 */
+    /* per bucket, per class: first and last node, -1 (together: a pop or push touches one
+     * cache line) */
+    struct { int32_t head[2], tail[2]; } at[CAL_W];
     uint64_t bits[CAL_WORDS];    /* non-empty buckets */
     CalNode *pool;
     i64 pool_n, pool_cap, free;  /* nodes made; the first free node, -1 */
@@ -164,7 +167,8 @@ static void cal_init(Cal *q) {
     q->cur = q->n = q->pool_n = q->pool_cap = 0;
     q->pool = NULL;
     q->free = -1;
-    for (i64 i = 0; i < CAL_W; i++) q->head[0][i] = q->tail[0][i] = q->head[1][i] = q->tail[1][i] = -1;
+    for (i64 i = 0; i < CAL_W; i++)
+        q->at[i].head[0] = q->at[i].tail[0] = q->at[i].head[1] = q->at[i].tail[1] = -1;
     memset(q->bits, 0, sizeof(q->bits));
     q->far = (tvec){0};
     q->past = (tvec){0};
@@ -187,20 +191,20 @@ static void cal_bucket(Cal *q, i64 t, i64 key, i64 arg) {
         q->pool = grow(q->pool, &q->pool_cap, q->pool_n + 1, sizeof(CalNode));
         node = q->pool_n++;
     }
-    i64 b = t & (CAL_W - 1), c = key >> CAL_CLASS_SHIFT, last = q->tail[c][b];
+    i64 b = t & (CAL_W - 1), c = key >> CAL_CLASS_SHIFT, last = q->at[b].tail[c];
     if (last >= 0 && q->pool[last].key < key) {   /* the usual case: after all of them */
         q->pool[node] = (CalNode){key, arg, -1};
         q->pool[last].next = node;
-        q->tail[c][b] = (int32_t)node;
+        q->at[b].tail[c] = (int32_t)node;
     } else {
-        i64 prev = -1, at = q->head[c][b];
+        i64 prev = -1, at = q->at[b].head[c];
         while (at >= 0 && q->pool[at].key < key) {
             prev = at;
             at = q->pool[at].next;
         }
         q->pool[node] = (CalNode){key, arg, at};
-        if (prev < 0) q->head[c][b] = (int32_t)node; else q->pool[prev].next = node;
-        if (at < 0) q->tail[c][b] = (int32_t)node;
+        if (prev < 0) q->at[b].head[c] = (int32_t)node; else q->pool[prev].next = node;
+        if (at < 0) q->at[b].tail[c] = (int32_t)node;
     }
     q->bits[b >> 6] |= (uint64_t)1 << (b & 63);
 }
@@ -228,13 +232,13 @@ static trip cal_pop(Cal *q) {
     q->n--;
     if (q->past.n) return heap_pop(&q->past);
     for (;;) {
-        i64 b = q->cur & (CAL_W - 1), c = q->head[0][b] < 0, node = q->head[c][b];
+        i64 b = q->cur & (CAL_W - 1), c = q->at[b].head[0] < 0, node = q->at[b].head[c];
         if (node >= 0) {
             CalNode *e = &q->pool[node];
-            q->head[c][b] = (int32_t)e->next;
+            q->at[b].head[c] = (int32_t)e->next;
             if (e->next < 0) {
-                q->tail[c][b] = -1;
-                if (c == 1 || q->head[1][b] < 0) q->bits[b >> 6] &= ~((uint64_t)1 << (b & 63));
+                q->at[b].tail[c] = -1;
+                if (c == 1 || q->at[b].head[1] < 0) q->bits[b >> 6] &= ~((uint64_t)1 << (b & 63));
             }
             e->next = q->free;
             q->free = node;
@@ -254,35 +258,28 @@ static trip cal_pop(Cal *q) {
 /* An egress's result packets: packet r (absolute, counted from 0) is at r - base; its flit n  */
 /* (absolute) at n - base * P. Packets below base are forgotten.                              */
 
+typedef struct { i64 seq, a0, visible, grant, nissues, nreads; } RPkt;   /* read together */
 typedef struct {
     i64 base, n, cap, P;
-    i64 *seq, *a0, *visible, *grant, *nissues, *nreads;   /* per packet */
-    i64 *issue, *read;                                     /* per flit */
+    RPkt *pk;     /* per packet */
+    i64 *read;    /* per flit (their issues: SwitchRun.iss, the same at every egress) */
 } RTab;
 
-#define RT_PACKET_FIELDS(X) X(seq) X(a0) X(visible) X(grant) X(nissues) X(nreads)
-
 /* Room for packet t->n: forget the packets below `keep` if that frees half the table, else
- * double it. */
+ * double it. It starts at 64 packets: a dozen are live, and a smaller table shifts them at
+ * every few packets. */
 static void rtab_reserve(RTab *t, i64 keep) {
     if (t->n - t->base < t->cap) return;
     i64 drop = keep - t->base, live = t->n - keep;
     if (drop > 0 && drop >= t->cap / 2) {
-#define SHIFT(f) memmove(t->f, t->f + drop, (size_t)live * sizeof(i64));
-        RT_PACKET_FIELDS(SHIFT)
-#undef SHIFT
-        memmove(t->issue, t->issue + drop * t->P, (size_t)(live * t->P) * sizeof(i64));
+        memmove(t->pk, t->pk + drop, (size_t)live * sizeof(RPkt));
         memmove(t->read, t->read + drop * t->P, (size_t)(live * t->P) * sizeof(i64));
         t->base = keep;
         return;
     }
     i64 cap = t->cap, pcap;
-#define GROW(f) cap = t->cap; t->f = grow(t->f, &cap, t->cap ? t->cap * 2 : 16, sizeof(i64));
-    RT_PACKET_FIELDS(GROW)
-#undef GROW
+    t->pk = grow(t->pk, &cap, t->cap ? t->cap * 2 : 64, sizeof(RPkt));
     i64 flits = t->cap * t->P;
-    pcap = flits;
-    t->issue = grow(t->issue, &pcap, cap * t->P, sizeof(i64));
     pcap = flits;
     t->read = grow(t->read, &pcap, cap * t->P, sizeof(i64));
     t->cap = cap;
@@ -297,8 +294,7 @@ typedef struct { InPkt *v; i64 mask; } Ring;
 
 #define ING(k, i) (&s->ring[k].v[(i) & s->ring[k].mask])
 
-#define R_(d, f, r) (s->rtabs[d].f[(r) - s->rtabs[d].base])
-#define R_ISSUE(d, n) (s->rtabs[d].issue[(n) - s->rtabs[d].base * s->P])
+#define R_(d, f, r) (s->rtabs[d].pk[(r) - s->rtabs[d].base].f)
 #define R_READ(d, n) (s->rtabs[d].read[(n) - s->rtabs[d].base * s->P])
 
 /* ------------------------------------------------------------------------------------------ */
@@ -348,6 +344,17 @@ enum { K_OTHER, K_READ_REQ, K_READ_RESP };
 enum { EV_SOURCE, EV_EGRESS };
 #define KIND_SHIFT CAL_CLASS_SHIFT   /* event order key: kind above the insertion counter */
 
+typedef struct { i64 seq, at; } Credit;
+
+/* A message's closed-loop state, in one place: a packet start reads most of it. */
+typedef struct {
+    i64 next, end;   /* its next packet to send, and the end of its packets (pids) */
+    i64 act_key;     /* the issue key it became active with */
+    i64 con_at;      /* a pending contribution: the cycle its credit makes it eligible */
+    i64 remaining;   /* its packets not yet delivered (contributions: results not yet back) */
+    i64 con_state;   /* a contribution: CON_* */
+} Msg;
+
 typedef struct {
     /* configuration */
     i64 N, D, result_lag, result_depth, P, S, policy, quantum, dbits, members, nmembers;
@@ -370,9 +377,7 @@ typedef struct {
     i64 started;
     /* closed loop */
     tvec *future, *active, *ready, *pend;
-    i64 *con_state, *con_at;   /* contributions: CON_* and, while pending, the cycle */
-    i64 *act_key;              /* the issue key a message became active with */
-    i64 *next_index, *remaining;
+    Msg *msg;
     vec woken;
     /* packet state: a0 is the output inject (-1 while unknown) */
     i64 *src_start;              /* per ingress: the pending packet's start (Python's pk.start) */
@@ -394,8 +399,14 @@ typedef struct {
     i64 *hold_taken, *hold_free, hold_cap, *hold_lo, *hold_hi;
     Hold *hold;
     i64 judge_mask;   /* N - 1 when N is a power of two (the judge's turn without a division) */
+    i64 slot_mask;    /* S - 1 when S is a power of two (a chunk's slot likewise) */
     i64 *room_q, *room_rem;   /* room_time's packet offset and flit, per flit of a chunk */
     i64 *eng_when;            /* per flit of a chunk: its issue, while a run is issued */
+    /* per result packet r, per flit: its issue, from packet iss_base on (room for iss_cap
+     * packets). Every member egress has packet r (the engine makes a chunk's packets at all
+     * of them at once, so their counts agree) and the same issues: one copy, not one per
+     * member. */
+    i64 *iss, iss_base, iss_cap;
     /* per slot, for the chunk arr_seq whose contributions are arriving: contributions still
        to come (nmembers when none is) and the last one's cycle. A contribution of chunk q
        waits for chunk q - S's result, so q - S has arrived whole before q's first comes:
@@ -408,10 +419,19 @@ typedef struct {
     Cal *events;
     i64 order, now, handled;
     i64 *valid, *scratch;
+    /* per port, per slot: the last result of a chunk of that slot, which con_from reads
+     * (results[] is hundreds of MB, long out of cache when a credit is looked up; chunk q's
+     * result needs the port's contribution of q, so a slot holds q - S's until q is sent) */
+    Credit *credit;
 } SwitchRun;
 
 /* ------------------------------------------------------------------------------------------ */
 /* The closed loop (sim/replay/loop.py ClosedLoop).                                           */
+
+/* Chunk seq's slot (seq >= 0). */
+static i64 slot_of(const SwitchRun *s, i64 seq) {
+    return s->slot_mask ? seq & s->slot_mask : seq % s->S;
+}
 
 enum { CON_IDLE, CON_READY, CON_PENDING, CON_BLOCKED };
 
@@ -420,7 +440,7 @@ static void loop_push_future(SwitchRun *s, i64 port, i64 issue, i64 mid) {
 }
 
 static i64 next_seq(SwitchRun *s, i64 mid) {
-    return s->pk_seq[s->m_pk_off[mid] + s->next_index[mid]];
+    return s->pk_seq[s->msg[mid].next];
 }
 
 /* An active contribution message, by its next chunk's credit: eligible at `cycle` (ready),
@@ -429,19 +449,19 @@ static i64 next_seq(SwitchRun *s, i64 mid) {
 static i64 con_from(SwitchRun *s, i64 port, i64 mid, i64 cycle) {
     i64 q = next_seq(s, mid);
     if (q < s->S) return cycle;
-    i64 got = s->results[port * s->chunks + (q - s->S)];
-    return got >= 0 ? got + s->rt + 1 : NONE;
+    const Credit *c = &s->credit[port * s->S + slot_of(s, q)];
+    return c->seq == q - s->S ? c->at + s->rt + 1 : NONE;
 }
 
 static void con_place_from(SwitchRun *s, i64 port, i64 mid, i64 cycle, i64 from) {
     if (from == NONE) {
-        s->con_state[mid] = CON_BLOCKED;
+        s->msg[mid].con_state = CON_BLOCKED;
     } else if (from <= cycle) {
-        s->con_state[mid] = CON_READY;
-        sorted_insert(&s->ready[port], (trip){s->act_key[mid], mid, 0});
+        s->msg[mid].con_state = CON_READY;
+        sorted_insert(&s->ready[port], (trip){s->msg[mid].act_key, mid, 0});
     } else {
-        s->con_state[mid] = CON_PENDING;
-        s->con_at[mid] = from;
+        s->msg[mid].con_state = CON_PENDING;
+        s->msg[mid].con_at = from;
         heap_push(&s->pend[port], (trip){from, mid, 0});
     }
 }
@@ -459,15 +479,15 @@ static i64 loop_next_packet(SwitchRun *s, i64 port, i64 cycle) {
     tvec *pend = &s->pend[port];
     while (fut->n && fut->v[0].a <= cycle) {
         trip e = heap_pop(fut);
-        s->act_key[e.b] = e.a;
+        s->msg[e.b].act_key = e.a;
         if (next_seq(s, e.b) >= 0) con_place(s, port, e.b, cycle);
         else sorted_insert(act, e);
     }
     while (pend->n && pend->v[0].a <= cycle) {
         trip e = heap_pop(pend);
-        if (s->con_state[e.b] != CON_PENDING || s->con_at[e.b] != e.a) continue;   /* stale */
-        s->con_state[e.b] = CON_READY;
-        sorted_insert(rdy, (trip){s->act_key[e.b], e.b, 0});
+        if (s->msg[e.b].con_state != CON_PENDING || s->msg[e.b].con_at != e.a) continue;   /* stale */
+        s->msg[e.b].con_state = CON_READY;
+        sorted_insert(rdy, (trip){s->msg[e.b].act_key, e.b, 0});
     }
     /* The scan's first eligible message: the first memory message or the first ready
      * contribution, whichever comes first in (issue, id) order. */
@@ -476,14 +496,13 @@ static i64 loop_next_packet(SwitchRun *s, i64 port, i64 cycle) {
     else if (act->n || rdy->n) con = rdy->n > 0;
     else return NONE;
     tvec *list = con ? rdy : act;
-    i64 mid = list->v[0].b, p = s->m_pk_off[mid] + s->next_index[mid];
-    s->next_index[mid]++;
-    int done = s->next_index[mid] == s->m_pk_len[mid];
+    i64 mid = list->v[0].b, p = s->msg[mid].next++;
+    int done = s->msg[mid].next == s->msg[mid].end;
     if (!con) {
         if (done) list_pop_front(list);
     } else if (done) {
         list_pop_front(list);
-        s->con_state[mid] = CON_IDLE;
+        s->msg[mid].con_state = CON_IDLE;
     } else {
         /* Still ready: it goes back where it was, at the front (its key is the least), so it
          * stays there instead of leaving and coming back. */
@@ -535,7 +554,9 @@ static void loop_respond(SwitchRun *s, i64 req, i64 cycle) {
         s->pk_msg[p] = (i32)mid;
         s->m_pk_len[mid]++;
     }
-    s->remaining[mid] = s->m_pk_len[mid];
+    s->msg[mid].remaining = s->m_pk_len[mid];
+    s->msg[mid].next = s->m_pk_off[mid];
+    s->msg[mid].end = s->m_pk_off[mid] + s->m_pk_len[mid];
     loop_push_future(s, s->m_src[mid], s->m_issue[mid], mid);
     push(&s->woken, s->m_src[mid]);
 }
@@ -543,7 +564,7 @@ static void loop_respond(SwitchRun *s, i64 req, i64 cycle) {
 static void loop_delivered(SwitchRun *s, i64 pid, i64 cycle) {
     s->woken.n = 0;
     i64 mid = s->pk_msg[pid];
-    if (--s->remaining[mid] != 0) return;
+    if (--s->msg[mid].remaining != 0) return;
     if (s->m_kind[mid] == K_READ_REQ && s->m_resp_flits[mid]) {
         loop_respond(s, mid, cycle);
     } else if (s->m_kind[mid] == K_READ_RESP) {
@@ -586,15 +607,15 @@ static void loop_result(SwitchRun *s, i64 port, i64 seq, i64 cycle) {
     /* The credit for chunk seq + S: a contribution blocked on it is eligible a round trip on. */
     if (seq + s->S < s->chunks) {
         i64 owner = chunk_owner(s, port, seq + s->S, 0);
-        if (owner >= 0 && s->con_state[owner] == CON_BLOCKED && next_seq(s, owner) == seq + s->S) {
-            s->con_state[owner] = CON_PENDING;
-            s->con_at[owner] = cycle + s->rt + 1;
-            heap_push(&s->pend[port], (trip){s->con_at[owner], owner, 0});
+        if (owner >= 0 && s->msg[owner].con_state == CON_BLOCKED && next_seq(s, owner) == seq + s->S) {
+            s->msg[owner].con_state = CON_PENDING;
+            s->msg[owner].con_at = cycle + s->rt + 1;
+            heap_push(&s->pend[port], (trip){s->msg[owner].con_at, owner, 0});
         }
     }
     i64 mid = chunk_owner(s, port, seq, 1);
     push(&s->woken, port);
-    if (--s->remaining[mid] == 0) loop_done(s, mid, cycle);
+    if (--s->msg[mid].remaining == 0) loop_done(s, mid, cycle);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -686,6 +707,10 @@ static void try_source(SwitchRun *s, i64 k, i64 t) {
     i64 lo = q->head, hi = q->n;   /* the first entry at or after cycle t */
     if (lo == hi || q->v[hi - 1].a < t) {
         lo = hi;   /* the usual case: after them all */
+    } else if (q->v[lo].a >= t) {
+        /* before them all (a port's next packet) */
+    } else if (hi - lo >= 2 && q->v[hi - 2].a < t) {
+        lo = hi - 1;   /* before the last only (a wake for a message issued much later) */
     } else {   /* branchless (a conditional move per step): the entry is in [b, b + n) */
         const trip *b = q->v + lo;
         for (i64 n = hi - lo; n > 1; n -= n / 2) b = b[n / 2 - 1].a < t ? b + n / 2 : b;
@@ -700,14 +725,17 @@ static void try_source(SwitchRun *s, i64 k, i64 t) {
         q->head--;
         lo--;
     } else {
-        if (q->n == q->cap && q->head > 0) {   /* reuse the room the popped entries left */
+        /* Reuse the room the popped entries left once it is half the queue, else grow: a
+         * port's ~64 pending retries, moved at every few pushes when the queue is full. */
+        if (q->n == q->cap && q->head >= q->cap / 2) {
             memmove(q->v, q->v + q->head, (size_t)(q->n - q->head) * sizeof(trip));
             q->n -= q->head;
             lo -= q->head;
             q->head = 0;
         }
         q->v = grow(q->v, &q->cap, q->n + 1, sizeof(trip));
-        if (lo < q->n) memmove(q->v + lo + 1, q->v + lo, (size_t)(q->n - lo) * sizeof(trip));
+        if (lo == q->n - 1) q->v[q->n] = q->v[lo];   /* one entry: no call */
+        else if (lo < q->n) memmove(q->v + lo + 1, q->v + lo, (size_t)(q->n - lo) * sizeof(trip));
         q->n++;
     }
     s->order++;
@@ -773,12 +801,14 @@ static i64 ring_push(SwitchRun *s, i64 k) {
     return s->ing_n[k]++;
 }
 
+/* The live packets hold consecutive flit ranges, oldest first, and the ones asked for are
+ * near the oldest (a depth back): searched from there. */
 static i64 read_time(SwitchRun *s, i64 k, i64 j) {
     if (j < 0) return -1;
-    for (i64 i = s->ing_n[k] - 1; i >= s->hist_head[k]; i--) {
+    for (i64 i = s->hist_head[k], n = s->ing_n[k]; i < n; i++) {
         InPkt *e = ING(k, i);
-        if (e->j0 <= j && j < e->j0 + e->flits)
-            return i >= s->fifo_head[k] ? NONE : e->grant + (j - e->j0);
+        if (j < e->j0) break;
+        if (j < e->j0 + e->flits) return i >= s->fifo_head[k] ? NONE : e->grant + (j - e->j0);
     }
     return -1;
 }
@@ -840,7 +870,7 @@ static void grant_contribution(SwitchRun *s, i64 k, i64 i) {
     s->hold_taken[k] += e->flits;
     s->hold_free[k] = judged + e->flits;
     i64 last = judged + e->flits - 2, seq = s->pk_seq[e->pid];
-    i64 slot = seq % s->S;
+    i64 slot = slot_of(s, seq);
     if (s->arr_seq[slot] != seq) {   /* the chunk's first contribution */
         if (s->arrivals[slot] != s->nmembers) longjmp(oom, 2);
         s->arr_seq[slot] = seq;
@@ -908,12 +938,12 @@ static void stream_result(SwitchRun *s, i64 d) {
     {   /* Python's loop, on locals: the packet's flits, its reads so far (flit 0 is read at
          * max(avail, grant), i.e. after a previous read at grant - 1) */
         RTab *tab = &s->rtabs[d];
-        i64 at = r - tab->base, n = tab->nreads[at], issued = tab->nissues[at];
-        const i64 *issue = tab->issue + at * s->P;
+        i64 at = r - tab->base, n = tab->pk[at].nreads, issued = tab->pk[at].nissues;
+        const i64 *issue = s->iss + (r - s->iss_base) * s->P;
         i64 *read = tab->read + at * s->P, lag = s->result_lag;
-        i64 prev = n == 0 ? tab->grant[at] - 1 : read[n - 1];
+        i64 prev = n == 0 ? tab->pk[at].grant - 1 : read[n - 1];
         for (; n < issued; n++) read[n] = prev = max64(issue[n] + lag, prev + 1);
-        tab->nreads[at] = n;
+        tab->pk[at].nreads = n;
     }
     if (s->engine_blocked) {
         arm_engine_at(s, s->now);
@@ -929,6 +959,7 @@ static void stream_result(SwitchRun *s, i64 d) {
     s->result_last_read[d] = last;
     i64 out = last + s->out_lag;   /* the egress register slice */
     s->results[d * s->chunks + seq] = out;
+    s->credit[d * s->S + slot_of(s, seq)] = (Credit){seq, out};
     loop_result(s, d, seq, out);
     for (i64 i = 0; i < s->woken.n; i++) try_source(s, s->woken.v[i], out + 1 + s->rt);
     /* Its next start first: the next result's arm, later, then makes no event to drop. */
@@ -942,30 +973,54 @@ static void stream_result(SwitchRun *s, i64 d) {
  * packet whole when it grants it, the chunk's are streamed only here), so the issues are the
  * ones flit-by-flit issuing would find. */
 static i64 engine_run_of_flits(SwitchRun *s, i64 i0) {
-    i64 end = i0, *need = s->eng_when;
-    while (end < s->P && s->room_q[end] < 0) end++;
-    for (i64 i = i0; i < end; i++) need[i] = -1;
+    i64 end = i0, *need = s->eng_when, P = s->P;
+    while (end < P && s->room_q[end] < 0) end++;
+    for (i64 i = i0; i < end; i++) need[i] = NONE;   /* not a byte pattern: no memset call */
     /* room_time of each flit, member by member: the run ends at the first flit a member has
-     * no room for yet */
+     * no room for yet. Flit i's room is flit n0 + i of the member's egress, read when its
+     * packet's nreads passes it (packets before rh_head count as read at -1): the first flit
+     * without room is in the first packet not read whole, found a packet at a time. */
     for (i64 m = 0; m < s->nmembers && end > i0; m++) {
         i64 d = s->mem_ports[m], lo = s->rh_head[d];
         const RTab *tab = &s->rtabs[d];
-        for (i64 i = i0; i < end; i++) {
-            i64 idx = s->eng_r[m] + s->room_q[i], r = -1;   /* result_read */
-            if (idx >= lo && idx < tab->n) {
-                i64 at = idx - tab->base, rem = s->room_rem[i];
-                if (rem >= tab->nreads[at]) {
-                    end = i;
-                    break;
-                }
-                r = tab->read[at * s->P + rem];
+        i64 n0 = s->eng_r[m] * P - (s->result_depth - 1), first = lo * P - n0;
+        for (i64 r = max64(s->eng_r[m] + s->room_q[i0], lo); r * P < n0 + end; r++) {
+            i64 got = tab->pk[r - tab->base].nreads;
+            if (got < P) {
+                end = max64(i0, r * P + got - n0 < end ? r * P + got - n0 : end);
+                break;
             }
-            need[i] = max64(need[i], r + 1);
         }
+        i64 mid = first < i0 ? i0 : first > end ? end : first;
+        for (i64 i = i0; i < mid; i++) need[i] = max64(need[i], 0);
+        const i64 *read = tab->read;
+        for (i64 i = mid, off = n0 - tab->base * P; i < end; i++)
+            need[i] = max64(need[i], read[off + i] + 1);
     }
     for (i64 i = i0; i < end; i++)
         need[i] = s->eng_last_issue = max64(s->eng_last_issue + 1, need[i]);
     return end;
+}
+
+/* Room in iss for packet r, the next one: forget the packets below every member egress's
+ * oldest kept one if that frees half the table, else double it (as rtab_reserve). */
+static void iss_reserve(SwitchRun *s, i64 r) {
+    if (r - s->iss_base < s->iss_cap) return;
+    i64 keep = r, P = s->P;
+    for (i64 m = 0; m < s->nmembers; m++) {
+        i64 d = s->mem_ports[m];
+        keep = s->rq_head[d] < keep ? s->rq_head[d] : keep;
+        keep = s->rh_head[d] < keep ? s->rh_head[d] : keep;
+    }
+    i64 drop = keep - s->iss_base;
+    if (drop > 0 && drop >= s->iss_cap / 2) {
+        memmove(s->iss, s->iss + drop * P, (size_t)((r - keep) * P) * sizeof(i64));
+        s->iss_base = keep;
+        return;
+    }
+    i64 cap = s->iss_cap * P;
+    s->iss = grow(s->iss, &cap, (s->iss_cap ? s->iss_cap * 2 : 64) * P, sizeof(i64));
+    s->iss_cap = cap / P;
 }
 
 static void continue_engine(SwitchRun *s) {
@@ -974,11 +1029,13 @@ static void continue_engine(SwitchRun *s) {
         if (i1 > i0) {
             /* Issued as a run: each member's flits, then each member's stream once (only the
              * chunk's last flit completes a packet, so the completions keep member order). */
+            if (s->nmembers) {
+                i64 *issue = s->iss + (s->eng_r[0] - s->iss_base) * s->P;
+                for (i64 i = i0; i < i1; i++) issue[i] = s->eng_when[i];
+            }
             for (i64 m = 0; m < s->nmembers; m++) {
                 RTab *tab = &s->rtabs[s->mem_ports[m]];
-                i64 at = s->eng_r[m] - tab->base, *issue = tab->issue + at * s->P;
-                for (i64 i = i0; i < i1; i++) issue[i] = s->eng_when[i];
-                tab->nissues[at] = i1;
+                tab->pk[s->eng_r[m] - tab->base].nissues = i1;
             }
             s->eng_nissues = i1;
             for (i64 m = 0; m < s->nmembers; m++)
@@ -996,11 +1053,10 @@ static void continue_engine(SwitchRun *s) {
         }
         i64 when = max64(s->eng_last_issue + 1, need), i = s->eng_nissues++;
         s->eng_last_issue = when;
+        if (s->nmembers) s->iss[(s->eng_r[0] - s->iss_base) * s->P + i] = when;
         for (i64 m = 0; m < s->nmembers; m++) {
             RTab *tab = &s->rtabs[s->mem_ports[m]];
-            i64 at = s->eng_r[m] - tab->base;
-            tab->issue[at * s->P + i] = when;
-            tab->nissues[at]++;
+            tab->pk[s->eng_r[m] - tab->base].nissues++;
         }
         for (i64 m = 0; m < s->nmembers; m++)
             if (s->streaming[s->mem_ports[m]] == s->eng_r[m]) stream_result(s, s->mem_ports[m]);
@@ -1038,20 +1094,19 @@ static void run_engine(SwitchRun *s, i64 t) {
         s->eng_active = 1;
         s->eng_nissues = 1;
         s->eng_last_issue = t;
+        if (s->nmembers) {
+            /* Python's issues = [t], reads = []: flits at or past nissues (nreads) are unset */
+            i64 r = s->rtabs[s->mem_ports[0]].n;
+            iss_reserve(s, r);
+            s->iss[(r - s->iss_base) * s->P] = t;
+        }
         for (i64 m = 0; m < s->nmembers; m++) {
             i64 d = s->mem_ports[m];
             RTab *tab = &s->rtabs[d];
             rtab_reserve(tab, s->rq_head[d] < s->rh_head[d] ? s->rq_head[d] : s->rh_head[d]);
-            i64 r = tab->n++, j0 = r * s->P;
-            R_(d, seq, r) = seq;
-            R_(d, a0, r) = t + s->result_lag;
-            R_(d, visible, r) = NONE;
-            R_(d, grant, r) = NONE;
-            R_(d, nissues, r) = 1;
-            R_(d, nreads, r) = 0;
+            i64 r = tab->n++;
+            tab->pk[r - tab->base] = (RPkt){seq, t + s->result_lag, NONE, NONE, 1, 0};
             s->eng_r[m] = r;
-            /* Python's issues = [t], reads = []: flits at or past nissues (nreads) are unset */
-            R_ISSUE(d, j0) = t;
             s->rh_head[d] = max64(s->rh_head[d], tab->n - s->hist_limit);
             if (tab->n - s->rq_head[d] == 1) expose_result(s, d);
         }
@@ -1259,6 +1314,7 @@ int innet_switch_run(const SwitchArgs *a) {
     /* live entries: at most hold_depth - P + 2 */
     for (s->hold_cap = 1; s->hold_cap < s->hold_depth - s->P + 4;) s->hold_cap *= 2;
     s->judge_mask = (N & (N - 1)) == 0 ? N - 1 : 0;
+    s->slot_mask = (s->S & (s->S - 1)) == 0 ? s->S - 1 : 0;
     s->hist_limit = 4 + s->result_depth / s->P;
     s->priority = a->priority;
     s->weight = a->weight;
@@ -1279,11 +1335,7 @@ int innet_switch_run(const SwitchArgs *a) {
     ZALLOC(s->active, N);
     ZALLOC(s->ready, N);
     ZALLOC(s->pend, N);
-    ZALLOC(s->con_state, s->msg_cap);
-    ZALLOC(s->con_at, s->msg_cap);
-    ZALLOC(s->act_key, s->msg_cap);
-    ZALLOC(s->next_index, s->msg_cap);
-    ZALLOC(s->remaining, s->msg_cap);
+    ZALLOC(s->msg, s->msg_cap);
     ZALLOC(s->src_start, N);
     ZALLOC(s->ring, N);
     for (i64 k = 0; k < N; k++) {
@@ -1335,6 +1387,7 @@ int innet_switch_run(const SwitchArgs *a) {
     ZALLOC(s->arrivals, s->S);
     ALLOC(s->arrived_at, s->S, -1);
     ALLOC(s->arr_seq, s->S, -1);
+    ALLOC(s->credit, N * s->S, ((Credit){-1, -1}));
     ZALLOC(s->eng_r, N);
     ZALLOC(s->mem_ports, N);
     ZALLOC(s->valid, R);
@@ -1357,7 +1410,9 @@ int innet_switch_run(const SwitchArgs *a) {
         goto fail;
     }
     for (i64 m = 0; m < s->nmsg0; m++) {
-        s->remaining[m] = s->m_pk_len[m];
+        s->msg[m].remaining = s->m_pk_len[m];
+        s->msg[m].next = s->m_pk_off[m];
+        s->msg[m].end = s->m_pk_off[m] + s->m_pk_len[m];
         if (s->m_ndeps[m] == 0) loop_push_future(s, s->m_src[m], s->m_issue[m], m);
     }
     for (i64 k = 0; k < N; k++) try_source(s, k, 0);
@@ -1385,10 +1440,7 @@ fail:
         free(s->ring[k].v);
         if (s->src_q) free(s->src_q[k].v);
         if (s->rtabs) {
-#define FREE(f) free(s->rtabs[k].f);
-            RT_PACKET_FIELDS(FREE)
-#undef FREE
-            free(s->rtabs[k].issue);
+            free(s->rtabs[k].pk);
             free(s->rtabs[k].read);
         }
     }
@@ -1396,8 +1448,7 @@ fail:
     for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) free(vs[i]->v);
     free(s->engine.v);
     cal_free(s->events);
-    void *ps[] = {s->future, s->active, s->ready, s->pend, s->con_state, s->con_at, s->act_key,
-                  s->next_index, s->remaining, s->con_hint,
+    void *ps[] = {s->future, s->active, s->ready, s->pend, s->msg, s->con_hint,
                   s->src_start, s->ring, s->ing_n, s->fifo_head,
                   s->hist_head, s->written, s->prev_last_read, s->src_busy, s->src_free,
                   s->pending, s->src_q, s->egress_free, s->egress_armed, s->egress_last,
@@ -1405,7 +1456,7 @@ fail:
                   s->rh_head, s->arb_ptr, s->arb_count, s->arb_deficit, s->hold_taken,
                   s->hold_free, s->hold_lo, s->hold_hi, s->hold, s->room_q, s->room_rem, s->eng_when,
                   s->arrivals, s->arrived_at, s->arr_seq, s->eng_r, s->mem_ports,
-                  s->valid, s->scratch, s->events};
+                  s->valid, s->scratch, s->events, s->credit, s->iss};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) free(ps[i]);
     return status;
 }
