@@ -43,9 +43,8 @@ before their causes are ranked, so a counter shows a drop two cycles after the j
 
 from types import SimpleNamespace
 
-from amaranth.asserts import Initial
-from amaranth.hdl import Assert, Assume, Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -53,7 +52,6 @@ from .arbiter import select_tree
 from .blockfifo import BlockFIFO
 from .errors import ParameterTypeError
 from .fpadd import BF16, FP32, delay_by, tree_node
-from .headfifo import HeadFIFO
 from .packet import JOB_BITS, LANE_BITS, SEQ_BITS, SLOT_BITS, DType, Kind, flit_layout
 from .spec import SwitchSpec
 
@@ -390,7 +388,7 @@ class ReductionUnit(wiring.Component):
                 # flit cannot say two different things about it)
                 hdr.user.dtype.as_value() != select_tree(m, job_id, job_dtype, 2, f"p{k}_jdtype"),
             ]
-            m.submodules[f"hold{k}"] = hold = HeadFIFO(width=hold_layout.size, depth=H)
+            m.submodules[f"hold{k}"] = hold = fifo.SyncFIFO(width=hold_layout.size, depth=H)
             holds.append(hold)
             entry = Signal(hold_layout, name=f"p{k}_hold_in")
             m.d.comb += [entry.flit.eq(hdr), entry.static.eq(Cat(*checks)),
@@ -417,30 +415,14 @@ class ReductionUnit(wiring.Component):
         # rest of its packet follows at one flit per cycle. Only the judge reads the slot
         # table's metadata and only the judge writes it.
         turn = st.turn
+        m.d.sync += turn.eq(Mux(turn == N - 1, 0, turn + 1))
         judged = Signal(N, name="judged")
         pop = Signal(N, name="pop")
         for k in range(N):
             m.d.comb += [judged[k].eq(head_valid[k] & ~in_pkt[k] & (turn == k)),
                          pop[k].eq(head_valid[k] & (in_pkt[k] | (turn == k))),
                          holds[k].r_en.eq(pop[k]), st.in_valid[k].eq(pop[k])]
-        # The header the judge sees is a register, chosen a cycle ahead from each FIFO's next
-        # head by the next turn, so the judgement starts at a flip-flop instead of behind the
-        # hold FIFO's read and an N-way choice (cycle for cycle the same header).
-        turn_next = Signal.like(turn, name="judge_turn_next")
-        m.d.comb += turn_next.eq(Mux(turn == N - 1, 0, turn + 1))
-        m.d.sync += turn.eq(turn_next)
-        jhead_next = select_tree(m, turn_next, [h.r_next for h in holds], hold_layout,
-                                 "judge_head_next")
-        jhead = Signal(hold_layout, name="judge_head")
-        m.d.sync += jhead.eq(jhead_next)
-        if platform == "formal":
-            # invariant: the registered header is the head of the FIFO whose turn it is
-            now = select_tree(m, turn, heads, hold_layout, "judge_head_now")
-            same = jhead.as_value() == now.as_value()
-            with m.If(Initial()):
-                m.d.comb += Assume(same)
-            with m.Else():
-                m.d.comb += Assert(same)
+        jhead = select_tree(m, turn, heads, hold_layout, "judge_head")
         jhdr = jhead.flit
         jfirst = Signal(name="judge_first")
         m.d.comb += jfirst.eq(judged.any())
