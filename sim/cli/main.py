@@ -140,7 +140,8 @@ def _cmd_export_switch(args):
 
 def _cmd_synth(args):
     from hw.export import export_arbiter, export_fpadd, export_reduce, export_switch
-    from sim.flow.synth import synthesize, synthesize_gates
+    from sim.flow.gates import synthesize_gates
+    from sim.flow.synth import synthesize
 
     if args.freq <= 0:
         raise UsageError(f"--freq must be positive, not {args.freq}")
@@ -169,7 +170,10 @@ def _cmd_synth(args):
               f"{result['flip_flops']:,} flip-flops, "
               f"{result['transistors'] or 0:,} transistors (CMOS estimate)\n"
               f"  longest register-to-register path: {result['longest_path_gates']} gates, "
-              f"{path.get('from')} -> {path.get('to')}")
+              f"{path.get('from')} -> {path.get('to')}\n"
+              "  deepest inputs by register (gates, from):\n"
+              + "\n".join(f"    {row['gates']:4d}  {row['register']}  <- {row['from']}"
+                          for row in result["depth_by_register"]))
         return
     flow = {"route": not args.no_route, "place": not args.no_pnr}
     if args.keep:

