@@ -388,7 +388,10 @@ class ReductionUnit(wiring.Component):
                 # flit cannot say two different things about it)
                 hdr.user.dtype.as_value() != select_tree(m, job_id, job_dtype, 2, f"p{k}_jdtype"),
             ]
-            m.submodules[f"hold{k}"] = hold = fifo.SyncFIFO(width=hold_layout.size, depth=H)
+            # Buffered: the head word comes from the read port's register (HOLD_READ_LATENCY),
+            # so the judge's path starts there, not at the read pointer and the LUT-RAM read.
+            m.submodules[f"hold{k}"] = hold = fifo.SyncFIFOBuffered(width=hold_layout.size,
+                                                                    depth=H)
             holds.append(hold)
             entry = Signal(hold_layout, name=f"p{k}_hold_in")
             m.d.comb += [entry.flit.eq(hdr), entry.static.eq(Cat(*checks)),

@@ -15,7 +15,7 @@ from .packet import JOB_BITS, MAX_PORTS, SLOT_BITS, DType
 
 __all__ = ["SwitchSpec", "Policy", "ELEMENT_TYPES", "element_type", "ParameterError",
            "ParameterTypeError", "MIN_PORTS", "MAX_SLOTS", "MAX_JOBS", "MAX_CHUNK_FLITS",
-           "INGRESS_LATENCY", "ENGINE_PICK_LATENCY", "FP_ADD_STAGES", "EGRESS_PICK_LATENCY",
+           "INGRESS_LATENCY", "HOLD_READ_LATENCY", "ENGINE_PICK_LATENCY", "FP_ADD_STAGES", "EGRESS_PICK_LATENCY",
            "EGRESS_OUTPUT_LATENCY"]
 
 #: A switch has at least two ports (one reduction needs two members) and at most
@@ -30,6 +30,10 @@ MAX_CHUNK_FLITS = 1 << 16
 #: Cycles from a flit entering an ingress FIFO to it being at the FIFO's head (the buffered
 #: FIFO of :class:`hw.switch.Switch`: write, then the registered read port).
 INGRESS_LATENCY = 2
+#: Cycles from a contribution flit entering its port's hold FIFO in the reduction unit to it
+#: heading the FIFO: the FIFO is buffered (write, then a registered read port), so the judge
+#: starts from a register rather than behind the FIFO's LUT-RAM read (docs/hw.md, One judge).
+HOLD_READ_LATENCY = 2
 #: Cycles from a chunk's last contribution flit at the reduction unit to the first cycle its
 #: engine may start the chunk, when its header met the judge without waiting for its turn:
 #: the flit passes the hold FIFO, the arrival is registered, then the engine's pick in two
@@ -182,12 +186,15 @@ class SwitchSpec:
 
     @property
     def judge_hold_flits(self):
-        """Depth of each port's hold FIFO in the reduction unit, flits: ``chunk_flits + ports``.
-        A contribution's flits wait there while its header waits for the judge's turn (up
-        to ``ports - 1`` cycles); a first flit enters only with room for a whole chunk behind
-        what the FIFO holds, so with ``chunk_flits`` a multiple of ``ports`` the unit never
-        back-pressures well-formed traffic (docs/hw.md, One judge)."""
-        return self.chunk_flits + self.ports
+        """Depth of each port's hold FIFO in the reduction unit, flits: ``chunk_flits + ports
+        + 1``. A contribution's flits wait there while its header passes the FIFO's registered
+        read and waits for the judge's turn (up to ``ports`` cycles in all, the judge's
+        latency beyond a plain FIFO's one cycle: :attr:`judge_wait_cycles`); a first flit
+        enters only with room for a whole chunk behind what the FIFO holds, so with
+        ``chunk_flits`` a multiple of ``ports`` the unit never back-pressures well-formed
+        traffic (docs/hw.md, One judge). The buffered FIFO keeps all but its head word in
+        memory: 16 words of LUT-RAM at the 8 × 8-flit target, as the unbuffered 16 did."""
+        return self.chunk_flits + self.ports + HOLD_READ_LATENCY - 1
 
     @property
     def line_rate(self):
@@ -200,9 +207,11 @@ class SwitchSpec:
 
     @property
     def judge_wait_cycles(self):
-        """Longest wait of a header for the judge's turn, cycles: ``ports - 1`` (the member
-        judged last when every member's header arrives in the same cycle)."""
-        return self.ports - 1
+        """Longest time a header spends between entering its hold FIFO and being judged,
+        beyond the one cycle a plain FIFO would take, cycles: ``ports`` = the registered
+        read's extra cycle (:data:`HOLD_READ_LATENCY`) plus ``ports - 1`` for the judge's turn
+        (the member judged last when every member's header arrives in the same cycle)."""
+        return HOLD_READ_LATENCY - 1 + self.ports - 1
 
     @property
     def judge_flits_per_cycle(self):
@@ -240,6 +249,12 @@ class SwitchSpec:
     def ingress_latency(self):
         """Cycles from a flit entering an ingress FIFO to the FIFO's head."""
         return INGRESS_LATENCY
+
+    @property
+    def hold_read_latency(self):
+        """Cycles from a contribution flit entering its hold FIFO in the reduction unit to
+        the FIFO's head (:data:`HOLD_READ_LATENCY`)."""
+        return HOLD_READ_LATENCY
 
     @property
     def engine_pick_latency(self):

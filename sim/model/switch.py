@@ -191,7 +191,7 @@ class _SwitchRun:
 
     __slots__ = (
         "N", "D", "P", "S", "result_lag", "result_depth", "ingress_latency", "pick_latency",
-        "pick_lag", "out_lag", "restart", "hold_depth", "judge_phase", "hold_taken", "hold_free",
+        "pick_lag", "out_lag", "restart", "hold_depth", "hold_read", "judge_phase", "hold_taken", "hold_free",
         "hold_hist", "mem_ports", "nmembers", "hist_limit", "arbiters", "all_last",
         "loop", "plan",
         "inject", "deliver", "results", "out_flits", "in_flits", "stall",
@@ -216,6 +216,7 @@ class _SwitchRun:
         self.out_lag = cfg.switch.egress_output_latency
         self.restart = cfg.switch.engine_restart_cycles
         self.hold_depth = cfg.switch.judge_hold_flits
+        self.hold_read = cfg.switch.hold_read_latency
         self.judge_phase = model.judge_phase
         # the reduction unit's hold FIFOs: flits ever taken, first cycle the judge may see the
         # next header, and the pops of the packets still in them as (first flit, flits, cycle
@@ -360,7 +361,7 @@ class _SwitchRun:
         port k's turn, and the flits leave the FIFO one a cycle from then."""
         pk.grant = max(pk.visible, self.hold_bound(k))
         self.in_flits[k] += pk.flits
-        head = max(pk.grant + 1, self.hold_free[k])
+        head = max(pk.grant + self.hold_read, self.hold_free[k])
         judged = head + (k - head - self.judge_phase) % self.N
         self.hold_hist[k].append((self.hold_taken[k], pk.flits, judged))
         self.hold_taken[k] += pk.flits

@@ -310,7 +310,7 @@ typedef struct { InPkt *v; i64 mask; } Ring;
     X(i64, chunks) X(i64, mtu) X(i64, packets) X(i64, packet_cap) X(i64, messages)             \
     X(i64, message_cap) X(i64, ingress_latency) X(i64, pick_latency) X(i64, round_trip)        \
     X(i64, hold_depth) X(i64, judge_phase) X(i64, egress_pick_lag) X(i64, egress_out_lag)      \
-    X(i64, engine_restart)                                                                     \
+    X(i64, engine_restart) X(i64, hold_read)                                                   \
     /* arbiter inputs, per egress, per requester: ports x ports */                             \
     X(const i64 *, priority) X(const i64 *, weight)                                            \
     /* the plan's packets (packet_cap) and messages (message_cap), grown by read responses */  \
@@ -360,7 +360,7 @@ typedef struct {
     i64 N, D, result_lag, result_depth, P, S, policy, quantum, dbits, members, nmembers;
     i64 chunks, mtu;
     i64 ingress_latency, pick_latency, hist_limit, rt;
-    i64 hold_depth, judge_phase, pick_lag, out_lag, engine_restart;
+    i64 hold_depth, hold_read, judge_phase, pick_lag, out_lag, engine_restart;
     const i64 *priority, *weight;
     /* plan: packets (growing with read responses) */
     i64 npk, pk_cap;
@@ -862,7 +862,7 @@ static void grant_contribution(SwitchRun *s, i64 k, i64 i) {
     InPkt *e = ING(k, i);
     e->grant = max64(e->visible, hold_bound(s, k));
     s->in_flits[k] += e->flits;
-    i64 head = max64(e->grant + 1, s->hold_free[k]);
+    i64 head = max64(e->grant + s->hold_read, s->hold_free[k]);
     i64 turn = k - head - s->judge_phase;   /* the wait for port k's turn: turn mod N */
     i64 judged = head + (s->judge_mask ? turn & s->judge_mask : (turn % s->N + s->N) % s->N);
     s->hold[k * s->hold_cap + (s->hold_hi[k]++ & (s->hold_cap - 1))] =
@@ -1308,6 +1308,7 @@ int innet_switch_run(const SwitchArgs *a) {
     s->rt = a->round_trip;
     s->hold_depth = a->hold_depth;
     s->judge_phase = a->judge_phase;
+    s->hold_read = a->hold_read;
     s->pick_lag = a->egress_pick_lag;
     s->out_lag = a->egress_out_lag;
     s->engine_restart = a->engine_restart;

@@ -51,7 +51,8 @@ TUNED = ["-march=native"]
 PARAMS = ("ports", "depth", "result_lag", "result_depth", "chunk_flits", "slots", "policy",
           "quantum", "deficit_bits", "members", "chunks", "mtu", "packets", "packet_cap",
           "messages", "message_cap", "ingress_latency", "pick_latency", "round_trip",
-          "hold_depth", "judge_phase", "egress_pick_lag", "egress_out_lag", "engine_restart")
+          "hold_depth", "judge_phase", "egress_pick_lag", "egress_out_lag", "engine_restart",
+          "hold_read")
 #: The entry point's arrays, in ``SwitchArgs`` order after the parameters: int64 but for
 #: :data:`PACKET_ARRAYS`.
 ARRAYS = ("priority", "weight", "pk_flits", "pk_dst", "pk_seq", "pk_msg",
@@ -307,7 +308,8 @@ def _run(lib, model, plan):
               "ingress_latency": cfg.switch.ingress_latency,
               "pick_latency": cfg.switch.engine_pick_latency,
               "round_trip": 2 * cfg.link_cycles,
-              "hold_depth": cfg.switch.judge_hold_flits, "judge_phase": model.judge_phase,
+              "hold_depth": cfg.switch.judge_hold_flits, "hold_read": cfg.switch.hold_read_latency,
+              "judge_phase": model.judge_phase,
               "egress_pick_lag": cfg.switch.egress_pick_latency,
               "egress_out_lag": cfg.switch.egress_output_latency,
               "engine_restart": cfg.switch.engine_restart_cycles}
