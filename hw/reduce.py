@@ -30,8 +30,9 @@ entry another contribution owns; each is counted once, by its first failing caus
 
 Timing: in a flit's arrival cycle (stage 0) everything that needs only its header and the job
 table — the checks that do not involve the slot table, the job's members and saturation — is
-worked out and pushed with the flit into the port's hold FIFO (``judge_hold_flits`` deep). The
-judge serves port ``turn`` (a counter, ``cycle mod ports`` from reset): the header at the head
+worked out and pushed with the flit into the port's hold FIFO (``judge_hold_flits`` deep,
+buffered: a flit heads it two cycles after it is written, from the read port's register, so
+the judge starts at a flip-flop). The judge serves port ``turn`` (a counter, ``cycle mod ports`` from reset): the header at the head
 of that port's FIFO, if any, meets the slot table that cycle (only the judge reads or writes
 the slot metadata), and the packet's flits then leave the FIFO one per cycle. A header waits
 0 to ``ports - 1`` cycles for its turn; with ``chunk_flits`` a multiple of ``ports`` the waits
