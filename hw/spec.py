@@ -15,8 +15,8 @@ from .packet import JOB_BITS, MAX_PORTS, SLOT_BITS, DType
 
 __all__ = ["SwitchSpec", "Policy", "ELEMENT_TYPES", "element_type", "ParameterError",
            "ParameterTypeError", "MIN_PORTS", "MAX_SLOTS", "MAX_JOBS", "MAX_CHUNK_FLITS",
-           "INGRESS_LATENCY", "HOLD_READ_LATENCY", "ENGINE_PICK_LATENCY", "FP_ADD_STAGES", "EGRESS_PICK_LATENCY",
-           "EGRESS_OUTPUT_LATENCY"]
+           "INGRESS_LATENCY", "HOLD_READ_LATENCY", "ENGINE_PICK_LATENCY", "FP_ADD_STAGES",
+           "EGRESS_PICK_LATENCY", "EGRESS_OUTPUT_LATENCY"]
 
 #: A switch has at least two ports (one reduction needs two members) and at most
 #: :data:`hw.packet.MAX_PORTS` (a port number is ``PORT_BITS`` wide).
@@ -32,7 +32,8 @@ MAX_CHUNK_FLITS = 1 << 16
 INGRESS_LATENCY = 2
 #: Cycles from a contribution flit entering its port's hold FIFO in the reduction unit to it
 #: heading the FIFO: the FIFO is buffered (write, then a registered read port), so the judge
-#: starts from a register rather than behind the FIFO's LUT-RAM read (docs/hw.md, One judge).
+#: starts from a register rather than behind the FIFO's LUT-RAM read (docs/hw.md, Buffered
+#: hold FIFOs).
 HOLD_READ_LATENCY = 2
 #: Cycles from a chunk's last contribution flit at the reduction unit to the first cycle its
 #: engine may start the chunk, when its header met the judge without waiting for its turn:
