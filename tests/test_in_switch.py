@@ -73,8 +73,9 @@ def test_slot_pool_against_the_rtl_closed_loop():
 def test_bandwidth_delay_product_limits_inswitch(slots):
     """rate = min(line, slots × chunk / round trip), round trip = 2 hops + (pipeline + chunk)
     cycles, a cycle one 32-byte flit at the GPU's effective link rate (the int32 unit's
-    26-cycle pipeline at 8 ports, the hold FIFO's read, the judge's wait and the two-step pick included, and the 2
-    cycles of the egress arbiter's registered choice and the egress register)."""
+    26-cycle pipeline at 8 ports, the hold FIFO's read, the judge's wait and the two-step pick
+    included, and the 2 cycles of the egress arbiter's registered choice and the egress
+    register)."""
     spec = SwitchSpec(ports=8, lanes=8, slots=slots, chunk_flits=8, dtypes=("int32",))
     line = 18 * 20.6e9                       # H100: 18 NVLinks × NCCL's 20.6 GB/s
     cycle = 32 / line

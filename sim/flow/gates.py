@@ -74,7 +74,8 @@ def synthesize_gates(verilog_text, top, workdir, timeout=3600, progress=None):
     flops = {kind: n for kind, n in gates.items() if "DFF" in kind or "DLATCH" in kind}
     logic = {kind: n for kind, n in gates.items() if kind not in flops}
     netlist = json.loads((workdir / "gates.json").read_text())
-    return {"top": top, "flow": f"yosys synth + sklansky adders + abc -g {GATES} -script {ABC_SCRIPT}",
+    flow = f"yosys synth + sklansky adders + abc -g {GATES} -script {ABC_SCRIPT}"
+    return {"top": top, "flow": flow,
             "yosys_version": _yosys_version(),
             "gates": dict(sorted(logic.items(), key=lambda item: -item[1])),
             "flip_flops": sum(flops.values()),
@@ -97,7 +98,8 @@ def _param(value):
 
 def _group(name):
     """A register bit's group: its signal name with the bit index dropped and numbers in the
-    last component as ``*`` (``switch.reduce.p3_cause_raw_q [4]`` → ``switch.reduce.p*_cause_raw_q``)."""
+    last component as ``*`` (``switch.reduce.p3_cause_raw_q [4]`` →
+    ``switch.reduce.p*_cause_raw_q``)."""
     name = name.lstrip("\\").split(" [")[0]
     head, _, last = name.rpartition(".")
     last = re.sub(r"\d+", "*", last)

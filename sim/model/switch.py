@@ -191,8 +191,8 @@ class _SwitchRun:
 
     __slots__ = (
         "N", "D", "P", "S", "result_lag", "result_depth", "ingress_latency", "pick_latency",
-        "pick_lag", "out_lag", "restart", "hold_depth", "hold_read", "judge_phase", "hold_taken", "hold_free",
-        "hold_hist", "mem_ports", "nmembers", "hist_limit", "arbiters", "all_last",
+        "pick_lag", "out_lag", "restart", "hold_depth", "hold_read", "judge_phase", "hold_taken",
+        "hold_free", "hold_hist", "mem_ports", "nmembers", "hist_limit", "arbiters", "all_last",
         "loop", "plan",
         "inject", "deliver", "results", "out_flits", "in_flits", "stall",
         "fifo", "hist", "written", "prev_last_read", "src_busy", "src_free", "pending",
