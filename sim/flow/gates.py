@@ -128,7 +128,7 @@ def register_depths(netlist, top):
     def label(bit):
         return names[bit][1] if bit in names else f"net {bit}"
 
-    driver = {}    # bit -> (cell, its input bits, extra levels)
+    driver = {}    # bit -> (its input bits, levels it adds)
     origin_at = {}   # source bit -> its own name
     endpoints = []   # (bit, endpoint name)
     for port, info in module["ports"].items():
@@ -163,8 +163,7 @@ def register_depths(netlist, top):
                     if sync_read:
                         origin_at[bit] = label(bit)
                     else:
-                        driver[bit] = (cname, [b for b in addr if isinstance(b, int)],
-                                       mux_levels)
+                        driver[bit] = ([b for b in addr if isinstance(b, int)], mux_levels)
                 if sync_read:
                     endpoints += [(b, f"{_group(cname)} (read)") for b in addr
                                   if isinstance(b, int)]
@@ -177,7 +176,7 @@ def register_depths(netlist, top):
             levels = 0 if kind == "$_BUF_" else 1
             for bit in (b for port, bits in conns.items() if dirs.get(port) == "output"
                         for b in bits if isinstance(b, int)):
-                driver[bit] = (cname, ins, levels)
+                driver[bit] = (ins, levels)
         # other cells ($scopeinfo and the like) carry no logic
 
     depth = {}   # bit -> (levels, origin name)
@@ -194,7 +193,7 @@ def register_depths(netlist, top):
                 depth[b] = (0, origin_at.get(b, label(b)))
                 stack.pop()
                 continue
-            _, ins, levels = driver[b]
+            ins, levels = driver[b]
             missing = [i for i in ins if i not in depth]
             if missing:
                 stack.extend(missing)
