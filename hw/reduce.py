@@ -50,10 +50,10 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .arbiter import select_tree
-from .blockfifo import BlockFIFO
 from .errors import ParameterTypeError
 from .fpadd import BF16, FP32, delay_by, tree_node
 from .packet import JOB_BITS, LANE_BITS, SEQ_BITS, SLOT_BITS, DType, Kind, flit_layout
+from .ramfifo import RamFIFO
 from .spec import SwitchSpec
 
 __all__ = [
@@ -590,14 +590,15 @@ class ReductionUnit(wiring.Component):
 
         # Credits: results in flight must fit in every member's FIFO. A result FIFO holds only
         # what varies between results (the source, kind and destination are constants of the
-        # egress) and sits in block RAM (hw.blockfifo).
+        # egress) and sits in LUT-RAM or block RAM by its depth (SwitchSpec.result_fifo_storage).
         result_entry = data.StructLayout({
             "data": lane_shape, "last": 1, "dtype": DType, "job": range(max(J, 2)),
             "slot": range(max(S, 2)), "seq": SEQ_BITS})
         fifos = []
         for k in range(N):
-            m.submodules[f"result_fifo{k}"] = q = BlockFIFO(width=result_entry.size,
-                                                            depth=self._fifo_depth)
+            m.submodules[f"result_fifo{k}"] = q = RamFIFO(
+                width=result_entry.size, depth=self._fifo_depth,
+                storage=self._spec.result_fifo_storage)
             fifos.append(q)
         in_flight = st.in_flight
         # occupancy[k] is kept equal to fifos[k].level + in_flight, updated from the events

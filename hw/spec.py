@@ -16,7 +16,7 @@ from .packet import JOB_BITS, MAX_PORTS, SLOT_BITS, DType
 __all__ = ["SwitchSpec", "Policy", "ELEMENT_TYPES", "element_type", "ParameterError",
            "ParameterTypeError", "MIN_PORTS", "MAX_SLOTS", "MAX_JOBS", "MAX_CHUNK_FLITS",
            "INGRESS_LATENCY", "HOLD_READ_LATENCY", "ENGINE_PICK_LATENCY", "FP_ADD_STAGES",
-           "EGRESS_PICK_LATENCY", "EGRESS_OUTPUT_LATENCY"]
+           "EGRESS_PICK_LATENCY", "EGRESS_OUTPUT_LATENCY", "LUTRAM_WORDS"]
 
 #: A switch has at least two ports (one reduction needs two members) and at most
 #: :data:`hw.packet.MAX_PORTS` (a port number is ``PORT_BITS`` wide).
@@ -35,6 +35,9 @@ INGRESS_LATENCY = 2
 #: starts from a register rather than behind the FIFO's LUT-RAM read (docs/hw.md, Buffered
 #: hold FIFOs).
 HOLD_READ_LATENCY = 2
+#: Words in one ECP5 LUT-RAM cell (``TRELLIS_DPR16X4``: 16 words × 4 bits); a deeper memory
+#: takes a second column of cells and a multiplexer behind them.
+LUTRAM_WORDS = 16
 #: Cycles from a chunk's last contribution flit at the reduction unit to the first cycle its
 #: engine may start the chunk, when its header met the judge without waiting for its turn:
 #: the flit passes the hold FIFO, the arrival is registered, then the engine's pick in two
@@ -243,6 +246,17 @@ class SwitchSpec:
     def result_fifo_flits(self):
         """Result FIFO depth per egress, flits: ``result_fifo_depth`` or pipeline depth + 4."""
         return self.result_fifo_depth or self.reduction_pipeline_depth + 4
+
+    @property
+    def result_fifo_storage(self):
+        """Where each result FIFO's memory goes: ``"lut"`` (LUT-RAM) when its ``depth - 1``
+        stored words fit one column of ECP5 LUT-RAM cells (:data:`LUTRAM_WORDS`), as at every
+        int32 default depth, else ``"block"`` (DP16KD). Eight egresses' FIFOs in block RAM
+        are 64 DP16KD holding a few words each, whose wiring stops the 8-port unit routing
+        (docs/hw.md, "Result FIFOs"); deeper FIFOs (fp trees) would take two columns, about
+        twice the 3,555 LUT sites one column costs at 8 × 8, which the fp32 build (96 % full)
+        does not have. No cycle depends on it."""
+        return "lut" if self.result_fifo_flits - 1 <= LUTRAM_WORDS else "block"
 
     # -- derived: latencies (the RTL's timing, which the fast model reproduces) ---------------
 

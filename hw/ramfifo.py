@@ -1,13 +1,16 @@
-"""A first-word-fall-through FIFO whose storage maps to block RAM (ECP5 DP16KD).
+"""A first-word-fall-through FIFO whose storage is placed, by choice, in block RAM (ECP5
+DP16KD) or in LUT-RAM (``TRELLIS_DPR16X4``).
 
 Same interface and cycle behaviour as Amaranth 0.5's ``fifo.SyncFIFOBuffered`` (an inner
 memory of ``depth - 1`` words with a synchronous read port, plus the output word held in the
 read port's own register), so every level, ``r_rdy`` and latency a model or a proof relies
-on is unchanged. The differences are two attributes on the memory, for Yosys:
+on is unchanged, whichever the storage. The differences are two attributes on the memory, for
+Yosys:
 
-* ``ram_style = "block"``: a few words deep and ~300 bits wide, Yosys would otherwise put it
-  in LUT-RAM (about 80 ``TRELLIS_DPR16X4`` per 16 words of a flit, four LUT sites each) plus a
-  flip-flop per bit for the registered read;
+* ``ram_style``: ``"block"`` or ``"distributed"`` (LUT-RAM), where Yosys would otherwise
+  choose by size. A FIFO a few words deep and ~300 bits wide costs eight DP16KD that hold a
+  few words each, or about 73 LUT-RAM cells (four LUT sites each) per 16 words; which is
+  better depends on the design around it (docs/hw.md, "Result FIFOs");
 * ``no_rw_check``: the FIFO never reads the word it writes in the same cycle (a read needs the
   inner FIFO non-empty, a write needs it non-full, and the pointers are equal only when it is
   one or the other), so the read-during-write bypass Yosys would add is dead logic. Under
@@ -19,23 +22,28 @@ from amaranth.hdl import Assert, Assume, Elaboratable, Module, Mux, Signal
 from amaranth.lib import fifo
 from amaranth.lib.memory import Memory
 
-__all__ = ["BlockFIFO"]
+__all__ = ["RamFIFO", "STORAGE_STYLES"]
 
-#: Yosys attributes of the storage: block RAM, and no read-during-write bypass.
-BLOCK_RAM_ATTRS = {"ram_style": "block", "no_rw_check": 1}
+#: Yosys's ``ram_style`` for each storage choice.
+STORAGE_STYLES = {"block": "block", "lut": "distributed"}
 
 
 def _wrap(value, modulo):
     return Mux(value == modulo - 1, 0, value + 1)
 
 
-class BlockFIFO(Elaboratable, fifo.FIFOInterface):
-    """``SyncFIFOBuffered(width=…, depth=…)`` with its storage in block RAM (``depth`` ≥ 2)."""
+class RamFIFO(Elaboratable, fifo.FIFOInterface):
+    """``SyncFIFOBuffered(width=…, depth=…)`` with its storage in block RAM (``storage =
+    "block"``) or LUT-RAM (``"lut"``); ``depth`` ≥ 2."""
 
-    def __init__(self, *, width, depth):
+    def __init__(self, *, width, depth, storage="block"):
         if depth < 2:
-            raise ValueError(f"BlockFIFO depth must be at least 2, not {depth}")
+            raise ValueError(f"RamFIFO depth must be at least 2, not {depth}")
+        if storage not in STORAGE_STYLES:
+            raise ValueError(f"RamFIFO storage must be one of {', '.join(STORAGE_STYLES)}, "
+                             f"not {storage!r}")
         super().__init__(width=width, depth=depth)
+        self.storage = storage
         self.level = Signal(range(depth + 1))
 
     def elaborate(self, platform):
@@ -51,7 +59,8 @@ class BlockFIFO(Elaboratable, fifo.FIFOInterface):
         do_inner_read = inner_r_rdy & (~self.r_rdy | self.r_en)
 
         storage = m.submodules.storage = Memory(shape=self.width, depth=inner_depth, init=[],
-                                                attrs=BLOCK_RAM_ATTRS)
+                                                attrs={"ram_style": STORAGE_STYLES[self.storage],
+                                                       "no_rw_check": 1})
         w_port = storage.write_port()
         r_port = storage.read_port(domain="sync")
         produce = Signal(range(inner_depth))

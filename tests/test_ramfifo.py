@@ -1,0 +1,74 @@
+"""``hw.ramfifo.RamFIFO``: cycle for cycle Amaranth's ``SyncFIFOBuffered`` (the FIFO it
+replaces for the result FIFOs), with its storage marked for block RAM or LUT-RAM."""
+
+import random
+import re
+
+import pytest
+from amaranth.hdl import Module
+from amaranth.lib import fifo
+from amaranth.back import rtlil
+from amaranth.sim import Simulator
+
+from hw.ramfifo import RamFIFO
+from hw.reduce import ReductionUnit
+from hw.spec import SwitchSpec
+
+
+@pytest.mark.parametrize("storage", ["block", "lut"])
+@pytest.mark.parametrize("depth", [2, 3, 5, 16, 27])
+def test_matches_sync_fifo_buffered(depth, storage):
+    """Both FIFOs see the same random writes and reads (some into a full or out of an empty
+    FIFO); every output — level, w_rdy, r_rdy, r_data when r_rdy — agrees every cycle."""
+    m = Module()
+    m.submodules.dut = dut = RamFIFO(width=12, depth=depth, storage=storage)
+    m.submodules.ref = ref = fifo.SyncFIFOBuffered(width=12, depth=depth)
+    rng = random.Random(depth)
+
+    async def bench(ctx):
+        for t in range(600):
+            p_write = 0.8 if (t // 100) % 2 else 0.3   # phases that fill and that drain it
+            w_en, r_en, word = rng.random() < p_write, rng.random() < 0.55, rng.randrange(4096)
+            for q in (dut, ref):
+                ctx.set(q.w_en, w_en)
+                ctx.set(q.r_en, r_en)
+                ctx.set(q.w_data, word)
+            for name in ("level", "w_rdy", "r_rdy"):
+                assert ctx.get(getattr(dut, name)) == ctx.get(getattr(ref, name)), (t, name)
+            if ctx.get(ref.r_rdy):
+                assert ctx.get(dut.r_data) == ctx.get(ref.r_data), t
+            await ctx.tick()
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+@pytest.mark.parametrize("storage, style", [("block", "block"), ("lut", "distributed")])
+def test_storage_carries_the_yosys_attributes(storage, style):
+    q = RamFIFO(width=8, depth=4, storage=storage)
+    text = rtlil.convert(q, ports=[q.w_data, q.w_en, q.r_en, q.r_data])
+    assert f'attribute \\ram_style "{style}"' in text and "attribute \\no_rw_check 1" in text
+    with pytest.raises(ValueError, match="at least 2"):
+        RamFIFO(width=8, depth=1)
+    with pytest.raises(ValueError, match="block, lut"):
+        RamFIFO(width=8, depth=4, storage="bram")
+
+
+@pytest.mark.parametrize("ports, dtype, depth, style", [
+    (2, "int32", None, "distributed"),   # 5 deep: 4 stored words, one LUT-RAM column
+    (2, "int32", 17, "distributed"),     # 16 stored words: still one column
+    (2, "int32", 18, "block"),           # 17 stored words: a second column
+    (2, "fp32", None, "distributed"),    # 13 deep behind a one-level fp tree
+    (8, "int32", None, "distributed"),   # 9 deep, the target's int32 build
+    (8, "fp32", None, "block"),          # 27 deep behind three fp levels
+])
+def test_result_fifos_take_lut_ram_while_one_column_holds_them(ports, dtype, depth, style):
+    """The unit's result FIFOs are LUT-RAM when their stored words fit 16 (a TRELLIS_DPR16X4
+    column), block RAM when deeper: counted on the RTLIL the unit exports."""
+    spec = SwitchSpec(ports=ports, lanes=1, slots=2, chunk_flits=2, dtypes=(dtype,),
+                      result_fifo_depth=depth)
+    unit = ReductionUnit(spec)
+    text = rtlil.convert(unit, ports=[unit.o[0].payload.as_value(), unit.o[0].valid])
+    styles = re.findall(r'attribute \\ram_style "(\w+)"', text)
+    assert styles.count(style) == spec.ports and len(styles) == spec.ports
