@@ -322,7 +322,9 @@ def _size_params(spec):
     tag = "_".join(spec.dtypes) if spec.dtypes != ELEMENT_TYPES else "all"
     stem = f"p{spec.ports}_l{spec.lanes}_s{spec.slots}_c{spec.chunk_flits}"
     params = {"ports": spec.ports, "lanes": spec.lanes, "slots": spec.slots,
-              "chunk_flits": spec.chunk_flits, "jobs": spec.jobs, "dtypes": list(spec.dtypes)}
+              "chunk_flits": spec.chunk_flits, "jobs": spec.jobs, "dtypes": list(spec.dtypes),
+              # where Yosys is told to put the result FIFOs (LUT-RAM or block RAM)
+              "result_fifo_storage": spec.result_fifo_storage}
     return params, stem, tag
 
 

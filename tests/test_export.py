@@ -170,6 +170,11 @@ def test_export_reduce_cli(tmp_path):
     assert {"s3_axis_tdata", "m3_axis_tvalid", "cfg_members", "err_duplicate",
             "overflow"} <= names
     assert meta["parameters"]["dtypes"] == ["fp32"]
+    # the fp32 tree makes the result FIFOs deeper than one LUT-RAM column: block RAM, as the
+    # Verilog tells Yosys for each of the four
+    assert meta["parameters"]["result_fifo_storage"] == "block"
+    assert out.read_text().count('ram_style = "block"') == 4
+    assert 'ram_style = "distributed"' not in out.read_text()
     status, _, stderr = run_cli("export", "reduce", "--ports", "4", "--slots", "0", "-o",
                                 str(tmp_path / "x.v"))
     assert status == 2 and "--slots must be at least 1" in stderr
