@@ -15,13 +15,13 @@ from hw.reduce import ReductionUnit
 from hw.spec import SwitchSpec
 
 
-@pytest.mark.parametrize("storage", ["block", "lut"])
 @pytest.mark.parametrize("depth", [2, 3, 5, 16, 27])
-def test_matches_sync_fifo_buffered(depth, storage):
+def test_matches_sync_fifo_buffered(depth):
     """Both FIFOs see the same random writes and reads (some into a full or out of an empty
-    FIFO); every output — level, w_rdy, r_rdy, r_data when r_rdy — agrees every cycle."""
+    FIFO); every output — level, w_rdy, r_rdy, r_data when r_rdy — agrees every cycle. (The
+    storage choice is only an attribute for Yosys, checked below; the logic is the same.)"""
     m = Module()
-    m.submodules.dut = dut = RamFIFO(width=12, depth=depth, storage=storage)
+    m.submodules.dut = dut = RamFIFO(width=12, depth=depth)
     m.submodules.ref = ref = fifo.SyncFIFOBuffered(width=12, depth=depth)
     rng = random.Random(depth)
 
