@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from sim.flow.synth import _nextpnr_failure, cell_counts, critical_path, longest_path, lut_breakdown
+from sim.flow.synth import (ROUTER2_START, _nextpnr_failure, cell_counts, congestion_report,
+                            critical_path, longest_path, lut_breakdown, run_with_route_budget)
 
 # The shape of a nextpnr-ecp5 critical-path report (cell names shortened).
 NEXTPNR_REPORT = """\
@@ -191,10 +192,78 @@ def test_synth_8x8_arbiter():
     assert result["critical_path"]["logic_levels"] >= 2
 
 
+def test_congestion_report_sums_router2_heatmaps(tmp_path):
+    """router2's per-net heatmaps summed by block (named as luts_by_block names them) and by
+    bus, with the overused-wire counts of the log's iteration lines."""
+    (tmp_path / "heatmap_congestion_by_net_1.csv").write_text(
+        "switch.ingress3_head[0],5\nswitch.ingress5_head[7],4\nswitch.egress2.cur_LUT4_Z[1],6\n"
+        "\\switch.reduce.hold$12,2\ncfg_clear_LUT4_D_Z[0],1\nswitch.egress0.o__ready,0\n")
+    (tmp_path / "heatmap_congestion_by_net_2.csv").write_text(
+        "switch.ingress3_head[0],1\nswitch.egress2.cur_LUT4_Z[1],0\n")
+    log = ("Info:     iter=1 wires=900 overused=11 overuse=12 archfail=NA\n"
+           "Info:     iter=2 wires=950 overused=1 overuse=1 archfail=NA\n")
+    report = congestion_report(tmp_path, log, 30.0, stopped=True)
+    assert report["iterations"] == 2 and report["stopped"] is True
+    first, last = report["first"], report["last"]
+    assert (first["iteration"], first["wires"], first["overused_wires"]) == (1, 900, 11)
+    assert first["by_block"] == {"switch.ingress*": 9, "switch.egress*": 6, "switch.reduce": 2,
+                                 "(top)": 1}
+    assert first["by_net"] == {"switch.ingress*_head": 9, "switch.egress*.cur_LUT*_Z": 6,
+                               "switch.reduce.hold$*": 2, "cfg_clear_LUT*_D_Z": 1}
+    assert (last["overused_wires"], last["by_block"]) == (1, {"switch.ingress*": 1})
+    # No heatmap yet (stopped before router2's first iteration ended): nothing to sum.
+    empty = congestion_report(tmp_path / "none", "", 5.0, stopped=True)
+    assert (empty["iterations"], empty["first"], empty["last"]) == (0, None, None)
+
+
+def test_route_budget_counts_from_router2_start(tmp_path):
+    """The budget stops a run that has been routing too long, counting from router2's start
+    (not from launch), and lets a run that ends in time end with its own status."""
+    def child(before_s, after_s, status):
+        return [sys.executable, "-c",
+                f"import time; time.sleep({before_s}); print({ROUTER2_START!r}, flush=True); "
+                f"time.sleep({after_s}); raise SystemExit({status})"]
+    # 3 s of placement, then routing that would go on for a minute: stopped ~1 s into routing.
+    rc, stopped = run_with_route_budget(child(3, 60, 0), tmp_path, tmp_path / "a.log", 120,
+                                        budget_s=1.0, poll_s=0.1)
+    assert (rc, stopped) == (None, True)
+    assert ROUTER2_START in (tmp_path / "a.log").read_text()
+    # A longer placement than the budget does not count against it.
+    assert run_with_route_budget(child(2, 0.2, 3), tmp_path, tmp_path / "b.log", 120,
+                                 budget_s=1.0, poll_s=0.1) == (3, False)
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_with_route_budget(child(60, 0, 0), tmp_path, tmp_path / "c.log", 1.0,
+                              budget_s=1.0, poll_s=0.1)
+
+
+@pytest.mark.slow
+def test_synth_congestion(tmp_path):
+    """--congestion routes with router2 and sums its heatmaps: the totals are the heatmap
+    files' own, iteration by iteration, and a design that routes ends with no overuse."""
+    result = _synth("arbiter", "--ports", "4", "--lanes", "1", "--congestion", "120",
+                    "--keep", str(tmp_path))
+    report = result["congestion"]
+    assert result["routed"] is True and report["stopped"] is False
+    files = sorted(tmp_path.glob("heatmap_congestion_by_net_*.csv"))
+    assert report["iterations"] == len(files) >= 1
+    for summary in (report["first"], report["last"]):
+        rows = (tmp_path / f"heatmap_congestion_by_net_{summary['iteration']}.csv")
+        total = sum(int(line.rsplit(",", 1)[1]) for line in rows.read_text().splitlines())
+        assert sum(summary["by_block"].values()) == total
+    log = (tmp_path / "nextpnr.log").read_text()
+    assert f"iter={report['first']['iteration']} " in log
+    assert report["last"]["overused_wires"] == 0 and report["first"]["wires"] > 0
+
+
 def test_synth_bad_arguments():
     proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "switch", "--freq", "0"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "--freq must be positive" in proc.stderr
+    for extra in (["--congestion", "0"], ["--congestion", "60", "--no-route"]):
+        proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "switch", *extra],
+                              capture_output=True, text=True)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "--congestion" in proc.stderr
     for dtypes in (["--dtype", "int32"], ["--dtype", "fp32", "--dtype", "bf16"]):
         proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "fpadd", *dtypes],
                               capture_output=True, text=True)

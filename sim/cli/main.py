@@ -145,6 +145,9 @@ def _cmd_synth(args):
 
     if args.freq <= 0:
         raise UsageError(f"--freq must be positive, not {args.freq}")
+    if args.congestion is not None and (args.no_route or args.no_pnr or args.flow != "ecp5"):
+        raise UsageError("--congestion routes (with router2): it does not go with --no-route, "
+                         "--no-pnr or --flow gates")
     if args.block == "arbiter":
         verilog, meta = export_arbiter(args.ports, args.lanes, args.policy)
     elif args.block == "fpadd":
@@ -175,7 +178,8 @@ def _cmd_synth(args):
               + "\n".join(f"    {row['gates']:4d}  {row['register']}  <- {row['from']}"
                           for row in result["depth_by_register"]))
         return
-    flow = {"route": not args.no_route, "place": not args.no_pnr}
+    flow = {"route": not args.no_route, "place": not args.no_pnr,
+            "congestion_s": args.congestion}
     if args.keep:
         workdir = Path(args.keep)
         result = synthesize(verilog, meta["module"], workdir, args.freq, progress=progress,
@@ -211,7 +215,31 @@ def _cmd_synth(args):
           + _critical_path_line(result.get("critical_path"))
           + _longest_path_line(result.get("longest_logic_path"))
           + "\n  LUT4 by block (before packing): "
-          + ", ".join(f"{block} {n:,}" for block, n in list(result["luts_by_block"].items())[:6]))
+          + ", ".join(f"{block} {n:,}" for block, n in list(result["luts_by_block"].items())[:6])
+          + _congestion_lines(result.get("congestion")))
+
+
+def _congestion_lines(report):
+    if not report:
+        return ""
+    first, last = report["first"], report["last"]
+    if last is None:
+        return (f"\n  router2 {'stopped' if report['stopped'] else 'ended'} before its first "
+                f"iteration ended ({report['budget_s']:g} s budget): no congestion heatmap")
+    state = (f"stopped after {report['budget_s']:g} s" if report["stopped"]
+             else "routed")
+    lines = [f"\n  router2 {state} at iteration {report['iterations']}: overused wires "
+             f"{first['overused_wires']:,} at iteration 1, {last['overused_wires']:,} at "
+             f"iteration {last['iteration']}"]
+    for summary in (first, last):
+        if summary["by_block"]:
+            lines.append(f"  overuse by block, iteration {summary['iteration']}: "
+                         + ", ".join(f"{block} {n:,}"
+                                     for block, n in list(summary["by_block"].items())[:6]))
+    if last["by_net"]:
+        lines.append("  most overused nets, last iteration: "
+                     + ", ".join(f"{net} {n:,}" for net, n in list(last["by_net"].items())[:5]))
+    return "\n".join(lines)
 
 
 def _longest_path_line(path):
@@ -519,6 +547,11 @@ def build_parser():
                        help="ecp5 (default): Yosys synth_ecp5 + nextpnr-ecp5; gates: Yosys "
                             "synth + ABC to two-input gates, logic depth and area without an "
                             "FPGA (a second opinion on timing)")
+    synth.add_argument("--congestion", metavar="SECONDS",
+                       type=real_number("--congestion", 0, exclusive=True),
+                       help="route with router2 for at most SECONDS and report its congestion "
+                            "heatmaps summed by block and net (for designs that do not route: "
+                            "what the router could not fit)")
     synth.add_argument("--no-pnr", action="store_true",
                        help="stop after Yosys: cell counts, LUT4s by block and the longest "
                             "logic path, no Fmax (minutes for the 8 x 8 x 64 switch)")

