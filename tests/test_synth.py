@@ -198,6 +198,9 @@ def test_congestion_report_sums_router2_heatmaps(tmp_path):
     (tmp_path / "heatmap_congestion_by_net_1.csv").write_text(
         "switch.ingress3_head[0],5\nswitch.ingress5_head[7],4\nswitch.egress2.cur_LUT4_Z[1],6\n"
         "\\switch.reduce.hold$12,2\ncfg_clear_LUT4_D_Z[0],1\nswitch.egress0.o__ready,0\n")
+    (tmp_path / "heatmap_congestion_by_wiretype_1.csv").write_text(
+        "type,bound=0,bound=1,bound=2,bound=3,\nWIRE_TYPE_SLICE,50,40,0,0,\n"
+        "WIRE_TYPE_H02,60,30,8,2,\nWIRE_TYPE_V06,10,0,0,0,\n")
     (tmp_path / "heatmap_congestion_by_net_2.csv").write_text(
         "switch.ingress3_head[0],1\nswitch.egress2.cur_LUT4_Z[1],0\n")
     log = ("Info:     iter=1 wires=900 overused=11 overuse=12 archfail=NA\n"
@@ -210,7 +213,11 @@ def test_congestion_report_sums_router2_heatmaps(tmp_path):
                                  "(top)": 1}
     assert first["by_net"] == {"switch.ingress*_head": 9, "switch.egress*.cur_LUT*_Z": 6,
                                "switch.reduce.hold$*": 2, "cfg_clear_LUT*_D_Z": 1}
+    # Routing wires only (not the slices' own), by how many nets each is bound to.
+    assert first["wires_by_type"] == {"H02": {"wires": 100, "used": 40, "overused": 10},
+                                      "V06": {"wires": 10, "used": 0, "overused": 0}}
     assert (last["overused_wires"], last["by_block"]) == (1, {"switch.ingress*": 1})
+    assert last["wires_by_type"] == {}   # no wire-type heatmap for iteration 2 here
     # No heatmap yet (stopped before router2's first iteration ended): nothing to sum.
     empty = congestion_report(tmp_path / "none", "", 5.0, stopped=True)
     assert (empty["iterations"], empty["first"], empty["last"]) == (0, None, None)
@@ -253,6 +260,11 @@ def test_synth_congestion(tmp_path):
     log = (tmp_path / "nextpnr.log").read_text()
     assert f"iter={report['first']['iteration']} " in log
     assert report["last"]["overused_wires"] == 0 and report["first"]["wires"] > 0
+    # The last iteration binds every routing wire to at most one net.
+    kinds = report["last"]["wires_by_type"]
+    assert set(kinds) == {"H00", "H01", "H02", "H06", "V00", "V01", "V02", "V06"}
+    assert all(kind["overused"] == 0 and 0 < kind["wires"] for kind in kinds.values())
+    assert 0 < sum(kind["used"] for kind in kinds.values())
 
 
 def test_synth_bad_arguments():

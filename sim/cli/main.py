@@ -231,6 +231,13 @@ def _congestion_lines(report):
     lines = [f"\n  router2 {state} at iteration {report['iterations']}: overused wires "
              f"{first['overused_wires']:,} at iteration 1, {last['overused_wires']:,} at "
              f"iteration {last['iteration']}"]
+    def in_use(summary):
+        wires = summary["wires_by_type"].values()
+        total = sum(kind["wires"] for kind in wires)
+        return f"{sum(kind['used'] for kind in wires) / total:.1%}" if total else "?"
+
+    lines.append(f"  routing wires (H/V 00-06) in use: {in_use(first)} at iteration 1, "
+                 f"{in_use(last)} at iteration {last['iteration']}")
     for summary in (first, last):
         if summary["by_block"]:
             lines.append(f"  overuse by block, iteration {summary['iteration']}: "

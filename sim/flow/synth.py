@@ -99,10 +99,33 @@ def net_group(name):
     return re.sub(r"\d+", "*", re.sub(r"\[\d+\]$", "", name.lstrip("\\")))
 
 
+#: The ECP5's general routing wires (span 0, 1, 2 and 6 tiles, horizontal and vertical), the
+#: ones placement congests; router2's per-wire-type heatmap counts every wire type.
+ROUTING_WIRES = ("H00", "H01", "H02", "H06", "V00", "V01", "V02", "V06")
+
+
+def wires_by_type(csv_text):
+    """``{wire type: {"wires", "used", "overused"}}`` for :data:`ROUTING_WIRES` from one of
+    router2's ``congestion_by_wiretype`` heatmaps (a row per type: how many of its wires are
+    bound to 0, 1, 2, ... nets). Used is bound to at least one net, overused to more."""
+    found = {}
+    for line in csv_text.splitlines():
+        cells = [cell for cell in line.split(",") if cell]
+        kind = cells[0].removeprefix("WIRE_TYPE_") if cells else ""
+        if kind in ROUTING_WIRES and all(cell.isdigit() for cell in cells[1:]):
+            bound = [int(cell) for cell in cells[1:]]
+            found[kind] = {"wires": sum(bound), "used": sum(bound[1:]),
+                           "overused": sum(bound[2:])}
+    return found
+
+
 def congestion_summary(workdir, log, iteration, groups=12):
     """Routing iteration ``iteration``'s congestion: the overused wires the log reports, and
     router2's per-net heatmap summed by block (:func:`block_of`, as ``luts_by_block``) and by
-    :func:`net_group` (the largest ``groups``). None if that iteration wrote no heatmap."""
+    :func:`net_group` (the largest ``groups``) — a wire two nets share counts for both — and
+    the device's routing wires in use by type (:func:`wires_by_type`: whether the congestion
+    is local or the placement wants most of the device's wiring). None if that iteration wrote
+    no heatmap."""
     path = Path(workdir) / f"{HEATMAP_PREFIX}_congestion_by_net_{iteration}.csv"
     if not path.exists():
         return None
@@ -113,6 +136,7 @@ def congestion_summary(workdir, log, iteration, groups=12):
         by_block[block] = by_block.get(block, 0) + count
         by_group[group] = by_group.get(group, 0) + count
     stats = re.search(rf"iter={iteration} wires=(\d+) overused=(\d+)", log)
+    kinds = Path(workdir) / f"{HEATMAP_PREFIX}_congestion_by_wiretype_{iteration}.csv"
 
     def largest(counts, limit=None):
         ranked = sorted(((k, v) for k, v in counts.items() if v), key=lambda kv: (-kv[1], kv[0]))
@@ -121,7 +145,8 @@ def congestion_summary(workdir, log, iteration, groups=12):
     return {"iteration": iteration,
             "wires": int(stats.group(1)) if stats else None,
             "overused_wires": int(stats.group(2)) if stats else None,
-            "by_block": largest(by_block), "by_net": largest(by_group, groups)}
+            "by_block": largest(by_block), "by_net": largest(by_group, groups),
+            "wires_by_type": wires_by_type(kinds.read_text()) if kinds.exists() else {}}
 
 
 def congestion_report(workdir, log, budget_s, stopped):
