@@ -247,8 +247,10 @@ def test_route_budget_counts_from_router2_start(tmp_path):
 def test_synth_congestion(tmp_path):
     """--congestion routes with router2 and sums its heatmaps: the totals are the heatmap
     files' own, iteration by iteration, and a design that routes ends with no overuse."""
+    plot = tmp_path / "congestion.png"
     result = _synth("arbiter", "--ports", "4", "--lanes", "1", "--congestion", "120",
-                    "--keep", str(tmp_path))
+                    "--keep", str(tmp_path), "--plot", str(plot))
+    assert result["plot"] == str(plot) and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = result["congestion"]
     assert result["routed"] is True and report["stopped"] is False
     files = sorted(tmp_path.glob("heatmap_congestion_by_net_*.csv"))
@@ -271,11 +273,13 @@ def test_synth_bad_arguments():
     proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "switch", "--freq", "0"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "--freq must be positive" in proc.stderr
-    for extra in (["--congestion", "0"], ["--congestion", "60", "--no-route"]):
+    for extra in (["--congestion", "0"], ["--congestion", "60", "--no-route"],
+                  ["--plot", "c.png"], ["--congestion", "60", "--plot", "c.svg"],
+                  ["--congestion", "60", "--plot", "/nonexistent/c.png"]):
         proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "switch", *extra],
                               capture_output=True, text=True)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-        assert "--congestion" in proc.stderr
+        assert "--congestion" in proc.stderr or "--plot" in proc.stderr
     for dtypes in (["--dtype", "int32"], ["--dtype", "fp32", "--dtype", "bf16"]):
         proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "fpadd", *dtypes],
                               capture_output=True, text=True)

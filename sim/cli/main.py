@@ -148,6 +148,14 @@ def _cmd_synth(args):
     if args.congestion is not None and (args.no_route or args.no_pnr or args.flow != "ecp5"):
         raise UsageError("--congestion routes (with router2): it does not go with --no-route, "
                          "--no-pnr or --flow gates")
+    plot = Path(args.plot) if args.plot else None
+    if plot is not None:   # checked before the hour a large design's run can take
+        if args.congestion is None:
+            raise UsageError("--plot draws --congestion's heatmaps: give --congestion SECONDS")
+        if plot.suffix.lower() != ".png":
+            raise UsageError(f"--plot {args.plot!r}: expected a .png file")
+        if str(plot.parent) and not plot.parent.is_dir():
+            raise UsageError(f"--plot: directory {plot.parent} does not exist")
     if args.block == "arbiter":
         verilog, meta = export_arbiter(args.ports, args.lanes, args.policy)
     elif args.block == "fpadd":
@@ -180,14 +188,21 @@ def _cmd_synth(args):
         return
     flow = {"route": not args.no_route, "place": not args.no_pnr,
             "congestion_s": args.congestion}
-    if args.keep:
-        workdir = Path(args.keep)
+
+    def run(workdir):
         result = synthesize(verilog, meta["module"], workdir, args.freq, progress=progress,
                             **flow)
+        if plot is not None and result["congestion"]["last"] is not None:
+            # The heatmaps live in the work directory, which may be a temporary one.
+            _plot_congestion(plot, workdir, result["congestion"], meta["module"])
+            result["plot"] = str(plot)
+        return result
+
+    if args.keep:
+        result = run(Path(args.keep))
     else:
         with tempfile.TemporaryDirectory(prefix="innet-synth-") as tmp:
-            result = synthesize(verilog, meta["module"], tmp, args.freq, progress=progress,
-                                **flow)
+            result = run(tmp)
     result["parameters"] = meta["parameters"]
     result["command"] = " ".join(["innet"] + sys.argv[1:])
     if not result["placed"]:
@@ -216,7 +231,40 @@ def _cmd_synth(args):
           + _longest_path_line(result.get("longest_logic_path"))
           + "\n  LUT4 by block (before packing): "
           + ", ".join(f"{block} {n:,}" for block, n in list(result["luts_by_block"].items())[:6])
-          + _congestion_lines(result.get("congestion")))
+          + _congestion_lines(result.get("congestion"))
+          + (f"\n  wrote {result['plot']}" if result.get("plot") else ""))
+
+
+def _plot_congestion(out, workdir, report, top):
+    """The first and last routing iterations' congestion by tile, side by side, written
+    atomically to ``out``."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sim.files import atomic_writes
+    from sim.flow.synth import congestion_grid
+
+    shown = [report["first"], report["last"]]
+    grids = [congestion_grid(workdir, summary["iteration"]) for summary in shown]
+    top_value = max(1, *(max(map(max, grid), default=0) for grid in grids))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5), squeeze=False)
+    for ax, summary, grid in zip(axes[0], shown, grids):
+        rows = [list(row) for row in zip(*grid)]   # y down, x across, as nextpnr numbers tiles
+        # One scale for both, so the last iteration reads against the first.
+        image = ax.imshow(rows, cmap="magma", interpolation="nearest", origin="upper",
+                          vmin=0, vmax=top_value)
+        ax.set_title(f"iteration {summary['iteration']}: "
+                     f"{summary['overused_wires'] or 0:,} overused wires")
+        ax.set_xlabel("tile x")
+        ax.set_ylabel("tile y")
+        fig.colorbar(image, ax=ax, shrink=0.8, label="nets on overused wires, per tile")
+    fig.suptitle(f"{top}: router2 congestion on the ECP5-85")
+    try:
+        with atomic_writes([out]) as (tmp,):
+            fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight")
+    finally:
+        plt.close(fig)
 
 
 def _congestion_lines(report):
@@ -559,6 +607,9 @@ def build_parser():
                        help="route with router2 for at most SECONDS and report its congestion "
                             "heatmaps summed by block and net (for designs that do not route: "
                             "what the router could not fit)")
+    synth.add_argument("--plot", metavar="FILE.png",
+                       help="with --congestion: draw the first and last iterations' "
+                            "congestion by tile into FILE.png")
     synth.add_argument("--no-pnr", action="store_true",
                        help="stop after Yosys: cell counts, LUT4s by block and the longest "
                             "logic path, no Fmax (minutes for the 8 x 8 x 64 switch)")

@@ -149,6 +149,17 @@ def congestion_summary(workdir, log, iteration, groups=12):
             "wires_by_type": wires_by_type(kinds.read_text()) if kinds.exists() else {}}
 
 
+def congestion_grid(workdir, iteration):
+    """Routing iteration ``iteration``'s congestion by tile: ``grid[x][y]`` is the sum over the
+    tile's overused wires of the nets bound to each (router2's ``congestion_by_coordinate``
+    heatmap: a line per column x, a value per row y). None if that iteration wrote none."""
+    path = Path(workdir) / f"{HEATMAP_PREFIX}_congestion_by_coordinate_{iteration}.csv"
+    if not path.exists():
+        return None
+    return [[int(cell) for cell in line.split(",") if cell.strip()]
+            for line in path.read_text().splitlines() if line.strip()]
+
+
 def congestion_report(workdir, log, budget_s, stopped):
     """``innet synth --congestion``'s report: the first routing iteration's congestion (the
     wiring the placement asks for) and the last one's (what negotiation could not resolve)."""
