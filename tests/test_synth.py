@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from sim.flow.synth import (ROUTER2_START, _nextpnr_failure, cell_counts, congestion_report,
-                            critical_path, longest_path, lut_breakdown, run_with_route_budget)
+from sim.flow.congestion import ROUTER2_START, congestion_report, run_with_route_budget
+from sim.flow.synth import _nextpnr_failure, cell_counts, critical_path, longest_path, lut_breakdown
 
 # The shape of a nextpnr-ecp5 critical-path report (cell names shortened).
 NEXTPNR_REPORT = """\

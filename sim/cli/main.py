@@ -243,7 +243,7 @@ def _plot_congestion(out, workdir, report, top):
     import matplotlib.pyplot as plt
 
     from sim.files import atomic_writes
-    from sim.flow.synth import congestion_grid
+    from sim.flow.congestion import congestion_grid
 
     shown = [report["first"], report["last"]]
     grids = [congestion_grid(workdir, summary["iteration"]) for summary in shown]

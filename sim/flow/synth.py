@@ -13,10 +13,11 @@ import subprocess
 import time
 from pathlib import Path
 
+from sim.flow.congestion import HEATMAP_PREFIX, congestion_report, run_with_route_budget
+from sim.flow.names import block_of
 from sim.flow.tools import tool_env
 
-__all__ = ["synthesize", "critical_path", "cell_counts", "congestion_report", "CELLS",
-           "SynthError"]
+__all__ = ["synthesize", "critical_path", "cell_counts", "CELLS", "SynthError"]
 
 #: nextpnr cell → reported name
 CELLS = {"TRELLIS_COMB": "luts", "TRELLIS_FF": "ffs", "DP16KD": "bram_dp16kd",
@@ -32,144 +33,6 @@ def _run(cmd, cwd, log, timeout):
         proc = subprocess.run(cmd, cwd=cwd, env=tool_env(), stdout=out, stderr=subprocess.STDOUT,
                               timeout=timeout)
     return proc.returncode
-
-
-#: What nextpnr prints when router2 starts: a routing budget counts from here.
-ROUTER2_START = "Running router2"
-#: The prefix of router2's heatmap files in the work directory (``--router2-heatmap``): one
-#: ``{prefix}_congestion_by_net_{iteration}.csv`` per routing iteration, among others.
-HEATMAP_PREFIX = "heatmap"
-
-
-def run_with_route_budget(cmd, cwd, log, timeout, budget_s, poll_s=1.0):
-    """Run ``cmd`` (nextpnr) like :func:`_run`, but stop it once it has been routing for
-    ``budget_s`` seconds (from :data:`ROUTER2_START` in its log). Returns ``(exit status,
-    stopped)``; a stopped run's status is None.
-
-    Raises
-    ------
-    subprocess.TimeoutExpired
-        If the whole run outlasts ``timeout`` seconds (the process is killed)."""
-    log = Path(log)
-    began, routing_since, offset, carry = time.monotonic(), None, 0, ""
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=tool_env(), stdout=out,
-                                stderr=subprocess.STDOUT)
-        try:
-            while proc.poll() is None:
-                time.sleep(poll_s)
-                now = time.monotonic()
-                if now - began > timeout:
-                    raise subprocess.TimeoutExpired(cmd, timeout)
-                if routing_since is None:
-                    # Read only what the log gained, keeping a marker's length of the old
-                    # text in case the marker straddles two reads.
-                    with open(log, errors="replace") as text:
-                        text.seek(offset)
-                        window = carry + text.read()
-                        offset = text.tell()
-                    if ROUTER2_START in window:
-                        routing_since = now
-                    carry = window[-len(ROUTER2_START):]
-                elif now - routing_since > budget_s:
-                    proc.terminate()
-                    proc.wait()
-                    return None, True
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return proc.returncode, False
-
-
-def congestion_by_net(csv_text):
-    """``{net: overused wires}`` from one of router2's ``congestion_by_net`` heatmaps (lines
-    of ``net,count``)."""
-    counts = {}
-    for line in csv_text.splitlines():
-        name, _, count = line.rpartition(",")
-        if name and count.strip().isdigit():
-            counts[name] = counts.get(name, 0) + int(count)
-    return counts
-
-
-def net_group(name):
-    """A net's name with its bit index dropped and numbers as ``*``: the eight egresses' copies
-    of one bus are one group."""
-    return re.sub(r"\d+", "*", re.sub(r"\[\d+\]$", "", name.lstrip("\\")))
-
-
-#: The ECP5's general routing wires (span 0, 1, 2 and 6 tiles, horizontal and vertical), the
-#: ones placement congests; router2's per-wire-type heatmap counts every wire type.
-ROUTING_WIRES = ("H00", "H01", "H02", "H06", "V00", "V01", "V02", "V06")
-
-
-def wires_by_type(csv_text):
-    """``{wire type: {"wires", "used", "overused"}}`` for :data:`ROUTING_WIRES` from one of
-    router2's ``congestion_by_wiretype`` heatmaps (a row per type: how many of its wires are
-    bound to 0, 1, 2, ... nets). Used is bound to at least one net, overused to more."""
-    found = {}
-    for line in csv_text.splitlines():
-        cells = [cell for cell in line.split(",") if cell]
-        kind = cells[0].removeprefix("WIRE_TYPE_") if cells else ""
-        if kind in ROUTING_WIRES and all(cell.isdigit() for cell in cells[1:]):
-            bound = [int(cell) for cell in cells[1:]]
-            found[kind] = {"wires": sum(bound), "used": sum(bound[1:]),
-                           "overused": sum(bound[2:])}
-    return found
-
-
-def congestion_summary(workdir, log, iteration, groups=12):
-    """Routing iteration ``iteration``'s congestion: the overused wires the log reports, and
-    router2's per-net heatmap summed by block (:func:`block_of`, as ``luts_by_block``) and by
-    :func:`net_group` (the largest ``groups``) — a wire two nets share counts for both — and
-    the device's routing wires in use by type (:func:`wires_by_type`: whether the congestion
-    is local or the placement wants most of the device's wiring). None if that iteration wrote
-    no heatmap."""
-    path = Path(workdir) / f"{HEATMAP_PREFIX}_congestion_by_net_{iteration}.csv"
-    if not path.exists():
-        return None
-    nets = congestion_by_net(path.read_text())
-    by_block, by_group = {}, {}
-    for name, count in nets.items():
-        block, group = block_of(name), net_group(name)
-        by_block[block] = by_block.get(block, 0) + count
-        by_group[group] = by_group.get(group, 0) + count
-    stats = re.search(rf"iter={iteration} wires=(\d+) overused=(\d+)", log)
-    kinds = Path(workdir) / f"{HEATMAP_PREFIX}_congestion_by_wiretype_{iteration}.csv"
-
-    def largest(counts, limit=None):
-        ranked = sorted(((k, v) for k, v in counts.items() if v), key=lambda kv: (-kv[1], kv[0]))
-        return dict(ranked[:limit])
-
-    return {"iteration": iteration,
-            "wires": int(stats.group(1)) if stats else None,
-            "overused_wires": int(stats.group(2)) if stats else None,
-            "by_block": largest(by_block), "by_net": largest(by_group, groups),
-            "wires_by_type": wires_by_type(kinds.read_text()) if kinds.exists() else {}}
-
-
-def congestion_grid(workdir, iteration):
-    """Routing iteration ``iteration``'s congestion by tile: ``grid[x][y]`` is the sum over the
-    tile's overused wires of the nets bound to each (router2's ``congestion_by_coordinate``
-    heatmap: a line per column x, a value per row y). None if that iteration wrote none."""
-    path = Path(workdir) / f"{HEATMAP_PREFIX}_congestion_by_coordinate_{iteration}.csv"
-    if not path.exists():
-        return None
-    return [[int(cell) for cell in line.split(",") if cell.strip()]
-            for line in path.read_text().splitlines() if line.strip()]
-
-
-def congestion_report(workdir, log, budget_s, stopped):
-    """``innet synth --congestion``'s report: the first routing iteration's congestion (the
-    wiring the placement asks for) and the last one's (what negotiation could not resolve)."""
-    done = [int(m.group(1)) for path in Path(workdir).glob(
-                f"{HEATMAP_PREFIX}_congestion_by_net_*.csv")
-            if (m := re.search(r"_(\d+)\.csv$", path.name))]
-    last = max(done, default=0)
-    return {"router": "router2", "budget_s": budget_s, "stopped": stopped, "iterations": last,
-            "first": congestion_summary(workdir, log, 1) if last else None,
-            "last": congestion_summary(workdir, log, last) if last else None}
 
 
 def _yosys_version():
@@ -385,14 +248,3 @@ def lut_breakdown(netlist, top):
             counts[block] = counts.get(block, 0) + 1
     return dict(sorted(counts.items(), key=lambda item: -item[1]))
 
-
-def block_of(name):
-    """The block a netlist cell or net belongs to, from its name (see :func:`lut_breakdown`)."""
-    parts = name.lstrip("\\").split(".")
-    if len(parts) > 1:
-        lead = re.match(r"[A-Za-z]+\d*", parts[1])
-        block = f"{parts[0]}.{lead.group(0) if lead else '(glue)'}"
-    else:
-        port = re.match(r"([ms]\d*_axis_[a-z]+)", parts[0])
-        block = port.group(1) if port else "(top)"
-    return re.sub(r"\d+", "*", block)
