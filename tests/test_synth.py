@@ -106,19 +106,23 @@ def test_synth_place_only():
     """--no-route reports nextpnr's post-placement estimate, marked as such."""
     result = _synth("arbiter", "--ports", "4", "--lanes", "1", "--no-route")
     assert result["routed"] is False and result["critical_path"] is None
-    assert 50 < result["fmax_mhz"] < 1000 and result["luts"] > 0 and result["placer"] == "heap"
+    assert 50 < result["fmax_mhz"] < 1000 and result["luts"] > 0
+    assert (result["placer"], result["router"]) == ("heap", "router1")
     path = result["longest_logic_path"]   # register to register in the mapped netlist
     assert path["cells"] >= 2 and path["from"] and path["to"]
 
 
 @pytest.mark.slow
-def test_synth_static_placer(tmp_path):
-    """--placer static runs nextpnr's electrostatic placer (its log says so) and routes."""
+def test_synth_static_placer_and_router2(tmp_path):
+    """--placer static and --router router2 run nextpnr's electrostatic placer and its
+    negotiated-congestion router (its log says so), and route."""
     result = _synth("arbiter", "--ports", "4", "--lanes", "1", "--placer", "static",
-                    "--keep", str(tmp_path))
+                    "--router", "router2", "--keep", str(tmp_path))
     log = (tmp_path / "nextpnr.log").read_text()
-    assert result["placer"] == "static" and "Running Static placer" in log
-    assert "HeAP Placer Time" not in log and result["routed"] is True and result["fmax_mhz"] > 50
+    assert (result["placer"], result["router"]) == ("static", "router2")
+    assert "Running Static placer" in log and "HeAP Placer Time" not in log
+    assert "Running router2" in log and "Router1 time" not in log.split("Running router2")[0]
+    assert result["routed"] is True and result["fmax_mhz"] > 50
 
 
 @pytest.mark.slow
@@ -286,11 +290,13 @@ def test_synth_bad_arguments():
     for extra in (["--congestion", "0"], ["--congestion", "60", "--no-route"],
                   ["--plot", "c.png"], ["--congestion", "60", "--plot", "c.svg"],
                   ["--congestion", "60", "--plot", "/nonexistent/c.png"],
-                  ["--placer", "static", "--no-pnr"], ["--placer", "sa"]):
+                  ["--placer", "static", "--no-pnr"], ["--placer", "sa"],
+                  ["--router", "router2", "--no-route"], ["--router", "router3"]):
         proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "switch", *extra],
                               capture_output=True, text=True)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-        assert any(flag in proc.stderr for flag in ("--congestion", "--plot", "--placer"))
+        assert any(flag in proc.stderr
+                   for flag in ("--congestion", "--plot", "--placer", "--router"))
     for dtypes in (["--dtype", "int32"], ["--dtype", "fp32", "--dtype", "bf16"]):
         proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "fpadd", *dtypes],
                               capture_output=True, text=True)

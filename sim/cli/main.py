@@ -25,7 +25,7 @@ from hw.spec import ELEMENT_TYPES, MAX_JOBS, MAX_SLOTS, MIN_PORTS, Policy, Switc
 from sim.cli.output import UsageError, real_number, show_progress
 from sim.errors import InputError
 from sim.files import atomic_writes
-from sim.flow.synth import PLACERS, SynthError
+from sim.flow.synth import PLACERS, ROUTERS, SynthError
 
 __all__ = ["main"]
 
@@ -151,6 +151,9 @@ def _cmd_synth(args):
     if args.placer != PLACERS[0] and (args.no_pnr or args.flow != "ecp5"):
         raise UsageError("--placer chooses nextpnr's placer: it does not go with --no-pnr or "
                          "--flow gates")
+    if args.router != ROUTERS[0] and (args.no_route or args.no_pnr or args.flow != "ecp5"):
+        raise UsageError("--router chooses nextpnr's router: it does not go with --no-route, "
+                         "--no-pnr or --flow gates")
     plot = Path(args.plot) if args.plot else None
     if plot is not None:   # checked before the hour a large design's run can take
         if args.congestion is None:
@@ -190,7 +193,7 @@ def _cmd_synth(args):
                           for row in result["depth_by_register"]))
         return
     flow = {"route": not args.no_route, "place": not args.no_pnr,
-            "congestion_s": args.congestion, "placer": args.placer}
+            "congestion_s": args.congestion, "placer": args.placer, "router": args.router}
 
     def run(workdir):
         result = synthesize(verilog, meta["module"], workdir, args.freq, progress=progress,
@@ -608,6 +611,9 @@ def build_parser():
     synth.add_argument("--placer", choices=PLACERS, default=PLACERS[0],
                        help="nextpnr's placer: heap (default; analytic, timing-driven) or "
                             "static (electrostatic: spreads a congested design more evenly)")
+    synth.add_argument("--router", choices=ROUTERS, default=ROUTERS[0],
+                       help="nextpnr's router: router1 (default) or router2 (negotiated "
+                            "congestion; --congestion always uses it)")
     synth.add_argument("--congestion", metavar="SECONDS",
                        type=real_number("--congestion", 0, exclusive=True),
                        help="route with router2 for at most SECONDS and report its congestion "

@@ -22,6 +22,9 @@ __all__ = ["synthesize", "critical_path", "cell_counts", "CELLS", "SynthError"]
 #: nextpnr's placers innet synth offers (``--placer``); the first is the default.
 PLACERS = ("heap", "static")
 
+#: nextpnr's routers innet synth offers (``--router``); the first is the default.
+ROUTERS = ("router1", "router2")
+
 #: nextpnr cell → reported name
 CELLS = {"TRELLIS_COMB": "luts", "TRELLIS_FF": "ffs", "DP16KD": "bram_dp16kd",
          "MULT18X18D": "dsp_mult18", "TRELLIS_RAMW": "lutram", "ALU54B": "dsp_alu54"}
@@ -97,7 +100,7 @@ def _nextpnr_failure(log, rc):
 
 
 def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progress=None,
-               route=True, place=True, congestion_s=None, placer="heap"):
+               route=True, place=True, congestion_s=None, placer="heap", router="router1"):
     """Synthesize and place-and-route ``top``; returns a dict of area, Fmax, the critical path
     and times. ``route=False`` stops after placement: the Fmax is nextpnr's post-placement
     estimate (``routed`` says which), there is no critical-path report, and the mapped
@@ -110,7 +113,8 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     (:func:`congestion_report`); a run stopped by that budget reports the placement's
     estimate (``routed`` False). ``placer`` is nextpnr's: ``"heap"`` (its default, analytic
     and timing-driven) or ``"static"`` (electrostatic; it spreads a congested design more
-    evenly, docs/hw.md).
+    evenly, docs/hw.md); ``router`` is nextpnr's ``"router1"`` (its default) or ``"router2"``
+    (always router2 with ``congestion_s``).
 
     Raises
     ------
@@ -145,7 +149,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
             cmd + ["--router", "router2", "--router2-heatmap", HEATMAP_PREFIX], workdir,
             workdir / "nextpnr.log", timeout, congestion_s)
     else:
-        rc = _run(cmd, workdir, workdir / "nextpnr.log", timeout)
+        rc = _run(cmd + ["--router", router], workdir, workdir / "nextpnr.log", timeout)
     log = (workdir / "nextpnr.log").read_text()
     fmax = [float(x) for x in re.findall(r"Max frequency for clock '[^']*': ([0-9.]+) MHz", log)]
     if not fmax:
@@ -155,6 +159,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
               "yosys_version": _yosys_version(), "yosys_mapping": mapping,
               "requested_mhz": freq_mhz, "fmax_mhz": fmax[-1], "met": fmax[-1] >= freq_mhz,
               "routed": routed, "placed": True, "placer": placer,
+              "router": "router2" if congestion_s is not None else router,
               "critical_path": critical_path(log) if routed else None,
               "synth_s": round(synth_s, 1), "pnr_s": round(time.monotonic() - began - synth_s, 1)}
     for name, (used, available) in _utilisation(log).items():
