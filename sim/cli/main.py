@@ -248,7 +248,6 @@ def _plot_congestion(out, workdir, report, top):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from sim.files import atomic_writes
     from sim.flow.congestion import congestion_grid
 
     shown = [report["first"], report["last"]]
@@ -282,14 +281,18 @@ def _congestion_lines(report):
                 f"iteration ended ({report['budget_s']:g} s budget): no congestion heatmap")
     state = (f"stopped after {report['budget_s']:g} s" if report["stopped"]
              else "routed")
-    lines = [f"\n  router2 {state} at iteration {report['iterations']}: overused wires "
-             f"{first['overused_wires']:,} at iteration 1, {last['overused_wires']:,} at "
-             f"iteration {last['iteration']}"]
+
+    def count(value):   # None when the log has no line for the iteration
+        return "?" if value is None else f"{value:,}"
+
     def in_use(summary):
         wires = summary["wires_by_type"].values()
         total = sum(kind["wires"] for kind in wires)
         return f"{sum(kind['used'] for kind in wires) / total:.1%}" if total else "?"
 
+    lines = [f"\n  router2 {state} at iteration {report['iterations']}: overused wires "
+             f"{count(first['overused_wires'])} at iteration 1, "
+             f"{count(last['overused_wires'])} at iteration {last['iteration']}"]
     lines.append(f"  routing wires (H/V 00-06) in use: {in_use(first)} at iteration 1, "
                  f"{in_use(last)} at iteration {last['iteration']}")
     for summary in (first, last):
