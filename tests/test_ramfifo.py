@@ -15,18 +15,27 @@ from hw.reduce import ReductionUnit
 from hw.spec import SwitchSpec
 
 
-@pytest.mark.parametrize("depth", [2, 3, 5, 16, 27])
-def test_matches_sync_fifo_buffered(depth):
+@pytest.mark.parametrize("depth, lookahead", [(2, False), (3, False), (5, False), (16, False),
+                                             (27, False), (2, True), (3, True), (17, True)])
+def test_matches_sync_fifo_buffered(depth, lookahead):
     """Both FIFOs see the same random writes and reads (some into a full or out of an empty
     FIFO); every output — level, w_rdy, r_rdy, r_data when r_rdy — agrees every cycle. (The
-    storage choice is only an attribute for Yosys, checked below; the logic is the same.)"""
+    storage choice is only an attribute for Yosys, checked below; the logic is the same.) With
+    ``lookahead``, ``r_rdy_next`` and ``r_data_next`` of each cycle are the reference's
+    ``r_rdy`` and ``r_data`` of the next."""
     m = Module()
-    m.submodules.dut = dut = RamFIFO(width=12, depth=depth)
+    m.submodules.dut = dut = RamFIFO(width=12, depth=depth, storage="lut" if lookahead
+                                     else "block", lookahead=lookahead)
     m.submodules.ref = ref = fifo.SyncFIFOBuffered(width=12, depth=depth)
     rng = random.Random(depth)
 
     async def bench(ctx):
+        promised = None
         for t in range(600):
+            if promised is not None:
+                assert ctx.get(ref.r_rdy) == promised[0], t
+                if promised[0]:
+                    assert ctx.get(ref.r_data) == promised[1], t
             p_write = 0.8 if (t // 100) % 2 else 0.3   # phases that fill and that drain it
             w_en, r_en, word = rng.random() < p_write, rng.random() < 0.55, rng.randrange(4096)
             for q in (dut, ref):
@@ -37,6 +46,8 @@ def test_matches_sync_fifo_buffered(depth):
                 assert ctx.get(getattr(dut, name)) == ctx.get(getattr(ref, name)), (t, name)
             if ctx.get(ref.r_rdy):
                 assert ctx.get(dut.r_data) == ctx.get(ref.r_data), t
+            if lookahead:
+                promised = ctx.get(dut.r_rdy_next), ctx.get(dut.r_data_next)
             await ctx.tick()
     sim = Simulator(m)
     sim.add_clock(1e-8)
@@ -53,6 +64,8 @@ def test_storage_carries_the_yosys_attributes(storage, style):
         RamFIFO(width=8, depth=1)
     with pytest.raises(ValueError, match="block, lut"):
         RamFIFO(width=8, depth=4, storage="bram")
+    with pytest.raises(ValueError, match="lookahead needs"):
+        RamFIFO(width=8, depth=4, storage="block", lookahead=True)
 
 
 @pytest.mark.parametrize("ports, dtype, depth, style", [
