@@ -150,6 +150,11 @@ class ReductionProperties(Elaboratable):
     5. **No read-during-write on a bank**: a bank write never hits the word the engine reads
        in the same cycle (why the banks carry Yosys's ``no_rw_check``: no bypass logic).
 
+    6. **The judge's two steps judge as one**: the header step B judges is, whenever it is
+       ready, the head of the FIFO whose turn it is, ready exactly when that FIFO has a head
+       and its port is between packets; and step B's registered view of the header's slot
+       entry (valid, job, chunk, members, arrivals) is the table's entry in that cycle.
+
     Invariants that make the proof inductive, each a true statement of the design: a port
     writing a packet holds its slot as a not-yet-arrived member of the slot's job and chunk; a
     free slot has no arrivals; arrivals are a subset of the snapshot.
@@ -309,6 +314,23 @@ class ReductionProperties(Elaboratable):
             with m.If(started & past_stuck):
                 m.d.comb += [Assert(out.valid), Assert(out.payload.as_value() == past_flit)]
         m.d.comb += Assert(st.result_lost == 0)
+        # 6. the judge's step B sees the head of the turn's FIFO and the slot table of its cycle
+        turn = st.turn
+        m.d.comb += Assert(st.judge_ready == (st.hold_head_valid.bit_select(turn, 1) &
+                                              ~st.in_packet.bit_select(turn, 1)))
+        with m.If(st.judge_ready):
+            m.d.comb += Assert(st.judge_head.as_value() ==
+                               at([h.as_value() for h in st.hold_head], turn,
+                                  len(st.judge_head.as_value())))
+        jslot = st.judge_head.slot
+        with m.If(jslot < S):
+            m.d.comb += [
+                Assert(st.judge_v_valid == st.slot_valid.bit_select(jslot, 1)),
+                Assert(st.judge_v_arrived == at(st.slot_arrived, jslot, N)),
+                Assert(st.judge_v_members == at(st.slot_members, jslot, N)),
+                Assert(st.judge_v_job == at(st.slot_job, jslot, len(st.judge_v_job))),
+                Assert(st.judge_v_seq == at(st.slot_seq, jslot, len(st.judge_v_seq))),
+            ]
         # 5. no read-during-write on a bank
         for k in range(N):
             m.d.comb += Assert(~(st.bank_write[k] & st.bank_read &

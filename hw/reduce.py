@@ -31,10 +31,13 @@ entry another contribution owns; each is counted once, by its first failing caus
 Timing: in a flit's arrival cycle (stage 0) everything that needs only its header and the job
 table — the checks that do not involve the slot table, the job's members and saturation — is
 worked out and pushed with the flit into the port's hold FIFO (``judge_hold_flits`` deep,
-buffered: a flit heads it two cycles after it is written, from the read port's register, so
-the judge starts at a flip-flop). The judge serves port ``turn`` (a counter, ``cycle mod ports`` from reset): the header at the head
-of that port's FIFO, if any, meets the slot table that cycle (only the judge reads or writes
-the slot metadata), and the packet's flits then leave the FIFO one per cycle. A header waits
+buffered: a flit heads it two cycles after it is written, from the read port's register).
+The judge serves port ``turn`` (a counter, ``cycle mod ports`` from reset): the header at the
+head of that port's FIFO, if any, meets the slot table that cycle (only the judge reads or
+writes the slot metadata), and the packet's flits then leave the FIFO one per cycle. The judge
+is two registered steps that judge as one: the cycle before, step A takes the header that will
+head the FIFO (each hold FIFO tells its next head) and reads its slot's entry, with that
+cycle's table updates applied; step B checks and claims from those registers. A header waits
 0 to ``ports - 1`` cycles for its turn; with ``chunk_flits`` a multiple of ``ports`` the waits
 do not accumulate (line rate), otherwise the unit back-pressures its inputs: a first flit is
 taken only while the FIFO has room for a whole chunk behind what it holds. A bank write is
@@ -45,7 +48,7 @@ before their causes are ranked, so a counter shows a drop two cycles after the j
 from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -208,6 +211,14 @@ class ReductionUnit(wiring.Component):
         })
         self.state = self._state_signals()
 
+    def _hold_layout(self):
+        """A hold FIFO's word: the flit and what stage 0 worked out for it (the checks that
+        need only the header and the job table, the job's members and saturation, and the
+        slot id clipped to the pool)."""
+        return data.StructLayout({"flit": flit_layout(self._lanes), "static": 6,
+                                  "members": self._ports, "sat": 1,
+                                  "slot": range(max(self._slots, 2))})
+
     def _state_signals(self):
         """The slot table and each ingress port's packet state. Not ports: the formal harness
         (:mod:`hw.formal`) states its properties over them, and tests may peek at them."""
@@ -228,6 +239,17 @@ class ReductionUnit(wiring.Component):
             hold_level=[Signal(range(self._spec.judge_hold_flits + 1), name=f"p{k}_hold_level")
                         for k in range(N)],
             hold_lost=Signal(N, name="hold_lost"),   # a flit taken into a full hold FIFO
+            hold_head_valid=Signal(N, name="hold_head_valid"),
+            hold_head=[Signal(self._hold_layout(), name=f"p{k}_hold_head") for k in range(N)],
+            # the judge's step B: the header it judges (when judge_ready, the head of port
+            # turn's FIFO) and the slot table's entry for its slot, both registers
+            judge_ready=Signal(name="judge_ready"),
+            judge_head=Signal(self._hold_layout(), name="judge_head_q"),
+            judge_v_valid=Signal(name="judge_v_valid"),
+            judge_v_job=Signal(JOB_BITS, name="judge_v_job"),
+            judge_v_seq=Signal(SEQ_BITS, name="judge_v_seq"),
+            judge_v_members=Signal(N, name="judge_v_members"),
+            judge_v_arrived=Signal(N, name="judge_v_arrived"),
             # per port: the packet in progress and what it does this cycle
             in_packet=Signal(N, name="in_pkt"),
             good=Signal(N, name="good"),                       # being written to the banks
@@ -367,8 +389,7 @@ class ReductionUnit(wiring.Component):
         # members and saturation — is pushed with the flit into the port's hold FIFO. (The job
         # table a packet sees is the one of the cycle it arrived in.) The flit waits there
         # until its packet's header has been judged.
-        hold_layout = data.StructLayout({"flit": flit_layout(L), "static": 6, "members": N,
-                                         "sat": 1})
+        hold_layout = self._hold_layout()
         heads, head_valid, holds = [], [], []
         for k, port in enumerate(self.i):
             hdr = port.payload
@@ -389,13 +410,13 @@ class ReductionUnit(wiring.Component):
                 # flit cannot say two different things about it)
                 hdr.user.dtype.as_value() != select_tree(m, job_id, job_dtype, 2, f"p{k}_jdtype"),
             ]
-            # Buffered: the head word comes from the read port's register (HOLD_READ_LATENCY),
-            # so the judge's path starts there, not at the read pointer and the LUT-RAM read.
-            m.submodules[f"hold{k}"] = hold = fifo.SyncFIFOBuffered(width=hold_layout.size,
-                                                                    depth=H)
+            # Buffered (HOLD_READ_LATENCY), in LUT-RAM, and telling its next head: the judge
+            # reads the slot table for a header the cycle before it judges it (below).
+            m.submodules[f"hold{k}"] = hold = RamFIFO(width=hold_layout.size, depth=H,
+                                                      storage="lut", lookahead=True)
             holds.append(hold)
             entry = Signal(hold_layout, name=f"p{k}_hold_in")
-            m.d.comb += [entry.flit.eq(hdr), entry.static.eq(Cat(*checks)),
+            m.d.comb += [entry.flit.eq(hdr), entry.static.eq(Cat(*checks)), entry.slot.eq(slot),
                          entry.members.eq(members),
                          entry.sat.eq(job_sat.bit_select(job_id[:jbits], 1)),
                          hold.w_data.eq(entry), hold.w_en.eq(port.valid & port.ready)]
@@ -409,41 +430,55 @@ class ReductionUnit(wiring.Component):
             m.d.comb += [port.ready.eq(Mux(opened, hold.level < H, hold.level <= H - P)),
                          st.hold_level[k].eq(hold.level),
                          st.hold_lost[k].eq(hold.w_en & ~hold.w_rdy)]
-            head = Signal(hold_layout, name=f"p{k}_hold_head")
+            head = st.hold_head[k]
             m.d.comb += [head.eq(hold.r_data), st.in_flit[k].eq(head.flit)]
             heads.append(head)
             head_valid.append(hold.r_rdy)
+            m.d.comb += st.hold_head_valid[k].eq(hold.r_rdy)
 
         # The judge: one header a cycle, the ports served in a fixed turn (cycle mod ports,
         # counted from reset). A port's first flit leaves its hold FIFO only in its turn; the
         # rest of its packet follows at one flit per cycle. Only the judge reads the slot
         # table's metadata and only the judge writes it.
+        #
+        # It works in two registered steps, and still judges each header in the same cycle as
+        # a one-step judge would. Step A, the cycle before port k's turn, takes the header that
+        # will head k's FIFO in its turn (the FIFO's lookahead, and whether k will then be
+        # between packets), reads that header's slot from the table and applies the table's
+        # own updates of this cycle to what it read (a claim by step B, arrivals, the engine's
+        # free), so step B starts from registers holding exactly the header and the slot entry
+        # of its cycle. The header's long way from its port's FIFO and the 64:1 table read are
+        # then one path, the checks and the claim another.
         turn = st.turn
-        m.d.sync += turn.eq(Mux(turn == N - 1, 0, turn + 1))
+        turn_next = Signal.like(turn, name="judge_turn_next")
+        m.d.comb += turn_next.eq(Mux(turn == N - 1, 0, turn + 1))
+        m.d.sync += turn.eq(turn_next)
         judged = Signal(N, name="judged")
         pop = Signal(N, name="pop")
+        next_heads, next_ready = [], Signal(N, name="judge_next_ready")
+        jhead = Signal(hold_layout, name="judge_head")      # step B's header (a register)
+        jready = st.judge_ready                             # it heads the FIFO of `turn`
         for k in range(N):
-            m.d.comb += [judged[k].eq(head_valid[k] & ~in_pkt[k] & (turn == k)),
-                         pop[k].eq(head_valid[k] & (in_pkt[k] | (turn == k))),
+            m.d.comb += [judged[k].eq(jready & (turn == k)),
+                         pop[k].eq(head_valid[k] & in_pkt[k] | judged[k]),
                          holds[k].r_en.eq(pop[k]), st.in_valid[k].eq(pop[k])]
-        jhead = select_tree(m, turn, heads, hold_layout, "judge_head")
+            # Next cycle, is port k between packets with a header at the head of its FIFO?
+            in_pkt_next = Mux(pop[k], ~heads[k].flit.last, in_pkt[k])
+            nxt = Signal(hold_layout, name=f"p{k}_hold_next")
+            m.d.comb += [nxt.eq(holds[k].r_data_next),
+                         next_ready[k].eq(holds[k].r_rdy_next & ~in_pkt_next)]
+            next_heads.append(nxt)
+        ahead = select_tree(m, turn_next, next_heads, hold_layout, "judge_next_head")
+        m.d.sync += [jready.eq(next_ready.bit_select(turn_next, 1)), jhead.eq(ahead)]
+        m.d.comb += st.judge_head.eq(jhead)
         jhdr = jhead.flit
         jfirst = Signal(name="judge_first")
         m.d.comb += jfirst.eq(judged.any())
         jslot = Signal(range(max(S, 2)), name="judge_slot")
-        m.d.comb += jslot.eq(Mux(jhdr.user.slot < S, jhdr.user.slot, 0))
-        v_valid = Signal(name="judge_v_valid")
-        v_job = Signal(JOB_BITS, name="judge_v_job")
-        v_seq = Signal(SEQ_BITS, name="judge_v_seq")
-        v_members = Signal(N, name="judge_v_members")
-        v_arrived = Signal(N, name="judge_v_arrived")
-        m.d.comb += [
-            v_valid.eq(slot_valid.bit_select(jslot, 1)),
-            v_job.eq(select_tree(m, jslot, slot_job, JOB_BITS, "judge_sjob")),
-            v_seq.eq(select_tree(m, jslot, slot_seq, SEQ_BITS, "judge_sseq")),
-            v_members.eq(select_tree(m, jslot, slot_members, N, "judge_smembers")),
-            v_arrived.eq(select_tree(m, jslot, slot_arrived, N, "judge_sarrived")),
-        ]
+        m.d.comb += jslot.eq(jhead.slot)
+        # step B's view of the slot entry (registers; see the forwarding after the engine)
+        v_valid, v_job, v_seq = st.judge_v_valid, st.judge_v_job, st.judge_v_seq
+        v_members, v_arrived = st.judge_v_members, st.judge_v_arrived
         jmembers = Mux(v_valid, v_members, jhead.members)
         # kind, source, job, range, foreign, member (of the job as the flit arrived), dtype
         alone = Cat(jhead.static[:5], ~jhead.members.bit_select(turn, 1), jhead.static[5])
@@ -626,6 +661,29 @@ class ReductionUnit(wiring.Component):
             with m.Else():
                 m.d.sync += [busy.eq(1), eng_slot_members.eq(eng_members),
                              eng_idx.eq(Mux(busy, eng_idx + 1, 1))]
+
+        # The judge's step A, ending: the entry of the slot the next header names, as the
+        # table will hold it next cycle — this cycle's value with this cycle's updates applied
+        # the way the table applies them (a free clears; else arrivals add and a claim sets).
+        aslot = Signal.like(jslot, name="judge_next_slot")
+        m.d.comb += aslot.eq(ahead.slot)
+        freed = Signal(name="judge_fwd_free")
+        claimed_here = Signal(name="judge_fwd_claim")
+        m.d.comb += [freed.eq(last_issue & (cur == aslot)),
+                     claimed_here.eq(jclaim & (jslot == aslot))]
+        arrivals = Cat(arrive[k] & (arrive_slot[k] == aslot) for k in range(N))
+        r_valid = slot_valid.bit_select(aslot, 1)
+        r_arrived = select_tree(m, aslot, slot_arrived, N, "judge_sarrived")
+        m.d.sync += [
+            v_valid.eq(~freed & (r_valid | claimed_here)),
+            v_arrived.eq(Mux(freed, 0, r_arrived | arrivals)),
+            v_job.eq(Mux(claimed_here, jhdr.user.job,
+                         select_tree(m, aslot, slot_job, JOB_BITS, "judge_sjob"))),
+            v_seq.eq(Mux(claimed_here, jhdr.user.seq,
+                         select_tree(m, aslot, slot_seq, SEQ_BITS, "judge_sseq"))),
+            v_members.eq(Mux(claimed_here, jhead.members,
+                             select_tree(m, aslot, slot_members, N, "judge_smembers"))),
+        ]
 
         # Metadata travels beside the data through the pipeline.
         meta_layout = data.StructLayout({
