@@ -151,7 +151,7 @@ class ReductionProperties(Elaboratable):
        in the same cycle (why the banks carry Yosys's ``no_rw_check``: no bypass logic).
 
     6. **The judge's two steps judge as one**: the header step B judges is, whenever it is
-       ready, the head of the FIFO whose turn it is, ready exactly when that FIFO has a head
+       ready, the head of the FIFO whose turn it is (all but the data), ready exactly when that FIFO has a head
        and its port is between packets; and step B's registered view of the header's slot
        entry (valid, job, chunk, members, arrivals) is the table's entry in that cycle.
 
@@ -318,10 +318,11 @@ class ReductionProperties(Elaboratable):
         turn = st.turn
         m.d.comb += Assert(st.judge_ready == (st.hold_head_valid.bit_select(turn, 1) &
                                               ~st.in_packet.bit_select(turn, 1)))
-        with m.If(st.judge_ready):
-            m.d.comb += Assert(st.judge_head.as_value() ==
-                               at([h.as_value() for h in st.hold_head], turn,
-                                  len(st.judge_head.as_value())))
+        with m.If(st.judge_ready):   # all but the flit's data, which the judge never reads
+            skip = len(st.judge_head.flit.data.as_value())
+            m.d.comb += Assert(st.judge_head.as_value()[skip:] ==
+                               at([h.as_value()[skip:] for h in st.hold_head], turn,
+                                  len(st.judge_head.as_value()) - skip))
         jslot = st.judge_head.slot
         with m.If(jslot < S):
             m.d.comb += [

@@ -16,11 +16,15 @@ Yosys:
   one or the other), so the read-during-write bypass Yosys would add is dead logic. Under
   ``platform="formal"`` that is asserted, beside the pointer invariants.
 
-With ``lookahead=True`` (LUT-RAM only: it needs the memory's asynchronous read) the FIFO also
-tells what its head will be in the next cycle, given this cycle's ``r_en`` and ``w_en``:
-``r_rdy_next`` and ``r_data_next`` are the inputs of the head's own registers. A consumer that
-must decide about the next head a cycle early (the reduction unit's judge, which reads the slot
-table for it) takes them instead of recomputing the FIFO's behaviour.
+With ``lookahead=K`` (LUT-RAM only: it needs the memory's asynchronous read) the FIFO also
+tells what the top ``K`` bits of its head will be in the next cycle, given this cycle's
+``r_en`` and ``w_en``: ``r_rdy_next`` and ``r_data_next`` are the inputs of the head's own
+registers. A consumer that must decide about the next head a cycle early (the reduction unit's
+judge, which reads the slot table for it) takes them instead of recomputing the FIFO's
+behaviour. Only those bits pay for it: they are stored in a memory of their own, read
+asynchronously into a register whose input is exposed; the rest keep the synchronous read
+port, whose register Yosys maps to flip-flops with a clock enable (read through a shared
+multiplexer, every bit would cost a LUT).
 """
 
 from amaranth.asserts import Initial
@@ -40,15 +44,18 @@ def _wrap(value, modulo):
 
 class RamFIFO(Elaboratable, fifo.FIFOInterface):
     """``SyncFIFOBuffered(width=…, depth=…)`` with its storage in block RAM (``storage =
-    "block"``) or LUT-RAM (``"lut"``); ``depth`` ≥ 2. ``lookahead`` adds ``r_rdy_next`` and
-    ``r_data_next`` (the head of the next cycle; ``storage="lut"`` only)."""
+    "block"``) or LUT-RAM (``"lut"``); ``depth`` ≥ 2. ``lookahead=K`` adds ``r_rdy_next`` and
+    ``r_data_next`` (the top ``K`` bits of the next cycle's head; ``storage="lut"`` only)."""
 
-    def __init__(self, *, width, depth, storage="block", lookahead=False):
+    def __init__(self, *, width, depth, storage="block", lookahead=0):
         if depth < 2:
             raise ValueError(f"RamFIFO depth must be at least 2, not {depth}")
         if storage not in STORAGE_STYLES:
             raise ValueError(f"RamFIFO storage must be one of {', '.join(STORAGE_STYLES)}, "
                              f"not {storage!r}")
+        if not isinstance(lookahead, int) or not 0 <= lookahead <= width:
+            raise ValueError(f"RamFIFO lookahead must be a bit count from 0 to the width "
+                             f"{width}, not {lookahead!r}")
         if lookahead and storage != "lut":
             raise ValueError("RamFIFO lookahead needs storage=\"lut\" (an asynchronous read)")
         super().__init__(width=width, depth=depth)
@@ -57,7 +64,7 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
         self.level = Signal(range(depth + 1))
         if lookahead:
             self.r_rdy_next = Signal()
-            self.r_data_next = Signal(width)
+            self.r_data_next = Signal(lookahead)
 
     def elaborate(self, platform):
         m = Module()
@@ -71,28 +78,33 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
         m.d.comb += [self.w_rdy.eq(inner_level != inner_depth), inner_r_rdy.eq(inner_level != 0)]
         do_inner_read = inner_r_rdy & (~self.r_rdy | self.r_en)
 
-        storage = m.submodules.storage = Memory(shape=self.width, depth=inner_depth, init=[],
-                                                attrs={"ram_style": STORAGE_STYLES[self.storage],
-                                                       "no_rw_check": 1})
-        w_port = storage.write_port()
         produce = Signal(range(inner_depth))
         consume = Signal(range(inner_depth))
-        m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data), w_port.en.eq(do_write)]
+        attrs = {"ram_style": STORAGE_STYLES[self.storage], "no_rw_check": 1}
+        plain = self.width - self.lookahead      # low bits: the synchronous read port
+        if plain:
+            storage = m.submodules.storage = Memory(shape=plain, depth=inner_depth, init=[],
+                                                    attrs=attrs)
+            w_port = storage.write_port()
+            r_port = storage.read_port(domain="sync")
+            m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data[:plain]),
+                         w_port.en.eq(do_write), r_port.addr.eq(consume),
+                         r_port.en.eq(do_inner_read), self.r_data[:plain].eq(r_port.data)]
         if self.lookahead:
             # The same read as the synchronous port's, written out: an asynchronous read
             # (the word as it was before this cycle's write, as the non-transparent port
             # reads it) into a register loaded on an inner read; its input is the next head.
-            r_port = storage.read_port(domain="comb")
-            head = Signal(self.width, name="head")
-            m.d.comb += [r_port.addr.eq(consume),
+            ahead = m.submodules.ahead = Memory(shape=self.lookahead, depth=inner_depth,
+                                                init=[], attrs=attrs)
+            w_port = ahead.write_port()
+            r_port = ahead.read_port(domain="comb")
+            head = Signal(self.lookahead, name="head", reset_less=True)
+            m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data[plain:]),
+                         w_port.en.eq(do_write), r_port.addr.eq(consume),
                          self.r_data_next.eq(Mux(do_inner_read, r_port.data, head)),
                          self.r_rdy_next.eq(inner_r_rdy | (self.r_rdy & ~self.r_en)),
-                         self.r_data.eq(head)]
+                         self.r_data[plain:].eq(head)]
             m.d.sync += head.eq(self.r_data_next)
-        else:
-            r_port = storage.read_port(domain="sync")
-            m.d.comb += [r_port.addr.eq(consume), r_port.en.eq(do_inner_read),
-                         self.r_data.eq(r_port.data)]
         with m.If(do_write):
             m.d.sync += produce.eq(_wrap(produce, inner_depth))
         with m.If(do_inner_read):

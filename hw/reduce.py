@@ -242,7 +242,8 @@ class ReductionUnit(wiring.Component):
             hold_head_valid=Signal(N, name="hold_head_valid"),
             hold_head=[Signal(self._hold_layout(), name=f"p{k}_hold_head") for k in range(N)],
             # the judge's step B: the header it judges (when judge_ready, the head of port
-            # turn's FIFO) and the slot table's entry for its slot, both registers
+            # turn's FIFO, all but the flit's data) and the slot table's entry for its slot,
+            # both registers
             judge_ready=Signal(name="judge_ready"),
             judge_head=Signal(self._hold_layout(), name="judge_head_q"),
             judge_v_valid=Signal(name="judge_v_valid"),
@@ -390,6 +391,10 @@ class ReductionUnit(wiring.Component):
         # table a packet sees is the one of the cycle it arrived in.) The flit waits there
         # until its packet's header has been judged.
         hold_layout = self._hold_layout()
+        # what the judge reads a cycle ahead: every field but the flit's data, which comes
+        # first in the word (flit_layout), so the FIFO's lookahead is the word's top bits
+        data_bits = LANE_BITS * L
+        ahead_bits = hold_layout.size - data_bits
         heads, head_valid, holds = [], [], []
         for k, port in enumerate(self.i):
             hdr = port.payload
@@ -413,7 +418,7 @@ class ReductionUnit(wiring.Component):
             # Buffered (HOLD_READ_LATENCY), in LUT-RAM, and telling its next head: the judge
             # reads the slot table for a header the cycle before it judges it (below).
             m.submodules[f"hold{k}"] = hold = RamFIFO(width=hold_layout.size, depth=H,
-                                                      storage="lut", lookahead=True)
+                                                      storage="lut", lookahead=ahead_bits)
             holds.append(hold)
             entry = Signal(hold_layout, name=f"p{k}_hold_in")
             m.d.comb += [entry.flit.eq(hdr), entry.static.eq(Cat(*checks)), entry.slot.eq(slot),
@@ -464,8 +469,8 @@ class ReductionUnit(wiring.Component):
                          holds[k].r_en.eq(pop[k]), st.in_valid[k].eq(pop[k])]
             # Next cycle, is port k between packets with a header at the head of its FIFO?
             in_pkt_next = Mux(pop[k], ~heads[k].flit.last, in_pkt[k])
-            nxt = Signal(hold_layout, name=f"p{k}_hold_next")
-            m.d.comb += [nxt.eq(holds[k].r_data_next),
+            nxt = Signal(hold_layout, name=f"p{k}_hold_next")   # its data bits stay 0
+            m.d.comb += [nxt.as_value()[data_bits:].eq(holds[k].r_data_next),
                          next_ready[k].eq(holds[k].r_rdy_next & ~in_pkt_next)]
             next_heads.append(nxt)
         ahead = select_tree(m, turn_next, next_heads, hold_layout, "judge_next_head")

@@ -174,7 +174,9 @@ def test_export_reduce_cli(tmp_path):
     # Verilog tells Yosys for each of the four
     assert meta["parameters"]["result_fifo_storage"] == "block"
     assert out.read_text().count('ram_style = "block"') == 4
-    assert 'ram_style = "distributed"' not in out.read_text()
+    # ... and LUT-RAM only for the hold FIFOs, two memories each (the part the judge reads a
+    # cycle ahead, and the flit's data)
+    assert out.read_text().count('ram_style = "distributed"') == 2 * 4
     status, _, stderr = run_cli("export", "reduce", "--ports", "4", "--slots", "0", "-o",
                                 str(tmp_path / "x.v"))
     assert status == 2 and "--slots must be at least 1" in stderr
