@@ -345,7 +345,9 @@ def export_switch(spec, name=None):
     params, stem, tag = _size_params(spec)
     name = name or f"innet_switch_{stem}_{spec.policy.value}_{tag}"
     params.update(policy=spec.policy.value, drop_causes=list(DROP_CAUSES),
-                  error_causes=list(ERROR_CAUSES))
+                  error_causes=list(ERROR_CAUSES),
+                  # where Yosys is told to put the ingress FIFOs
+                  ingress_fifo_storage=spec.ingress_fifo_storage)
     return to_verilog(top, name), sidecar(top, name, "switch", params)
 
 

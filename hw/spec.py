@@ -258,6 +258,15 @@ class SwitchSpec:
         does not have. No cycle depends on it."""
         return "lut" if self.result_fifo_flits - 1 <= LUTRAM_WORDS else "block"
 
+    @property
+    def ingress_fifo_storage(self):
+        """Where each ingress FIFO's memory goes, by the result FIFOs' rule: ``"lut"`` while
+        its ``depth - 1`` stored words fit one LUT-RAM column (every default up to
+        ``chunk_flits`` 8), else ``"block"``. It is a :class:`hw.ramfifo.RamFIFO` (no
+        read-during-write bypass) rather than Amaranth's ``SyncFIFOBuffered`` (docs/hw.md,
+        "Ingress FIFOs without the bypass"). No cycle depends on it."""
+        return "lut" if self.ingress_fifo_flits - 1 <= LUTRAM_WORDS else "block"
+
     # -- derived: latencies (the RTL's timing, which the fast model reproduces) ---------------
 
     @property

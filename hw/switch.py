@@ -37,11 +37,12 @@ flits, every packet is delivered.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .arbiter import PRIO_BITS, QUANTUM_BITS, WEIGHT_BITS, LinkArbiter
 from .packet import Kind, flit_layout
+from .ramfifo import RamFIFO
 from .reduce import ReductionUnit, config_signature, count_events
 from .regslice import RegisterSlice
 from .spec import Policy
@@ -159,8 +160,11 @@ class Switch(wiring.Component):
 
         drop_hits = [[] for _ in DROP_CAUSES]
         for k in range(N):
-            m.submodules[f"ingress{k}"] = q = fifo.SyncFIFOBuffered(width=layout.size,
-                                                                    depth=self._ingress_depth)
+            # SyncFIFOBuffered's behaviour, without its read-during-write bypass (a write
+            # never meets the read of the same word: hw.ramfifo)
+            m.submodules[f"ingress{k}"] = q = RamFIFO(width=layout.size,
+                                                      depth=self._ingress_depth,
+                                                      storage=self._spec.ingress_fifo_storage)
             m.d.comb += [q.w_data.eq(self.i[k].payload), q.w_en.eq(self.i[k].valid),
                          self.i[k].ready.eq(q.w_rdy)]
             head = Signal(layout, name=f"ingress{k}_head")

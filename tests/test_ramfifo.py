@@ -1,5 +1,6 @@
 """``hw.ramfifo.RamFIFO``: cycle for cycle Amaranth's ``SyncFIFOBuffered`` (the FIFO it
-replaces for the result FIFOs), with its storage marked for block RAM or LUT-RAM."""
+replaces for the result FIFOs and the switch's ingress FIFOs), with its storage marked for
+block RAM or LUT-RAM."""
 
 import random
 import re
@@ -13,6 +14,7 @@ from amaranth.sim import Simulator
 from hw.ramfifo import RamFIFO
 from hw.reduce import ReductionUnit
 from hw.spec import SwitchSpec
+from hw.switch import Switch
 
 
 @pytest.mark.parametrize("depth, lookahead", [(2, 0), (3, 0), (5, 0), (16, 0), (27, 0),
@@ -96,3 +98,25 @@ def test_result_fifos_take_lut_ram_while_one_column_holds_them(ports, dtype, dep
     # needs an asynchronous read
     hold = [v for name, v in styles.items() if ".hold" in name]
     assert hold == [["distributed", "distributed"]] * spec.ports
+
+
+def _memory_styles(text, instance):
+    """The ram_style of each memory of every RTLIL module whose name holds ``instance``."""
+    styles = []
+    for module in re.split(r"^module ", text, flags=re.M)[1:]:
+        if instance in module.split()[0]:
+            styles.append(re.findall(r'attribute \\ram_style "(\w+)"', module))
+    return styles
+
+
+@pytest.mark.parametrize("depth, style", [(None, "distributed"),   # 16 deep: 15 stored words
+                                          (17, "distributed"),     # 16 stored words
+                                          (18, "block")])          # a second column
+def test_switch_ingress_fifos_follow_the_one_column_rule(depth, style):
+    """The switch's ingress FIFOs are RamFIFOs (no read-during-write bypass), LUT-RAM while
+    their stored words fit one column, as the spec says: counted on the exported RTLIL."""
+    spec = SwitchSpec(ports=3, lanes=1, slots=2, chunk_flits=2, ingress_depth=depth)
+    assert spec.ingress_fifo_storage == ("lut" if style == "distributed" else "block")
+    switch = Switch(spec)
+    text = rtlil.convert(switch, ports=[switch.o[0].payload.as_value(), switch.o[0].valid])
+    assert _memory_styles(text, ".ingress") == [[style]] * spec.ports
