@@ -522,13 +522,15 @@ class ReductionUnit(wiring.Component):
 
             wp = write_ports[k]
             idx = cur_idx[k]
-            m.d.comb += st.write[k].eq(wp.en)
+            # The data whatever the enable: held at 0 when nothing is written, it would cost
+            # an AND per bit in front of the write register (nothing reads it then).
+            m.d.comb += [st.write[k].eq(wp.en), wp.data.eq(hdr.data)]
             with m.If(valid):
                 with m.If(first):
                     m.d.sync += [in_pkt[k].eq(~hdr.last), good[k].eq(~bad & ~hdr.last),
                                  cur_slot[k].eq(jslot), idx.eq(1),
                                  st.cur_job[k].eq(hdr.user.job), st.cur_seq[k].eq(hdr.user.seq)]
-                    m.d.comb += [wp.en.eq(~bad), wp.addr.eq(jslot * P), wp.data.eq(hdr.data),
+                    m.d.comb += [wp.en.eq(~bad), wp.addr.eq(jslot * P),
                                  st.write_slot[k].eq(jslot)]
                     if P == 1:
                         with m.If(~bad & hdr.last):
@@ -544,7 +546,7 @@ class ReductionUnit(wiring.Component):
                     with m.If(good[k] & (hdr.user.kind != Kind.NULLIFIED)):
                         too_long = idx >= P
                         m.d.comb += [wp.en.eq(~too_long), wp.addr.eq(cur_slot[k] * P + idx),
-                                     wp.data.eq(hdr.data), st.write_slot[k].eq(cur_slot[k])]
+                                     st.write_slot[k].eq(cur_slot[k])]
                         with m.If(too_long):
                             m.d.sync += good[k].eq(0)
                             m.d.comb += raw[n_checks].eq(1)
