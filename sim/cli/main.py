@@ -177,7 +177,7 @@ def _cmd_synth(args):
     if args.flow == "gates":
         with tempfile.TemporaryDirectory(prefix="innet-gates-") as tmp:
             result = synthesize_gates(verilog, meta["module"], args.keep or tmp,
-                                      progress=progress)
+                                      timeout=args.timeout, progress=progress)
         result["parameters"] = meta["parameters"]
         result["command"] = " ".join(["innet"] + sys.argv[1:])
         path = result["longest_path"] or {}
@@ -192,7 +192,7 @@ def _cmd_synth(args):
               + "\n".join(f"    {row['gates']:4d}  {row['register']}  <- {row['from']}"
                           for row in result["depth_by_register"]))
         return
-    flow = {"route": not args.no_route, "place": not args.no_pnr,
+    flow = {"route": not args.no_route, "place": not args.no_pnr, "timeout": args.timeout,
             "congestion_s": args.congestion, "placer": args.placer, "router": args.router}
 
     def run(workdir):
@@ -628,6 +628,11 @@ def build_parser():
     synth.add_argument("--no-pnr", action="store_true",
                        help="stop after Yosys: cell counts, LUT4s by block and the longest "
                             "logic path, no Fmax (minutes for the 8 x 8 x 64 switch)")
+    synth.add_argument("--timeout", metavar="SECONDS",
+                       type=real_number("--timeout", 0, exclusive=True), default=3600.0,
+                       help="stop each tool run (Yosys, nextpnr) after SECONDS (default "
+                            "3600; the 8 x 8 x 64 switch's place and route takes 30-60 min "
+                            "on two shared cores)")
     synth.add_argument("--json", action="store_true")
     synth.set_defaults(func=_cmd_synth)
 

@@ -35,10 +35,27 @@ class SynthError(RuntimeError):
 
 
 def _run(cmd, cwd, log, timeout):
-    with open(log, "w") as out:
-        proc = subprocess.run(cmd, cwd=cwd, env=tool_env(), stdout=out, stderr=subprocess.STDOUT,
-                              timeout=timeout)
+    try:
+        with open(log, "w") as out:
+            proc = subprocess.run(cmd, cwd=cwd, env=tool_env(), stdout=out,
+                                  stderr=subprocess.STDOUT, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SynthError(timed_out(cmd[0], timeout, log)) from None
     return proc.returncode
+
+
+def timed_out(tool, timeout, log):
+    """One line for a tool run stopped after ``timeout`` seconds: what ran, the limit and how
+    to raise it, and nextpnr's placement estimate when the log already has one (a large
+    switch can spend most of an hour routing after it is placed)."""
+    try:
+        text = Path(log).read_text(errors="replace")
+    except OSError:
+        text = ""
+    fmax = re.findall(r"Max frequency for clock '[^']*': ([0-9.]+) MHz", text)
+    placed = f"; it had placed the design, estimate {fmax[-1]} MHz" if fmax else ""
+    return (f"{tool} did not finish in {timeout:g} s (innet synth --timeout SECONDS raises "
+            f"the limit){placed}")
 
 
 def _yosys_version():
@@ -119,7 +136,8 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     Raises
     ------
     SynthError
-        If Yosys fails, or nextpnr fails without reporting a frequency.
+        If Yosys fails, or nextpnr fails without reporting a frequency, or either runs
+        past ``timeout`` seconds.
     """
     workdir, began = start_run(verilog_text, top, workdir, progress, f"yosys synth_ecp5 {top}")
     netlist = workdir / f"{top}.json"
@@ -145,9 +163,12 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     elif congestion_s is not None:
         for old in workdir.glob(f"{HEATMAP_PREFIX}_*.csv"):
             old.unlink()   # a kept directory's earlier run must not count
-        rc, stopped = run_with_route_budget(
-            cmd + ["--router", "router2", "--router2-heatmap", HEATMAP_PREFIX], workdir,
-            workdir / "nextpnr.log", timeout, congestion_s)
+        try:
+            rc, stopped = run_with_route_budget(
+                cmd + ["--router", "router2", "--router2-heatmap", HEATMAP_PREFIX], workdir,
+                workdir / "nextpnr.log", timeout, congestion_s)
+        except subprocess.TimeoutExpired:
+            raise SynthError(timed_out(cmd[0], timeout, workdir / "nextpnr.log")) from None
     else:
         rc = _run(cmd + ["--router", router], workdir, workdir / "nextpnr.log", timeout)
     log = (workdir / "nextpnr.log").read_text()
