@@ -30,6 +30,10 @@ CELLS = {"TRELLIS_COMB": "luts", "TRELLIS_FF": "ffs", "DP16KD": "bram_dp16kd",
          "MULT18X18D": "dsp_mult18", "TRELLIS_RAMW": "lutram", "ALU54B": "dsp_alu54"}
 
 
+#: nextpnr's frequency report (after placement, and again after routing)
+_FMAX = re.compile(r"Max frequency for clock '[^']*': ([0-9.]+) MHz")
+
+
 class SynthError(RuntimeError):
     """A synthesis tool failed."""
 
@@ -52,7 +56,7 @@ def timed_out(tool, timeout, log):
         text = Path(log).read_text(errors="replace")
     except OSError:
         text = ""
-    fmax = re.findall(r"Max frequency for clock '[^']*': ([0-9.]+) MHz", text)
+    fmax = _FMAX.findall(text)
     placed = f"; it had placed the design, estimate {fmax[-1]} MHz" if fmax else ""
     return (f"{tool} did not finish in {timeout:g} s (innet synth --timeout SECONDS raises "
             f"the limit){placed}")
@@ -172,7 +176,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     else:
         rc = _run(cmd + ["--router", router], workdir, workdir / "nextpnr.log", timeout)
     log = (workdir / "nextpnr.log").read_text()
-    fmax = [float(x) for x in re.findall(r"Max frequency for clock '[^']*': ([0-9.]+) MHz", log)]
+    fmax = [float(x) for x in _FMAX.findall(log)]
     if not fmax:
         raise SynthError(_nextpnr_failure(log, rc))
     routed = route and not stopped
