@@ -16,7 +16,8 @@ from .packet import JOB_BITS, MAX_PORTS, SLOT_BITS, DType
 __all__ = ["SwitchSpec", "Policy", "ELEMENT_TYPES", "element_type", "ParameterError",
            "ParameterTypeError", "MIN_PORTS", "MAX_SLOTS", "MAX_JOBS", "MAX_CHUNK_FLITS",
            "INGRESS_LATENCY", "HOLD_READ_LATENCY", "ENGINE_PICK_LATENCY", "FP_ADD_STAGES",
-           "EGRESS_PICK_LATENCY", "EGRESS_OUTPUT_LATENCY", "LUTRAM_WORDS"]
+           "EGRESS_PICK_LATENCY", "EGRESS_OUTPUT_LATENCY", "LUTRAM_WORDS",
+           "one_column_storage"]
 
 #: A switch has at least two ports (one reduction needs two members) and at most
 #: :data:`hw.packet.MAX_PORTS` (a port number is ``PORT_BITS`` wide).
@@ -38,6 +39,14 @@ HOLD_READ_LATENCY = 2
 #: Words in one ECP5 LUT-RAM cell (``TRELLIS_DPR16X4``: 16 words × 4 bits); a deeper memory
 #: takes a second column of cells and a multiplexer behind them.
 LUTRAM_WORDS = 16
+
+
+def one_column_storage(depth):
+    """A buffered FIFO's storage by the one-column rule: ``"lut"`` (LUT-RAM) while its
+    ``depth - 1`` stored words (the head is a register) fit one column of LUT-RAM cells,
+    else ``"block"`` (DP16KD)."""
+    return "lut" if depth - 1 <= LUTRAM_WORDS else "block"
+
 #: Cycles from a chunk's last contribution flit at the reduction unit to the first cycle its
 #: engine may start the chunk, when its header met the judge without waiting for its turn:
 #: the flit passes the hold FIFO, the arrival is registered, then the engine's pick in two
@@ -256,16 +265,15 @@ class SwitchSpec:
         (docs/hw.md, "Result FIFOs"); deeper FIFOs (fp trees) would take two columns, about
         twice the 3,555 LUT sites one column costs at 8 × 8, which the fp32 build (96 % full)
         does not have. No cycle depends on it."""
-        return "lut" if self.result_fifo_flits - 1 <= LUTRAM_WORDS else "block"
+        return one_column_storage(self.result_fifo_flits)
 
     @property
     def ingress_fifo_storage(self):
-        """Where each ingress FIFO's memory goes, by the result FIFOs' rule: ``"lut"`` while
-        its ``depth - 1`` stored words fit one LUT-RAM column (every default up to
-        ``chunk_flits`` 8), else ``"block"``. It is a :class:`hw.ramfifo.RamFIFO` (no
+        """Where each ingress FIFO's memory goes, by :func:`one_column_storage` (LUT-RAM at
+        every default up to ``chunk_flits`` 8). It is a :class:`hw.ramfifo.RamFIFO` (no
         read-during-write bypass) rather than Amaranth's ``SyncFIFOBuffered`` (docs/hw.md,
         "Ingress FIFOs without the bypass"). No cycle depends on it."""
-        return "lut" if self.ingress_fifo_flits - 1 <= LUTRAM_WORDS else "block"
+        return one_column_storage(self.ingress_fifo_flits)
 
     # -- derived: latencies (the RTL's timing, which the fast model reproduces) ---------------
 

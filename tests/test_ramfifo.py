@@ -73,6 +73,15 @@ def test_storage_carries_the_yosys_attributes(storage, style):
         RamFIFO(width=8, depth=4, storage="lut", lookahead=9)
 
 
+def _memory_styles(text, instance):
+    """The ram_style of each memory of every RTLIL module whose name holds ``instance``."""
+    styles = []
+    for module in re.split(r"^module ", text, flags=re.M)[1:]:
+        if instance in module.split()[0]:
+            styles.append(re.findall(r'attribute \\ram_style "(\w+)"', module))
+    return styles
+
+
 @pytest.mark.parametrize("ports, dtype, depth, style", [
     (2, "int32", None, "distributed"),   # 5 deep: 4 stored words, one LUT-RAM column
     (2, "int32", 17, "distributed"),     # 16 stored words: still one column
@@ -88,25 +97,12 @@ def test_result_fifos_take_lut_ram_while_one_column_holds_them(ports, dtype, dep
                       result_fifo_depth=depth)
     unit = ReductionUnit(spec)
     text = rtlil.convert(unit, ports=[unit.o[0].payload.as_value(), unit.o[0].valid])
-    styles = {}   # RTLIL module (one per FIFO instance) -> its memories' ram_style
-    for module in re.split(r"^module ", text, flags=re.M)[1:]:
-        name = module.split()[0]
-        styles[name] = re.findall(r'attribute \\ram_style "(\w+)"', module)
-    result = [v for name, v in styles.items() if ".result_fifo" in name]
+    result = _memory_styles(text, ".result_fifo")
     assert result == [[style]] * spec.ports
     # the hold FIFOs are LUT-RAM whatever the result FIFOs are: the judge's lookahead part
     # needs an asynchronous read
-    hold = [v for name, v in styles.items() if ".hold" in name]
+    hold = _memory_styles(text, ".hold")
     assert hold == [["distributed", "distributed"]] * spec.ports
-
-
-def _memory_styles(text, instance):
-    """The ram_style of each memory of every RTLIL module whose name holds ``instance``."""
-    styles = []
-    for module in re.split(r"^module ", text, flags=re.M)[1:]:
-        if instance in module.split()[0]:
-            styles.append(re.findall(r'attribute \\ram_style "(\w+)"', module))
-    return styles
 
 
 @pytest.mark.parametrize("depth, style", [(None, "distributed"),   # 16 deep: 15 stored words
