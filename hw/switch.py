@@ -161,14 +161,35 @@ class Switch(wiring.Component):
         drop_hits = [[] for _ in DROP_CAUSES]
         for k in range(N):
             # SyncFIFOBuffered's behaviour, without its read-during-write bypass (a write
-            # never meets the read of the same word: hw.ramfifo)
-            m.submodules[f"ingress{k}"] = q = RamFIFO(width=layout.size,
+            # never meets the read of the same word: hw.ramfifo). Each word is a flit and one
+            # bit more: whether the flit breaks the packet it would continue (below).
+            m.submodules[f"ingress{k}"] = q = RamFIFO(width=layout.size + 1,
                                                       depth=self._ingress_depth,
                                                       storage=self._spec.ingress_fifo_storage)
-            m.d.comb += [q.w_data.eq(self.i[k].payload), q.w_en.eq(self.i[k].valid),
-                         self.i[k].ready.eq(q.w_rdy)]
+            m.d.comb += [q.w_en.eq(self.i[k].valid), self.i[k].ready.eq(q.w_rdy)]
             head = Signal(layout, name=f"ingress{k}_head")
-            m.d.comb += head.eq(q.r_data)
+            head_breaks = Signal(name=f"ingress{k}_head_breaks")
+            m.d.comb += [head.eq(q.r_data[:layout.size]), head_breaks.eq(q.r_data[-1])]
+
+            # A truncated packet (the sender dropped `last`) shows as a flit whose header is
+            # not its packet's. Flits leave the FIFO in the order they enter it, so which
+            # packet a flit continues is known when it is written: the header comparison is
+            # made there, on the way in, and stored as the word's top bit. At the head, the
+            # test is then an AND of flip-flops rather than a 57-bit comparison in front of
+            # the crossbar and the reduction unit's stage 0 (docs/hw.md, Ingress). The
+            # write side follows the packets as the read side will: a flit that breaks one
+            # starts the next, and every flit's `last` says whether its packet goes on.
+            flit_in = self.i[k].payload
+            header_in = Cat(flit_in.user.as_value(), flit_in.dst, flit_in.src)
+            w_in_pkt = Signal(name=f"ingress{k}_w_in_packet")
+            w_header = Signal(len(header_in), name=f"ingress{k}_w_header")
+            breaks = Signal(name=f"ingress{k}_breaks")
+            m.d.comb += [breaks.eq(w_in_pkt & (header_in != w_header)),
+                         q.w_data.eq(Cat(flit_in, breaks))]
+            with m.If(q.w_en & q.w_rdy):
+                m.d.sync += w_in_pkt.eq(~flit_in.last)
+                with m.If(~w_in_pkt | breaks):
+                    m.d.sync += w_header.eq(header_in)
 
             in_pkt = Signal(name=f"ingress{k}_in_packet")
             route = Signal(2, name=f"ingress{k}_route")
@@ -187,15 +208,16 @@ class Switch(wiring.Component):
             cur_route = Mux(in_pkt, route, fresh_route)
             cur_dest = Mux(in_pkt, dest, Mux(dest_ok, head.dst, 0))
 
-            # A truncated packet: the head's header is not its packet's (kept from the first
-            # flit). Offer a NULLIFIED tail instead of the head; the head waits. The tail's
-            # data is zeroed at the egress (above); the reduction unit never reads it.
+            # A truncated packet: the head breaks the packet in progress (its header is not
+            # the one kept from the packet's first flit). Offer a NULLIFIED tail instead of
+            # the head; the head waits. The tail's data is zeroed at the egress (above); the
+            # reduction unit never reads it. Once the tail has gone the packet is over, so
+            # the same head is then classified afresh.
             held = Signal(layout, name=f"ingress{k}_held")
             cut = Signal(name=f"ingress{k}_cut")
             tail = Signal(layout, name=f"ingress{k}_tail")
             m.d.comb += [
-                cut.eq(in_pkt & q.r_rdy & ((head.user.as_value() != held.user.as_value()) |
-                                           (head.dst != held.dst) | (head.src != held.src))),
+                cut.eq(in_pkt & q.r_rdy & head_breaks),
                 tail.eq(held), tail.data.eq(head.data), tail.last.eq(1),
                 tail.user.kind.eq(Kind.NULLIFIED),
             ]
