@@ -53,8 +53,9 @@ __all__ = ["Switch", "DROP_CAUSES"]
 DROP_CAUSES = ("bad_kind", "bad_dest", "config_packet", "truncated")
 _DROP_BITS = 16
 
-# Route codes latched per ingress packet.
-_MEM, _REDUCE, _DROP = 0, 1, 2
+# An ingress's targets, one bit each in its one-hot route: the reduction unit, the drop, then
+# egress d for each d other than the ingress's own port, in order.
+_REDUCE, _DROP, _EGRESS = 0, 1, 2
 
 
 class Switch(wiring.Component):
@@ -161,52 +162,58 @@ class Switch(wiring.Component):
         drop_hits = [[] for _ in DROP_CAUSES]
         for k in range(N):
             # SyncFIFOBuffered's behaviour, without its read-during-write bypass (a write
-            # never meets the read of the same word: hw.ramfifo). Each word is a flit and one
-            # bit more: whether the flit breaks the packet it would continue (below).
-            m.submodules[f"ingress{k}"] = q = RamFIFO(width=layout.size + 1,
+            # never meets the read of the same word: hw.ramfifo). Each word is a flit and
+            # what the ingress decided about it on the way in (below): where it would go if
+            # it started a packet, and whether it breaks the packet it would continue.
+            targets_n = N + 1   # the reduction unit, the drop, egress d for every d != k
+            m.submodules[f"ingress{k}"] = q = RamFIFO(width=layout.size + targets_n + 1,
                                                       depth=self._ingress_depth,
                                                       storage=self._spec.ingress_fifo_storage)
             m.d.comb += [q.w_en.eq(self.i[k].valid), self.i[k].ready.eq(q.w_rdy)]
             head = Signal(layout, name=f"ingress{k}_head")
+            head_fresh = Signal(targets_n, name=f"ingress{k}_head_fresh")
             head_breaks = Signal(name=f"ingress{k}_head_breaks")
-            m.d.comb += [head.eq(q.r_data[:layout.size]), head_breaks.eq(q.r_data[-1])]
+            m.d.comb += Cat(head, head_fresh, head_breaks).eq(q.r_data)
+
+            # A packet's target is chosen from its first flit's kind and destination. That
+            # choice is made for every flit when it is written, as a one-hot word stored with
+            # it, so at the head a flit's target is a register (the stored choice, or the
+            # one latched from the packet's first flit) and the path from the head through
+            # the targets' `ready` to the FIFO's read enable starts from flip-flops
+            # (docs/hw.md, "Ingress decisions made on the way in").
+            flit_in = self.i[k].payload
+            kind_in = flit_in.user.kind
+            to_mem = ((kind_in == Kind.MEM_WRITE) | (kind_in == Kind.MEM_READ_REQ) |
+                      (kind_in == Kind.MEM_READ_RESP)) & (flit_in.dst < N) & (flit_in.dst != k)
+            to_reduce = kind_in == Kind.REDUCE_CONTRIB
+            fresh_in = Cat(to_reduce, ~to_mem & ~to_reduce,
+                           *(to_mem & (flit_in.dst == d) for d in range(N) if d != k))
 
             # A truncated packet (the sender dropped `last`) shows as a flit whose header is
             # not its packet's. Flits leave the FIFO in the order they enter it, so which
             # packet a flit continues is known when it is written: the header comparison is
-            # made there, on the way in, and stored as the word's top bit. At the head, the
-            # test is then an AND of flip-flops rather than a 57-bit comparison in front of
-            # the crossbar and the reduction unit's stage 0 (docs/hw.md, Ingress). The
-            # write side follows the packets as the read side will: a flit that breaks one
+            # made there too, and stored as the word's top bit. At the head, the test is then
+            # an AND of flip-flops rather than a 57-bit comparison in front of the crossbar
+            # and the reduction unit's stage 0. The write side follows the packets as the read side will: a flit that breaks one
             # starts the next, and every flit's `last` says whether its packet goes on.
-            flit_in = self.i[k].payload
             header_in = Cat(flit_in.user.as_value(), flit_in.dst, flit_in.src)
             w_in_pkt = Signal(name=f"ingress{k}_w_in_packet")
             w_header = Signal(len(header_in), name=f"ingress{k}_w_header")
             breaks = Signal(name=f"ingress{k}_breaks")
             m.d.comb += [breaks.eq(w_in_pkt & (header_in != w_header)),
-                         q.w_data.eq(Cat(flit_in, breaks))]
+                         q.w_data.eq(Cat(flit_in, fresh_in, breaks))]
             with m.If(q.w_en & q.w_rdy):
                 m.d.sync += w_in_pkt.eq(~flit_in.last)
                 with m.If(~w_in_pkt | breaks):
                     m.d.sync += w_header.eq(header_in)
 
             in_pkt = Signal(name=f"ingress{k}_in_packet")
-            route = Signal(2, name=f"ingress{k}_route")
-            dest = Signal(range(max(N, 2)), name=f"ingress{k}_dest")
-            fresh_route = Signal(2, name=f"ingress{k}_fresh_route")
+            route = Signal(targets_n, name=f"ingress{k}_route")   # latched at a packet's start
+            cur = Mux(in_pkt, route, head_fresh)
             kind = head.user.kind
             is_mem = (kind == Kind.MEM_WRITE) | (kind == Kind.MEM_READ_REQ) | \
                 (kind == Kind.MEM_READ_RESP)
             dest_ok = (head.dst < N) & (head.dst != k)
-            with m.If(is_mem & dest_ok):
-                m.d.comb += fresh_route.eq(_MEM)
-            with m.Elif(kind == Kind.REDUCE_CONTRIB):
-                m.d.comb += fresh_route.eq(_REDUCE)
-            with m.Else():
-                m.d.comb += fresh_route.eq(_DROP)
-            cur_route = Mux(in_pkt, route, fresh_route)
-            cur_dest = Mux(in_pkt, dest, Mux(dest_ok, head.dst, 0))
 
             # A truncated packet: the head breaks the packet in progress (its header is not
             # the one kept from the packet's first flit). Offer a NULLIFIED tail instead of
@@ -226,14 +233,11 @@ class Switch(wiring.Component):
             # Offer the head flit to its target; it moves when the target accepts.
             moved = Signal(name=f"ingress{k}_moved")
             red_in = red.i[k]
-            m.d.comb += [red_in.payload.eq(offer),
-                         red_in.valid.eq(q.r_rdy & (cur_route == _REDUCE))]
-            targets = [red_in.ready & (cur_route == _REDUCE), cur_route == _DROP]
-            for d in range(N):
-                if d == k:
-                    continue   # requester k of egress k carries the reduction results
+            m.d.comb += [red_in.payload.eq(offer), red_in.valid.eq(q.r_rdy & cur[_REDUCE])]
+            targets = [red_in.ready & cur[_REDUCE], cur[_DROP]]
+            for sel, d in zip(cur[_EGRESS:], (d for d in range(N) if d != k)):
+                # (requester k of egress k carries the reduction results)
                 port = arbiters[d].i[k]
-                sel = (cur_route == _MEM) & (cur_dest == d)
                 m.d.comb += [port.payload.eq(offer), port.valid.eq(q.r_rdy & sel)]
                 targets.append(port.ready & sel)
             m.d.comb += [moved.eq(q.r_rdy & Cat(*targets).any()), q.r_en.eq(moved & ~cut)]
@@ -242,8 +246,8 @@ class Switch(wiring.Component):
             with m.Elif(moved):
                 m.d.sync += in_pkt.eq(~head.last)
                 with m.If(~in_pkt):
-                    m.d.sync += [route.eq(fresh_route), dest.eq(cur_dest), held.eq(head)]
-            first_drop = moved & ~in_pkt & (fresh_route == _DROP)
+                    m.d.sync += [route.eq(head_fresh), held.eq(head)]
+            first_drop = moved & ~in_pkt & head_fresh[_DROP]
             drop_hits[0].append(first_drop & ~is_mem & (kind != Kind.CONFIG) &
                                 (kind != Kind.REDUCE_CONTRIB))
             drop_hits[1].append(first_drop & is_mem & ~dest_ok)
