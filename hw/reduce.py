@@ -47,7 +47,7 @@ before their causes are ranked, so a counter shows a drop two cycles after the j
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Assert, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -429,10 +429,28 @@ class ReductionUnit(wiring.Component):
             # whole chunk behind what it holds, later flits while it has room at all; so a
             # well-formed contribution, once started, enters at one flit per cycle. (Which
             # flit is a first one is known from the `last` of the flits accepted before.)
+            # `ready` is a register, decided the cycle before: the FIFO's level after this
+            # cycle is its level now, plus one if a flit enters, minus one if one leaves, so
+            # each of the three is compared from registers and this cycle's `took`, `popped`
+            # and `last` only choose among the answers. (Compared after the fact, the level's
+            # adder and comparisons sat at the start of the switch's routed critical path:
+            # the hold FIFO's `r_rdy` → `ready` → the ingress's read enable; docs/hw.md.)
             opened = Signal(name=f"p{k}_in_open")
-            with m.If(port.valid & port.ready):
+            ready = Signal(init=1, name=f"p{k}_in_ready")   # empty FIFO, between packets
+            took = port.valid & ready
+            popped = hold.r_rdy & hold.r_en
+            opened_next = Mux(took, ~hdr.last, opened)
+            with m.If(took):
                 m.d.sync += opened.eq(~hdr.last)
-            m.d.comb += [port.ready.eq(Mux(opened, hold.level < H, hold.level <= H - P)),
+            level = hold.level
+            with m.Switch(Cat(popped, took)):
+                for code, delta in ((0b00, 0), (0b01, -1), (0b10, 1), (0b11, 0)):
+                    with m.Case(code):
+                        m.d.sync += ready.eq(Mux(opened_next, level < H - delta,
+                                                 level <= H - P - delta))
+            if platform == "formal":   # the register says what the comparison would
+                m.d.comb += Assert(ready == Mux(opened, level < H, level <= H - P))
+            m.d.comb += [port.ready.eq(ready),
                          st.hold_level[k].eq(hold.level),
                          st.hold_lost[k].eq(hold.w_en & ~hold.w_rdy)]
             head = st.hold_head[k]
