@@ -194,8 +194,9 @@ class Switch(wiring.Component):
             # packet a flit continues is known when it is written: the header comparison is
             # made there too, and stored as the word's top bit. At the head, the test is then
             # an AND of flip-flops rather than a 57-bit comparison in front of the crossbar
-            # and the reduction unit's stage 0. The write side follows the packets as the read side will: a flit that breaks one
-            # starts the next, and every flit's `last` says whether its packet goes on.
+            # and the reduction unit's stage 0. The write side follows the packets as the
+            # read side will: a flit that breaks one starts the next, and every flit's `last`
+            # says whether its packet goes on.
             header_in = Cat(flit_in.user.as_value(), flit_in.dst, flit_in.src)
             w_in_pkt = Signal(name=f"ingress{k}_w_in_packet")
             w_header = Signal(len(header_in), name=f"ingress{k}_w_header")
