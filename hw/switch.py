@@ -58,6 +58,17 @@ _DROP_BITS = 16
 _REDUCE, _DROP, _EGRESS = 0, 1, 2
 
 
+def _memory_kind(flit):
+    """The flit is memory traffic (a kind the crossbar carries)."""
+    kind = flit.user.kind
+    return (kind == Kind.MEM_WRITE) | (kind == Kind.MEM_READ_REQ) | (kind == Kind.MEM_READ_RESP)
+
+
+def _dest_ok(flit, port, ports):
+    """The flit's destination is a port of the switch other than its ingress ``port``."""
+    return (flit.dst < ports) & (flit.dst != port)
+
+
 class Switch(wiring.Component):
     """An N-port switch with an in-switch reduction unit.
 
@@ -182,10 +193,9 @@ class Switch(wiring.Component):
             # the targets' `ready` to the FIFO's read enable starts from flip-flops
             # (docs/hw.md, "Ingress decisions made on the way in").
             flit_in = self.i[k].payload
-            kind_in = flit_in.user.kind
-            to_mem = ((kind_in == Kind.MEM_WRITE) | (kind_in == Kind.MEM_READ_REQ) |
-                      (kind_in == Kind.MEM_READ_RESP)) & (flit_in.dst < N) & (flit_in.dst != k)
-            to_reduce = kind_in == Kind.REDUCE_CONTRIB
+            is_mem_in, dest_ok_in = _memory_kind(flit_in), _dest_ok(flit_in, k, N)
+            to_mem = is_mem_in & dest_ok_in
+            to_reduce = flit_in.user.kind == Kind.REDUCE_CONTRIB
             fresh_in = Cat(to_reduce, ~to_mem & ~to_reduce,
                            *(to_mem & (flit_in.dst == d) for d in range(N) if d != k))
 
@@ -211,10 +221,9 @@ class Switch(wiring.Component):
             in_pkt = Signal(name=f"ingress{k}_in_packet")
             route = Signal(targets_n, name=f"ingress{k}_route")   # latched at a packet's start
             cur = Mux(in_pkt, route, head_fresh)
+            # (the drop counters' causes, from the head's header: off the read enable's path)
             kind = head.user.kind
-            is_mem = (kind == Kind.MEM_WRITE) | (kind == Kind.MEM_READ_REQ) | \
-                (kind == Kind.MEM_READ_RESP)
-            dest_ok = (head.dst < N) & (head.dst != k)
+            is_mem, dest_ok = _memory_kind(head), _dest_ok(head, k, N)
 
             # A truncated packet: the head breaks the packet in progress (its header is not
             # the one kept from the packet's first flit). Offer a NULLIFIED tail instead of
