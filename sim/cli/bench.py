@@ -1,9 +1,11 @@
-"""``innet bench soak | numerics | fuzz``: the reliability benchmarks (docs/hw.md, Reliability)."""
+"""``innet bench soak | numerics | fuzz | equiv``: the reliability benchmarks (docs/hw.md,
+Reliability) and the lock-step comparison of the switch against another revision's."""
 
 import functools
 import sys
 
-from hw.spec import Policy
+from hw.packet import MAX_PORTS
+from hw.spec import MAX_CHUNK_FLITS, MAX_JOBS, MAX_SLOTS, MIN_PORTS, Policy
 from sim.cli.output import emit as _emit
 
 __all__ = ["register_bench"]
@@ -91,6 +93,39 @@ def _cmd_bench_fuzz(args, *, main):
     return 1 if failure else 0
 
 
+def _cmd_bench_equiv(args):
+    from sim.bench.equiv import ReferenceUnusable, bench_equiv
+    from sim.cli.output import UsageError
+
+    try:
+        r = bench_equiv(args.against, cycles=args.cycles, seeds=args.seeds, seed=args.seed,
+                        ports=args.ports, lanes=args.lanes, slots=args.slots,
+                        chunk_flits=args.chunk_flits, jobs=args.jobs, policy=args.policy,
+                        progress=_say(args))
+    except ReferenceUnusable as exc:
+        raise UsageError(str(exc)) from None
+    runs = r["runs"]
+    lines = [f"equiv: this tree's switch against {r['reference']} ({r['against']}): "
+             f"{'AGREE' if r['agree'] else 'DIFFER'}",
+             f"  {r['ports']} ports x {r['lanes']} lanes, {r['slots']} slots, "
+             f"{r['chunk_flits']}-flit chunks, {r['jobs']} job entries, {r['policy']}; "
+             f"{len(runs)} seed(s) x {r['cycles_per_seed']:,} cycles in {r['wall_s']:.1f} s"]
+    for run in runs:
+        t = run["traffic"]
+        lines.append(f"  seed {run['seed']}: {run['cycles']:,} cycles equal; flits in "
+                     f"{run['flits_in']:,}, out {run['flits_out']:,}; contributions "
+                     f"{t['contributions']:,} ({t['faulty_contributions']} with a faulty copy), "
+                     f"memory packets {t['memory_packets']:,}, dropped kinds "
+                     f"{t['dropped_kinds']}, truncated {t['truncated_by_sender']}, job writes "
+                     f"{t['job_writes']}, clears {t['clears']}")
+        if run["mismatch"]:
+            d = run["mismatch"]
+            lines.append(f"  ! first difference: cycle {d['cycle']}, {d['signal']}: this tree "
+                         f"{d['this']}, reference {d['reference']}")
+    _emit(args, r, lines)
+    return 0 if r["agree"] else 1
+
+
 def _log_path(args, name):
     import tempfile
     from pathlib import Path
@@ -123,6 +158,28 @@ def register_bench(bench_sub, parser_class, positive, entry):
     num.add_argument("--sim", choices=["verilator", "icarus"], default="verilator")
     num.add_argument("--json", action="store_true")
     num.set_defaults(func=_cmd_bench_numerics)
+
+    eq = bench_sub.add_parser("equiv", help="this tree's switch against another revision's, "
+                              "in lock-step: every ready, flit and counter, every cycle")
+    eq.add_argument("--against", required=True, metavar="REV|DIR",
+                    help="a git revision of this checkout (HEAD, a commit, a tag) or a "
+                         "directory holding an hw/ package")
+    eq.add_argument("--cycles", type=positive("--cycles", 10, 10_000_000), default=2000,
+                    help="cycles per seed (default 2000)")
+    eq.add_argument("--seeds", type=positive("--seeds", 1, 1000), default=3,
+                    help="runs, one seed each (default 3)")
+    eq.add_argument("--seed", type=positive("--seed", 0), default=1, help="first seed")
+    eq.add_argument("--ports", type=positive("--ports", MIN_PORTS, MAX_PORTS), default=4)
+    eq.add_argument("--lanes", type=positive("--lanes", 1, 64), default=2)
+    eq.add_argument("--slots", type=positive("--slots", 2, MAX_SLOTS), default=8,
+                    help="slot pool (two tenants, half each; default 8)")
+    eq.add_argument("--chunk-flits", type=positive("--chunk-flits", 1, MAX_CHUNK_FLITS),
+                    default=4)
+    eq.add_argument("--jobs", type=positive("--jobs", 2, MAX_JOBS), default=4,
+                    help="job-table entries (at least 2: two tenants; default 4)")
+    eq.add_argument("--policy", choices=Policy.names(), default="rr")
+    eq.add_argument("--json", action="store_true")
+    eq.set_defaults(func=_cmd_bench_equiv)
 
     fz = bench_sub.add_parser("fuzz", help="hypothesis fuzzing of the trace reader, the "
                               "configuration loader and the command line")
