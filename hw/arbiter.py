@@ -62,6 +62,24 @@ def index_is(index, k):
     return index == Const(k, len(index))
 
 
+def below(value, bound):
+    """``value < bound`` for a constant ``bound``, as the bits above ``bound``'s width being 0
+    and a comparison only as wide as ``bound`` (none when it is a power of two). Yosys maps a
+    comparison with a constant to a carry chain the width of ``value``: a 16-bit slot id
+    against the pool size was seven carry cells on the switch's critical path (docs/hw.md,
+    "Comparisons with constants")."""
+    value = Value.cast(value)
+    if bound <= 0:
+        return Const(0)
+    if bound >= 1 << len(value):
+        return Const(1)
+    width = (bound - 1).bit_length()
+    high_clear = ~value[width:].any()
+    if bound == 1 << width:
+        return high_clear
+    return high_clear & (value[:width] < bound)
+
+
 def one_hot(m, index, n, name):
     """An ``n``-bit one-hot decode of ``index``."""
     decoded = Signal(n, name=name)
@@ -101,7 +119,7 @@ def select_tree(m, index, values, shape, name):
     for b in range(bits):
         level = [Mux(index[b], level[2 * i + 1], level[2 * i]) for i in range(len(level) // 2)]
     if n < (1 << bits) or len(index) > bits:
-        m.d.comb += out.eq(Mux(index < n, level[0], Value.cast(values[0])))
+        m.d.comb += out.eq(Mux(below(index, n), level[0], Value.cast(values[0])))
     else:
         m.d.comb += out.eq(level[0])
     return out

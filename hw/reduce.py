@@ -52,7 +52,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .arbiter import select_tree
+from .arbiter import below, select_tree
 from .errors import ParameterTypeError
 from .fpadd import BF16, FP32, delay_by, tree_node
 from .packet import JOB_BITS, LANE_BITS, SEQ_BITS, SLOT_BITS, DType, Kind, flit_layout
@@ -333,8 +333,8 @@ class ReductionUnit(wiring.Component):
                     job_dtype[j].eq(self.cfg.dtype.as_value()),
                     job_sat[j].eq(self.cfg.saturate),
                     job_whole[j].eq(self.cfg.slot_count == 0),
-                    job_lo[j].eq(Mux(self.cfg.slot_base < S, self.cfg.slot_base, S)),
-                    job_hi[j].eq(Mux(cfg_end < S, cfg_end, S)),
+                    job_lo[j].eq(Mux(below(self.cfg.slot_base, S), self.cfg.slot_base, S)),
+                    job_hi[j].eq(Mux(below(cfg_end, S), cfg_end, S)),
                 ]
 
         # -- slot table --------------------------------------------------------------------
@@ -400,7 +400,7 @@ class ReductionUnit(wiring.Component):
             hdr = port.payload
             slot_id, job_id = hdr.user.slot, hdr.user.job
             slot = Signal(range(max(S, 2)), name=f"p{k}_hslot_in")
-            m.d.comb += slot.eq(Mux(slot_id < S, slot_id, 0))
+            m.d.comb += slot.eq(Mux(below(slot_id, S), slot_id, 0))
             members = select_tree(m, job_id, job_members, N, f"p{k}_jmembers")
             lo = select_tree(m, job_id, job_lo, range(S + 1), f"p{k}_jlo")
             hi = select_tree(m, job_id, job_hi, range(S + 1), f"p{k}_jhi")
@@ -408,8 +408,8 @@ class ReductionUnit(wiring.Component):
             checks = [
                 hdr.user.kind != Kind.REDUCE_CONTRIB,
                 hdr.src != k,
-                ~((job_id < J) & job_enable.bit_select(job_id[:jbits], 1)),
-                slot_id >= S,
+                ~(below(job_id, J) & job_enable.bit_select(job_id[:jbits], 1)),
+                ~below(slot_id, S),
                 ~whole & ((slot < lo) | (slot >= hi)),   # (slot_range decides ids >= S)
                 # (not_member is not stored: the judge reads it from `members`, so a held
                 # flit cannot say two different things about it)

@@ -40,7 +40,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .arbiter import PRIO_BITS, QUANTUM_BITS, WEIGHT_BITS, LinkArbiter
+from .arbiter import PRIO_BITS, QUANTUM_BITS, WEIGHT_BITS, LinkArbiter, below
 from .packet import Kind, flit_layout
 from .ramfifo import RamFIFO
 from .reduce import ReductionUnit, config_signature, count_events
@@ -66,7 +66,7 @@ def _memory_kind(flit):
 
 def _dest_ok(flit, port, ports):
     """The flit's destination is a port of the switch other than its ingress ``port``."""
-    return (flit.dst < ports) & (flit.dst != port)
+    return below(flit.dst, ports) & (flit.dst != port)
 
 
 class Switch(wiring.Component):

@@ -134,3 +134,29 @@ def test_signature_members_follow_policy():
     assert "weight" in LinkArbiter(4, 1, "wrr").signature.members
     assert "quantum" in LinkArbiter(4, 1, "drr").signature.members
     assert set(LinkArbiter(4, 1, "rr").signature.members) == {"i", "o"}
+
+
+@pytest.mark.parametrize("width", [1, 3, 5])
+def test_below_is_less_than_for_every_value_and_bound(width):
+    """``below`` (the comparison with a constant written as bit tests) against Python's ``<``,
+    every value of the width, every bound from 0 to beyond the width's range."""
+    from amaranth.hdl import Module, Signal
+
+    from hw.arbiter import below
+
+    m = Module()
+    value = Signal(width)
+    bounds = range(0, (1 << width) + 3)
+    outs = [Signal(name=f"below_{b}") for b in bounds]
+    m.d.comb += [out.eq(below(value, b)) for out, b in zip(outs, bounds)]
+    wrong = []
+
+    async def bench(ctx):
+        for v in range(1 << width):
+            ctx.set(value, v)
+            wrong.extend((v, b) for out, b in zip(outs, bounds) if ctx.get(out) != (v < b))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert wrong == []
