@@ -8,7 +8,7 @@ import pytest
 
 from sim.flow.congestion import ROUTER2_START, congestion_report, run_with_route_budget
 from sim.flow.synth import (SynthError, _nextpnr_failure, _run, cell_counts, critical_path,
-                            longest_path, lut_breakdown, timed_out)
+                            longest_path, lut_breakdown, routed_fmax, timed_out)
 
 # The shape of a nextpnr-ecp5 critical-path report (cell names shortened).
 NEXTPNR_REPORT = """\
@@ -35,6 +35,19 @@ def test_critical_path_parse():
     assert path == {"from": "arbiter.pointer_FF.Q", "to": "arbiter.pointer_FF.CE",
                     "logic_levels": 2, "logic_ns": 1.0, "routing_ns": 1.61, "total_ns": 2.61}
     assert critical_path("Info: no timing here\n") is None
+
+
+PLACED = "Info: Max frequency for clock 'clk': 33.54 MHz (FAIL at 200.00 MHz)\n"
+
+
+def test_a_routed_fmax_needs_routing_complete():
+    """Only a frequency reported after nextpnr's ``Routing complete.`` is a routed figure; a
+    run whose router gave up has only the placement's estimate."""
+    assert routed_fmax(PLACED + "Info: Routing complete.\n" + NEXTPNR_REPORT) == (383.14, True)
+    failed = PLACED + "Info:     iter=75 overused=10277\nERROR: Failed to route design\n"
+    assert routed_fmax(failed) == (33.54, False)
+    assert routed_fmax(PLACED + "Info: Routing complete.\n") == (33.54, False)
+    assert routed_fmax("Info: nothing\n") == (None, False)
 
 
 def test_longest_path_parse():
@@ -136,6 +149,24 @@ def test_synth_seed_is_nextpnrs():
     assert (default["seed"], again["seed"], other["seed"]) == (1, 1, 9)
     assert again["fmax_mhz"] == default["fmax_mhz"]
     assert other["fmax_mhz"] != default["fmax_mhz"]
+
+
+@pytest.mark.slow
+def test_synth_seed_sweep_is_each_seed_run_alone():
+    """--seeds N places and routes one netlist with seeds --seed .. --seed + N - 1; each row
+    is what that seed gives run on its own (nextpnr is deterministic), the first row is the
+    report's own figure, and the spread is taken over the rows."""
+    args = ("arbiter", "--ports", "4", "--lanes", "1")
+    sweep = _synth(*args, "--seed", "5", "--seeds", "3")
+    rows = sweep["seed_sweep"]["seeds"]
+    assert [row["seed"] for row in rows] == [5, 6, 7] and sweep["seed"] == 5
+    assert all(row["routed"] and row["critical_path"] for row in rows)
+    assert rows[0]["fmax_mhz"] == sweep["fmax_mhz"]
+    assert rows[2]["fmax_mhz"] == _synth(*args, "--seed", "7")["fmax_mhz"]
+    figures = sorted(row["fmax_mhz"] for row in rows)
+    assert sweep["seed_sweep"]["fmax"] == {"min": figures[0], "median": figures[1],
+                                           "max": figures[2], "of": "routed", "count": 3}
+    assert sweep["seed_sweep"]["routed"] == 3
 
 
 @pytest.mark.slow
@@ -333,7 +364,10 @@ def test_synth_bad_arguments():
                   ["--placer", "static", "--no-pnr"], ["--placer", "sa"],
                   ["--router", "router2", "--no-route"], ["--router", "router3"],
                   ["--timeout", "0"], ["--timeout", "nan"], ["--seed", "-1"],
-                  ["--seed", "2", "--no-pnr"], ["--seed", "2", "--flow", "gates"]):
+                  ["--seed", "2", "--no-pnr"], ["--seed", "2", "--flow", "gates"],
+                  ["--seeds", "0"], ["--seeds", "65"], ["--seeds", "2", "--no-pnr"],
+                  ["--seeds", "2", "--congestion", "60"],
+                  ["--seeds", "3", "--seed", str(2**31 - 2)]):
         proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "switch", *extra],
                               capture_output=True, text=True)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -153,6 +153,14 @@ def _cmd_synth(args):
                          "--flow gates")
     if args.seed is not None and (args.no_pnr or args.flow != "ecp5"):
         raise UsageError("--seed is nextpnr's: it does not go with --no-pnr or --flow gates")
+    if args.seeds is not None and (args.no_pnr or args.flow != "ecp5" or
+                                   args.congestion is not None):
+        raise UsageError("--seeds places and routes once per seed: it does not go with "
+                         "--no-pnr, --flow gates or --congestion")
+    first_seed = 1 if args.seed is None else args.seed
+    if args.seeds is not None and first_seed + args.seeds - 1 > 2**31 - 1:
+        raise UsageError(f"--seed {first_seed} with --seeds {args.seeds} runs past nextpnr's "
+                         f"largest seed, {2**31 - 1}")
     if args.router != ROUTERS[0] and (args.no_route or args.no_pnr or args.flow != "ecp5"):
         raise UsageError("--router chooses nextpnr's router: it does not go with --no-route, "
                          "--no-pnr or --flow gates")
@@ -196,7 +204,8 @@ def _cmd_synth(args):
         return
     flow = {"route": not args.no_route, "place": not args.no_pnr, "timeout": args.timeout,
             "congestion_s": args.congestion, "placer": args.placer, "router": args.router,
-            "seed": 1 if args.seed is None else args.seed}
+            "seed": first_seed,
+            "more_seeds": tuple(range(first_seed + 1, first_seed + (args.seeds or 1)))}
 
     def run(workdir):
         result = synthesize(verilog, meta["module"], workdir, args.freq, progress=progress,
@@ -242,7 +251,30 @@ def _cmd_synth(args):
           + "\n  LUT4 by block (before packing): "
           + ", ".join(f"{block} {n:,}" for block, n in list(result["luts_by_block"].items())[:6])
           + _congestion_lines(result.get("congestion"))
+          + _sweep_lines(result.get("seed_sweep"))
           + (f"\n  wrote {result['plot']}" if result.get("plot") else ""))
+
+
+def _sweep_lines(sweep):
+    """A line per seed of ``innet synth --seeds`` and the spread of their Fmax."""
+    if not sweep:
+        return ""
+    lines = []
+    for row in sweep["seeds"]:
+        if row["fmax_mhz"] is None:
+            lines.append(f"    seed {row['seed']}: no frequency ({row['error']})")
+            continue
+        path = row["critical_path"]
+        lines.append(f"    seed {row['seed']}: {row['fmax_mhz']:.2f} MHz "
+                     f"{'routed' if row['routed'] else '(placement estimate)'}, "
+                     f"{row['pnr_s']} s" + (f"; {path['logic_levels']} levels, "
+                                             f"{path['from']} -> {path['to']}" if path else ""))
+    spread = sweep["fmax"]
+    head = "  seeds: no frequency" if spread is None else (
+        f"  seeds: {spread['count']} {spread['of']}, Fmax {spread['min']:.2f} / "
+        f"{spread['median']:.2f} / {spread['max']:.2f} MHz (min / median / max); "
+        f"{sweep['routed']} of {len(sweep['seeds'])} routed")
+    return "\n" + "\n".join([head] + lines)
 
 
 def _plot_congestion(out, workdir, report, top):
@@ -621,6 +653,10 @@ def build_parser():
     synth.add_argument("--router", choices=ROUTERS, default=ROUTERS[0],
                        help="nextpnr's router: router1 (default) or router2 (negotiated "
                             "congestion; --congestion always uses it)")
+    synth.add_argument("--seeds", type=_positive("--seeds", 1, 64),
+                       help="place and route the same netlist with N seeds, --seed (default "
+                            "1) and the N - 1 after it, one after another; reports each "
+                            "seed's Fmax and their min / median / max")
     synth.add_argument("--seed", type=_positive("--seed", 0, 2**31 - 1),
                        help="nextpnr's random seed (default 1): placement and routing depend "
                             "on it; another seed may route a design one seed does not")

@@ -17,7 +17,7 @@ from sim.flow.congestion import HEATMAP_PREFIX, congestion_report, run_with_rout
 from sim.flow.names import block_of
 from sim.flow.tools import tool_env
 
-__all__ = ["synthesize", "critical_path", "cell_counts", "CELLS", "SynthError"]
+__all__ = ["synthesize", "critical_path", "routed_fmax", "cell_counts", "CELLS", "SynthError"]
 
 #: nextpnr's placers innet synth offers (``--placer``); the first is the default.
 PLACERS = ("heap", "static")
@@ -98,6 +98,17 @@ def critical_path(log):
             "total_ns": float(sources[-1][1])}
 
 
+def routed_fmax(log):
+    """``(fmax, routed)`` from a nextpnr log: the last frequency it reported (None if none),
+    and whether that is a routed figure — nextpnr said ``Routing complete.`` and reported a
+    frequency after it. A run whose routing failed or was stopped reports only the
+    placement's estimate, which must not pass for a routed Fmax."""
+    fmax = _FMAX.findall(log)
+    done = log.rfind("Routing complete.")
+    routed = done >= 0 and bool(_FMAX.findall(log[done:]))
+    return (float(fmax[-1]) if fmax else None), routed
+
+
 def _utilisation(log):
     """``{reported name: (used, available)}`` from a nextpnr log's utilisation table."""
     found = {}
@@ -122,7 +133,7 @@ def _nextpnr_failure(log, rc):
 
 def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progress=None,
                route=True, place=True, congestion_s=None, placer="heap", router="router1",
-               seed=1):
+               seed=1, more_seeds=()):
     """Synthesize and place-and-route ``top``; returns a dict of area, Fmax, the critical path
     and times. ``route=False`` stops after placement: the Fmax is nextpnr's post-placement
     estimate (``routed`` says which), there is no critical-path report, and the mapped
@@ -138,7 +149,10 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     evenly, docs/hw.md); ``router`` is nextpnr's ``"router1"`` (its default) or ``"router2"``
     (always router2 with ``congestion_s``). ``seed`` is nextpnr's random seed: placement
     and negotiated routing depend on it, so a design one seed does not route may route with
-    another (docs/hw.md, The ingress decides on the way in).
+    another (docs/hw.md, The ingress decides on the way in). ``more_seeds`` places (and
+    routes) the same netlist again with each of those seeds, one after another, and adds
+    ``seed_sweep``: a row per seed (``seed`` first) and the spread of their Fmax
+    (:func:`_sweep_summary`); the rest of the result is ``seed``'s.
 
     Raises
     ------
@@ -179,28 +193,79 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     else:
         rc = _run(cmd + ["--router", router], workdir, workdir / "nextpnr.log", timeout)
     log = (workdir / "nextpnr.log").read_text()
-    fmax = [float(x) for x in _FMAX.findall(log)]
-    if not fmax:
+    fmax, routed = routed_fmax(log)
+    if fmax is None:
         raise SynthError(_nextpnr_failure(log, rc))
-    routed = route and not stopped
+    routed = routed and route and not stopped
+    pnr_s = round(time.monotonic() - began - synth_s, 1)
     result = {"top": top, "device": "ECP5-85 (LFE5U-85F, CABGA381), out of context",
               "yosys_version": _yosys_version(), "yosys_mapping": mapping,
-              "requested_mhz": freq_mhz, "fmax_mhz": fmax[-1], "met": fmax[-1] >= freq_mhz,
+              "requested_mhz": freq_mhz, "fmax_mhz": fmax, "met": fmax >= freq_mhz,
               "routed": routed, "placed": True, "placer": placer,
               "router": "router2" if congestion_s is not None else router, "seed": seed,
               "critical_path": critical_path(log) if routed else None,
-              "synth_s": round(synth_s, 1), "pnr_s": round(time.monotonic() - began - synth_s, 1)}
+              "synth_s": round(synth_s, 1), "pnr_s": pnr_s}
     for name, (used, available) in _utilisation(log).items():
         result[name] = used
         result[f"{name}_available"] = available
     result["luts_by_block"] = lut_breakdown(json.loads(netlist.read_text()), top)
     if congestion_s is not None and route:
         result["congestion"] = congestion_report(workdir, log, congestion_s, stopped)
+    if more_seeds:
+        rows = [_seed_row(seed, fmax, routed, result["critical_path"], pnr_s)]
+        for other in more_seeds:
+            if progress:
+                progress(f"nextpnr-ecp5 again with seed {other}")
+            rows.append(_place_and_route_seed(cmd, other, route, router, workdir, timeout))
+        result["seed_sweep"] = _sweep_summary(rows)
     if not routed:
         # Without routing nextpnr names no critical path; the mapped netlist's deepest chain
         # of logic cells is the next best pointer to what limits the clock.
         result["longest_logic_path"] = _longest_logic_path(top, workdir, timeout)
     return result
+
+
+def _seed_row(seed, fmax, routed, path, pnr_s, error=None):
+    """One seed's line of a sweep."""
+    return {"seed": seed, "fmax_mhz": fmax, "routed": routed, "pnr_s": pnr_s,
+            "critical_path": path, "error": error}
+
+
+def _place_and_route_seed(cmd, seed, route, router, workdir, timeout):
+    """Place (and route) the netlist ``cmd`` names again with nextpnr seed ``seed``; its log
+    is ``nextpnr-seed{seed}.log``. A run that fails or times out is a row with ``error``
+    (the sweep goes on: one seed not routing is what a sweep is for)."""
+    cmd = list(cmd)
+    cmd[cmd.index("--seed") + 1] = str(seed)
+    cmd += ["--router", router] if route else ["--no-route"]
+    log_path = workdir / f"nextpnr-seed{seed}.log"
+    began = time.monotonic()
+    try:
+        rc = _run(cmd, workdir, log_path, timeout)
+    except SynthError as exc:
+        return _seed_row(seed, None, False, None, round(time.monotonic() - began, 1),
+                         str(exc))
+    log = log_path.read_text()
+    fmax, routed = routed_fmax(log)
+    routed = routed and route
+    error = None if fmax is not None else _nextpnr_failure(log, rc).splitlines()[0]
+    return _seed_row(seed, fmax, routed, critical_path(log) if routed else None,
+                     round(time.monotonic() - began, 1), error)
+
+
+def _sweep_summary(rows):
+    """The seeds' rows and the spread of their Fmax (routed figures only, when any seed
+    routed; else the placement estimates)."""
+    routed = [row["fmax_mhz"] for row in rows if row["routed"]]
+    figures = sorted(routed or [row["fmax_mhz"] for row in rows if row["fmax_mhz"] is not None])
+    spread = None
+    if figures:
+        middle = len(figures) // 2
+        median = figures[middle] if len(figures) % 2 else \
+            round((figures[middle - 1] + figures[middle]) / 2, 2)
+        spread = {"min": figures[0], "median": median, "max": figures[-1],
+                  "of": "routed" if routed else "placement estimates", "count": len(figures)}
+    return {"seeds": rows, "routed": len(routed), "fmax": spread}
 
 
 def _longest_logic_path(top, workdir, timeout):

@@ -207,6 +207,7 @@ _COMMANDS = [
                            "--congestion": ["0", "-5", "x", "nan", "inf", ""],
                            "--placer": ["sa", "", "HEAP"], "--router": ["router3", ""],
                            "--seed": ["-1", "x", "1.5", "2147483648", ""],
+                           "--seeds": _NOT_POSITIVE + ["65"],
                            "--timeout": ["0", "-1", "x", "nan", "inf", ""]}),
     (["trace", "gen", "-o", "{out}/gen.itr"], {"--model": ["alexnet", ""],
                                                "--gpus": _NOT_POSITIVE + ["1"],
