@@ -69,7 +69,12 @@ def _import_hw(directory, name):
 
 
 def _git(*argv, repo):
-    return subprocess.run(["git", "-C", str(repo), *argv], capture_output=True, check=False)
+    try:
+        return subprocess.run(["git", "-C", str(repo), *argv], capture_output=True,
+                              check=False)
+    except FileNotFoundError:
+        raise ReferenceUnusable("--against REV needs git, which is not installed (or give a "
+                                "directory holding hw/)") from None
 
 
 def load_reference(against, repo=REPO_ROOT):
@@ -89,8 +94,8 @@ def load_reference(against, repo=REPO_ROOT):
             return _import_hw(candidate.resolve(), name), str(candidate)
     rev = _git("rev-parse", "--verify", "--quiet", f"{against}^{{commit}}", repo=repo)
     if rev.returncode != 0:
-        raise ReferenceUnusable(f"--against {against!r} is neither a directory holding hw/ nor "
-                              f"a git revision of {repo}")
+        raise ReferenceUnusable(f"--against {against!r} is neither a directory holding hw/ "
+                                f"nor a git revision of {repo}")
     sha = rev.stdout.decode().strip()
     archive = _git("archive", sha, "hw", repo=repo)
     if archive.returncode != 0:
