@@ -67,7 +67,7 @@ def below(value, bound):
     and a comparison only as wide as ``bound`` (none when it is a power of two). Yosys maps a
     comparison with a constant to a carry chain the width of ``value``: a 16-bit slot id
     against the pool size was seven carry cells on the switch's critical path (docs/hw.md,
-    "Comparisons with constants")."""
+    "Constants compared as bits")."""
     value = Value.cast(value)
     if bound <= 0:
         return Const(0)
