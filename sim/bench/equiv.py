@@ -29,7 +29,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Value
 from amaranth.sim import Simulator
 
 import hw
@@ -234,8 +234,7 @@ def _compare(ctx, new, ref, ports):
                         "reference": hex(vb)}
     for name in ("drops", "reduce_errors", "overflow", "reductions"):
         sa, sb = getattr(new, name), getattr(ref, name)
-        va = ctx.get(sa.as_value() if hasattr(sa, "as_value") else sa)
-        vb = ctx.get(sb.as_value() if hasattr(sb, "as_value") else sb)
+        va, vb = ctx.get(Value.cast(sa)), ctx.get(Value.cast(sb))
         if va != vb:
             return {"port": None, "signal": name, "this": hex(va), "reference": hex(vb)}
     return None
@@ -253,7 +252,7 @@ def lockstep(this_hw, ref_hw, *, cycles, seed, ports, lanes, slots, chunk_flits,
         ref = ref_hw.switch.Switch(ref_hw.spec.SwitchSpec(**params))
     except (TypeError, ValueError, AttributeError) as exc:   # an older API: one line
         raise ReferenceUnusable(f"the reference's Switch does not take these parameters: "
-                              f"{type(exc).__name__}: {exc}") from None
+                                f"{type(exc).__name__}: {exc}") from None
     if len(new.i[0].payload.as_value()) != len(ref.i[0].payload.as_value()):
         raise ReferenceUnusable("the reference's flit layout differs from this tree's")
     m = Module()
@@ -269,8 +268,7 @@ def lockstep(this_hw, ref_hw, *, cycles, seed, ports, lanes, slots, chunk_flits,
     def both(ctx, get, value):
         # as raw bits: the two trees' enums (element type, kind) are different classes
         for sw in (new, ref):
-            signal = get(sw)
-            ctx.set(signal.as_value() if hasattr(signal, "as_value") else signal, int(value))
+            ctx.set(Value.cast(get(sw)), int(value))
 
     async def bench(ctx):
         for name, value in knobs.items():
