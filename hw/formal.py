@@ -208,6 +208,13 @@ class ReductionProperties(Elaboratable):
                     m.d.comb += out.eq(sig)
             return out
 
+        def meta_at(index):
+            """The slot-table entry (job, seq, ...) held in LUT-RAM for a run-time slot: a read
+            port of the harness's own on the unit's memory."""
+            port = st.slot_meta.read_port(domain="comb")
+            m.d.comb += port.addr.eq(index)
+            return port.data
+
         for s in range(S):
             # 1. release only when complete
             with m.If(st.slot_free[s]):
@@ -218,6 +225,9 @@ class ReductionProperties(Elaboratable):
             with m.If(~st.slot_valid[s]):
                 m.d.comb += Assert(st.slot_arrived[s] == 0)
             m.d.comb += Assert((st.slot_arrived[s] & ~st.slot_members[s]) == 0)
+            # the members are kept twice, written by the same claim: in flip-flops (for the
+            # engine's completion test and pick) and in LUT-RAM (for the judge's read)
+            m.d.comb += Assert(meta_at(s).members == st.slot_members[s])
 
         # invariants of the engine: the slot it reads and the slot it picked are complete
         def complete(slot):
@@ -263,12 +273,11 @@ class ReductionProperties(Elaboratable):
                 members = at(st.slot_members, slot, N)
                 m.d.comb += Assert(~arrived[k])
                 if dut.chunk_flits > 1:   # a one-flit chunk arrives as it claims
+                    meta = meta_at(slot)
                     m.d.comb += [Assert(st.slot_valid.bit_select(slot, 1)),
                                  Assert(members[k]),
-                                 Assert(at(st.slot_job, slot, len(st.cur_job[k])) ==
-                                        st.cur_job[k]),
-                                 Assert(at(st.slot_seq, slot, len(st.cur_seq[k])) ==
-                                        st.cur_seq[k])]
+                                 Assert(meta.job == st.cur_job[k]),
+                                 Assert(meta.seq == st.cur_seq[k])]
             # 3. isolation: the slot written is the packet's own on the next cycle
             wjob = Signal.like(st.cur_job[k], name=f"wjob{k}")
             wseq = Signal.like(st.cur_seq[k], name=f"wseq{k}")
@@ -281,24 +290,23 @@ class ReductionProperties(Elaboratable):
             m.d.sync += [past_write.eq(st.write[k]), past_slot.eq(st.write_slot[k]),
                          past_job.eq(wjob), past_seq.eq(wseq)]
             with m.If(started & past_write):
-                m.d.comb += [
-                    Assert(at(st.slot_job, past_slot, len(past_job)) == past_job),
-                    Assert(at(st.slot_seq, past_slot, len(past_seq)) == past_seq),
-                ]
+                past_meta = meta_at(past_slot)
+                m.d.comb += [Assert(past_meta.job == past_job), Assert(past_meta.seq == past_seq)]
                 if dut.chunk_flits > 1:
                     m.d.comb += Assert(st.slot_valid.bit_select(past_slot, 1) |
                                        ~st.in_packet[k])
             # invariant: a port mid-write holds its slot as a member yet to arrive
             with m.If(st.good[k]):
                 cur = st.cur_slot[k]
+                meta = meta_at(cur)
                 m.d.comb += [
                     Assert(st.in_packet[k]),
                     Assert(cur < S),
                     Assert(st.slot_valid.bit_select(cur, 1)),
                     Assert(at(st.slot_members, cur, N)[k]),
                     Assert(~at(st.slot_arrived, cur, N)[k]),
-                    Assert(at(st.slot_job, cur, len(st.cur_job[k])) == st.cur_job[k]),
-                    Assert(at(st.slot_seq, cur, len(st.cur_seq[k])) == st.cur_seq[k]),
+                    Assert(meta.job == st.cur_job[k]),
+                    Assert(meta.seq == st.cur_seq[k]),
                     Assert(st.cur_idx[k] <= dut.chunk_flits),
                     Assert(st.cur_idx[k] != 0),
                 ]
@@ -324,13 +332,14 @@ class ReductionProperties(Elaboratable):
                                at([h.as_value()[skip:] for h in st.hold_head], turn,
                                   len(st.judge_head.as_value()) - skip))
         jslot = st.judge_head.slot
+        jmeta = meta_at(jslot)
         with m.If(jslot < S):
             m.d.comb += [
                 Assert(st.judge_v_valid == st.slot_valid.bit_select(jslot, 1)),
                 Assert(st.judge_v_arrived == at(st.slot_arrived, jslot, N)),
                 Assert(st.judge_v_members == at(st.slot_members, jslot, N)),
-                Assert(st.judge_v_job == at(st.slot_job, jslot, len(st.judge_v_job))),
-                Assert(st.judge_v_seq == at(st.slot_seq, jslot, len(st.judge_v_seq))),
+                Assert(st.judge_v_job == jmeta.job),
+                Assert(st.judge_v_seq == jmeta.seq),
             ]
         # 5. no read-during-write on a bank
         for k in range(N):

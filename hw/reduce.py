@@ -219,6 +219,11 @@ class ReductionUnit(wiring.Component):
                                   "members": self._ports, "sat": 1,
                                   "slot": range(max(self._slots, 2))})
 
+    def _slot_meta_layout(self):
+        """A slot-table entry as a claim writes it."""
+        return data.StructLayout({"job": JOB_BITS, "seq": SEQ_BITS, "members": self._ports,
+                                  "dtype": 2, "sat": 1})
+
     def _state_signals(self):
         """The slot table and each ingress port's packet state. Not ports: the formal harness
         (:mod:`hw.formal`) states its properties over them, and tests may peek at them."""
@@ -226,8 +231,11 @@ class ReductionUnit(wiring.Component):
         slot_range = range(max(S, 2))
         return SimpleNamespace(
             slot_valid=Signal(S, name="slot_valid"),
-            slot_job=[Signal(JOB_BITS, name=f"slot{s}_job") for s in range(S)],
-            slot_seq=[Signal(SEQ_BITS, name=f"slot{s}_seq") for s in range(S)],
+            # what a claim writes and nothing else does (job, seq, members, dtype,
+            # saturation): LUT-RAM with one write port (the judge) and asynchronous reads.
+            # Made here, not in elaborate, so the formal harness can add read ports of its own.
+            slot_meta=Memory(shape=self._slot_meta_layout(), depth=max(S, 2), init=[],
+                             attrs={"ram_style": "distributed"}),
             slot_members=[Signal(N, name=f"slot{s}_members") for s in range(S)],
             slot_arrived=[Signal(N, name=f"slot{s}_arrived") for s in range(S)],
             slot_free=Signal(S, name="slot_free_now"),       # freed by the engine this cycle
@@ -339,10 +347,11 @@ class ReductionUnit(wiring.Component):
 
         # -- slot table --------------------------------------------------------------------
         st = self.state
-        slot_valid, slot_job, slot_seq = st.slot_valid, st.slot_job, st.slot_seq
-        slot_members, slot_arrived = st.slot_members, st.slot_arrived
-        slot_dtype = [Signal(2, name=f"slot{s}_dtype") for s in range(S)]
-        slot_sat = Signal(S)
+        slot_valid, slot_members, slot_arrived = st.slot_valid, st.slot_members, st.slot_arrived
+        m.submodules.slot_meta = st.slot_meta
+        meta_write = st.slot_meta.write_port()
+        meta_judge = st.slot_meta.read_port(domain="comb")    # step A: the next header's slot
+        meta_engine = st.slot_meta.read_port(domain="comb")   # the slot the engine issues
 
         # -- banks -------------------------------------------------------------------------
         lane_shape = data.ArrayLayout(LANE_BITS, L)
@@ -588,10 +597,14 @@ class ReductionUnit(wiring.Component):
                 with m.If(claimed):
                     m.d.sync += slot_valid[s].eq(1)
             with m.If(claimed):
-                m.d.sync += [slot_job[s].eq(jhdr.user.job), slot_seq[s].eq(jhdr.user.seq),
-                             slot_members[s].eq(jhead.members),
-                             slot_dtype[s].eq(jhdr.user.dtype.as_value()),
-                             slot_sat[s].eq(jhead.sat)]
+                m.d.sync += slot_members[s].eq(jhead.members)
+        # The rest of the claimed entry goes to LUT-RAM: one write port, so no per-slot
+        # multiplexers or clock enables, and reads through the memory's own 16:1 cells.
+        m.d.comb += [meta_write.en.eq(jclaim), meta_write.addr.eq(jslot),
+                     meta_write.data.job.eq(jhdr.user.job), meta_write.data.seq.eq(jhdr.user.seq),
+                     meta_write.data.members.eq(jhead.members),
+                     meta_write.data.dtype.eq(jhdr.user.dtype.as_value()),
+                     meta_write.data.sat.eq(jhead.sat)]
 
         # -- engine: pick a complete slot, read its flits, reduce ---------------------------
         # The pick of the lowest complete slot is two registered steps, so neither the 64-slot
@@ -699,15 +712,13 @@ class ReductionUnit(wiring.Component):
         arrivals = Cat(arrive[k] & (arrive_slot[k] == aslot) for k in range(N))
         r_valid = slot_valid.bit_select(aslot, 1)
         r_arrived = select_tree(m, aslot, slot_arrived, N, "judge_sarrived")
+        m.d.comb += meta_judge.addr.eq(aslot)
         m.d.sync += [
             v_valid.eq(~freed & (r_valid | claimed_here)),
             v_arrived.eq(Mux(freed, 0, r_arrived | arrivals)),
-            v_job.eq(Mux(claimed_here, jhdr.user.job,
-                         select_tree(m, aslot, slot_job, JOB_BITS, "judge_sjob"))),
-            v_seq.eq(Mux(claimed_here, jhdr.user.seq,
-                         select_tree(m, aslot, slot_seq, SEQ_BITS, "judge_sseq"))),
-            v_members.eq(Mux(claimed_here, jhead.members,
-                             select_tree(m, aslot, slot_members, N, "judge_smembers"))),
+            v_job.eq(Mux(claimed_here, jhdr.user.job, meta_judge.data.job)),
+            v_seq.eq(Mux(claimed_here, jhdr.user.seq, meta_judge.data.seq)),
+            v_members.eq(Mux(claimed_here, jhead.members, meta_judge.data.members)),
         ]
 
         # Metadata travels beside the data through the pipeline.
@@ -718,11 +729,12 @@ class ReductionUnit(wiring.Component):
         m.d.sync += [
             stages[0].valid.eq(issue), stages[0].last.eq(last_issue), stages[0].slot.eq(cur),
             stages[0].members.eq(eng_members),
-            stages[0].job.eq(select_tree(m, cur, slot_job, JOB_BITS, "eng_job")),
-            stages[0].seq.eq(select_tree(m, cur, slot_seq, SEQ_BITS, "eng_seq")),
-            stages[0].dtype.as_value().eq(select_tree(m, cur, slot_dtype, 2, "eng_dtype")),
-            stages[0].sat.eq(slot_sat.bit_select(cur, 1)),
+            stages[0].job.eq(meta_engine.data.job),
+            stages[0].seq.eq(meta_engine.data.seq),
+            stages[0].dtype.as_value().eq(meta_engine.data.dtype),
+            stages[0].sat.eq(meta_engine.data.sat),
         ]
+        m.d.comb += meta_engine.addr.eq(cur)
         for d in range(1, self._pipeline):
             m.d.sync += stages[d].eq(stages[d - 1])
         m.d.comb += [st.stage_valid.eq(Cat(stage.valid for stage in stages))]
