@@ -336,7 +336,8 @@ class ReductionProperties(Elaboratable):
         with m.If(jslot < S):
             m.d.comb += [
                 Assert(st.judge_v_valid == st.slot_valid.bit_select(jslot, 1)),
-                Assert(st.judge_v_arrived == at(st.slot_arrived, jslot, N)),
+                Assert(st.judge_v_turn_arrived ==
+                       at(st.slot_arrived, jslot, N).bit_select(turn, 1)),
                 Assert(st.judge_v_members == at(st.slot_members, jslot, N)),
                 Assert(st.judge_v_job == jmeta.job),
                 Assert(st.judge_v_seq == jmeta.seq),

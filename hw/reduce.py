@@ -258,7 +258,7 @@ class ReductionUnit(wiring.Component):
             judge_v_job=Signal(JOB_BITS, name="judge_v_job"),
             judge_v_seq=Signal(SEQ_BITS, name="judge_v_seq"),
             judge_v_members=Signal(N, name="judge_v_members"),
-            judge_v_arrived=Signal(N, name="judge_v_arrived"),
+            judge_v_turn_arrived=Signal(name="judge_v_turn_arrived"),  # the judged port's bit
             # per port: the packet in progress and what it does this cycle
             in_packet=Signal(N, name="in_pkt"),
             good=Signal(N, name="good"),                       # being written to the banks
@@ -510,7 +510,7 @@ class ReductionUnit(wiring.Component):
         m.d.comb += jslot.eq(jhead.slot)
         # step B's view of the slot entry (registers; see the forwarding after the engine)
         v_valid, v_job, v_seq = st.judge_v_valid, st.judge_v_job, st.judge_v_seq
-        v_members, v_arrived = st.judge_v_members, st.judge_v_arrived
+        v_members, v_turn_arrived = st.judge_v_members, st.judge_v_turn_arrived
         jmembers = Mux(v_valid, v_members, jhead.members)
         # kind, source, job, range, foreign, member (of the job as the flit arrived), dtype
         alone = Cat(jhead.static[:5], ~jhead.members.bit_select(turn, 1), jhead.static[5])
@@ -518,7 +518,7 @@ class ReductionUnit(wiring.Component):
                    ~jmembers.bit_select(turn, 1),   # the slot's snapshot, once it has one
                    alone[6],
                    v_valid & ((v_job != jhdr.user.job) | (v_seq != jhdr.user.seq)),
-                   v_valid & v_arrived.bit_select(turn, 1)]
+                   v_valid & v_turn_arrived]
         jbad = Signal(name="judge_bad")
         m.d.comb += jbad.eq(Cat(*jchecks).any())
         # A header naming a free slot claims it (every check not involving the slot passed).
@@ -709,13 +709,21 @@ class ReductionUnit(wiring.Component):
         claimed_here = Signal(name="judge_fwd_claim")
         m.d.comb += [freed.eq(last_issue & (cur == aslot)),
                      claimed_here.eq(jclaim & (jslot == aslot))]
-        arrivals = Cat(arrive[k] & (arrive_slot[k] == aslot) for k in range(N))
+        # Step B looks only at the arrived bit of the port it judges, so step A reads one bit:
+        # each slot's bit for the next turn's port (chosen early: turn_next is the turn
+        # register's successor), then the one of the next header's slot.
+        turn_arrived = Signal(max(S, 2), name="judge_turn_arrived")
+        m.d.comb += turn_arrived.eq(Cat(slot_arrived[s].bit_select(turn_next, 1)
+                                        for s in range(S)))
+        turn_arrive_slot = select_tree(m, turn_next, arrive_slot, len(aslot),
+                                       "judge_turn_arrive_slot")
+        arrival = Cat(*arrive).bit_select(turn_next, 1) & (turn_arrive_slot == aslot)
         r_valid = slot_valid.bit_select(aslot, 1)
-        r_arrived = select_tree(m, aslot, slot_arrived, N, "judge_sarrived")
+        r_arrived = turn_arrived.bit_select(aslot, 1)
         m.d.comb += meta_judge.addr.eq(aslot)
         m.d.sync += [
             v_valid.eq(~freed & (r_valid | claimed_here)),
-            v_arrived.eq(Mux(freed, 0, r_arrived | arrivals)),
+            v_turn_arrived.eq(~freed & (r_arrived | arrival)),
             v_job.eq(Mux(claimed_here, jhdr.user.job, meta_judge.data.job)),
             v_seq.eq(Mux(claimed_here, jhdr.user.seq, meta_judge.data.seq)),
             v_members.eq(Mux(claimed_here, jhead.members, meta_judge.data.members)),
