@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+import sim.flow.synth as synth_flow
 from sim.flow.congestion import ROUTER2_START, congestion_report, run_with_route_budget
 from sim.flow.synth import (SynthError, _nextpnr_failure, _run, cell_counts, critical_path,
                             longest_path, lut_breakdown, routed_fmax, timed_out)
@@ -149,6 +150,35 @@ def test_synth_seed_is_nextpnrs():
     assert (default["seed"], again["seed"], other["seed"]) == (1, 1, 9)
     assert again["fmax_mhz"] == default["fmax_mhz"]
     assert other["fmax_mhz"] != default["fmax_mhz"]
+
+
+@pytest.mark.slow
+def test_synth_seed_sweep_goes_past_a_seed_that_runs_out_of_time(tmp_path, monkeypatch):
+    """A seed whose nextpnr fails or times out is a row with its error; the sweep still runs
+    the others and reports the first that placed. If none placed, one error names each."""
+    from hw.export import export_arbiter
+    real = synth_flow._run
+    stalled = {"5"}
+
+    def run(cmd, cwd, log, timeout):
+        if cmd[0].startswith("yowasp-nextpnr") and cmd[cmd.index("--seed") + 1] in stalled:
+            raise SynthError(timed_out(cmd[0], timeout, log))
+        return real(cmd, cwd, log, timeout)
+
+    monkeypatch.setattr(synth_flow, "_run", run)
+    verilog, meta = export_arbiter(4, 1, "rr")
+    result = synth_flow.synthesize(verilog, meta["module"], tmp_path / "a", seed=5,
+                                   more_seeds=(6,))
+    rows = result["seed_sweep"]["seeds"]
+    assert [row["seed"] for row in rows] == [5, 6]
+    assert rows[0]["fmax_mhz"] is None and "did not finish" in rows[0]["error"]
+    assert rows[1]["routed"] and rows[1]["error"] is None
+    assert result["seed"] == 6 and result["fmax_mhz"] == rows[1]["fmax_mhz"]
+    assert result["critical_path"] == rows[1]["critical_path"]
+    assert result["seed_sweep"]["fmax"]["count"] == 1
+    stalled.add("6")
+    with pytest.raises(SynthError, match="no seed placed the design: seed 5: .*; seed 6: "):
+        synth_flow.synthesize(verilog, meta["module"], tmp_path / "b", seed=5, more_seeds=(6,))
 
 
 @pytest.mark.slow

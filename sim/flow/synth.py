@@ -153,13 +153,14 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     another (docs/hw.md, The ingress decides on the way in). ``more_seeds`` places (and
     routes) the same netlist again with each of those seeds, one after another, and adds
     ``seed_sweep``: a row per seed (``seed`` first) and the spread of their Fmax
-    (:func:`_sweep_summary`); the rest of the result is ``seed``'s.
+    (:func:`_sweep_summary`); a seed that fails or runs past ``timeout`` is a row with its
+    ``error``, and the rest of the result is the first seed's that placed (``seed``).
 
     Raises
     ------
     SynthError
         If Yosys fails, or nextpnr fails without reporting a frequency, or either runs
-        past ``timeout`` seconds.
+        past ``timeout`` seconds (in a sweep: if no seed placed the design).
     """
     workdir, began = start_run(verilog_text, top, workdir, progress, f"yosys synth_ecp5 {top}")
     netlist = workdir / f"{top}.json"
@@ -179,7 +180,25 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
         progress(f"nextpnr-ecp5 --85k out of context, {freq_mhz:g} MHz requested")
     cmd = _nextpnr_cmd(top, freq_mhz, seed, placer)
     stopped = False
-    if not route:
+    rows = None
+    if more_seeds:
+        # A sweep: every seed runs whatever another does (one not routing, or running out of
+        # time, is what a sweep is for); the result is the first seed's that placed.
+        rows = []
+        for n, each in enumerate((seed, *more_seeds)):
+            if progress and n:
+                progress(f"nextpnr-ecp5 again with seed {each}")
+            rows.append(_place_and_route_seed(
+                _nextpnr_cmd(top, freq_mhz, each, placer) + _route_args(route, router), each,
+                route, workdir, timeout))
+        shown = next((row for row in rows if row["fmax_mhz"] is not None), None)
+        if shown is None:
+            raise SynthError("no seed placed the design: " + "; ".join(
+                f"seed {row['seed']}: {row['error']}" for row in rows))
+        seed = shown["seed"]
+        log = _seed_log(workdir, seed).read_text()
+        fmax, routed = shown["fmax_mhz"], shown["routed"]
+    elif not route:
         rc = _run(cmd + _route_args(route, router), workdir, workdir / "nextpnr.log", timeout)
     elif congestion_s is not None:
         for old in workdir.glob(f"{HEATMAP_PREFIX}_*.csv"):
@@ -192,11 +211,12 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
             raise SynthError(timed_out(cmd[0], timeout, workdir / "nextpnr.log")) from None
     else:
         rc = _run(cmd + _route_args(route, router), workdir, workdir / "nextpnr.log", timeout)
-    log = (workdir / "nextpnr.log").read_text()
-    fmax, routed = routed_fmax(log)
-    if fmax is None:
-        raise SynthError(_nextpnr_failure(log, rc))
-    routed = routed and route and not stopped
+    if rows is None:
+        log = (workdir / "nextpnr.log").read_text()
+        fmax, routed = routed_fmax(log)
+        if fmax is None:
+            raise SynthError(_nextpnr_failure(log, rc))
+        routed = routed and route and not stopped
     pnr_s = round(time.monotonic() - began - synth_s, 1)
     result = {"top": top, "device": "ECP5-85 (LFE5U-85F, CABGA381), out of context",
               "yosys_version": _yosys_version(), "yosys_mapping": mapping,
@@ -211,14 +231,8 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     result["luts_by_block"] = lut_breakdown(json.loads(netlist.read_text()), top)
     if congestion_s is not None and route:
         result["congestion"] = congestion_report(workdir, log, congestion_s, stopped)
-    if more_seeds:
-        rows = [_seed_row(seed, fmax, routed, result["critical_path"], pnr_s)]
-        for other in more_seeds:
-            if progress:
-                progress(f"nextpnr-ecp5 again with seed {other}")
-            rows.append(_place_and_route_seed(
-                _nextpnr_cmd(top, freq_mhz, other, placer) + _route_args(route, router), other,
-                route, workdir, timeout))
+    if rows is not None:
+        result["pnr_s"] = next(row["pnr_s"] for row in rows if row["seed"] == seed)
         result["seed_sweep"] = _sweep_summary(rows)
     if not routed:
         # Without routing nextpnr names no critical path; the mapped netlist's deepest chain
@@ -246,11 +260,16 @@ def _seed_row(seed, fmax, routed, path, pnr_s, error=None):
             "critical_path": path, "error": error}
 
 
+def _seed_log(workdir, seed):
+    """Where a sweep keeps seed ``seed``'s nextpnr log."""
+    return workdir / f"nextpnr-seed{seed}.log"
+
+
 def _place_and_route_seed(cmd, seed, route, workdir, timeout):
-    """Run ``cmd``, nextpnr with seed ``seed``, again on the kept netlist; its log is
+    """Run ``cmd``, nextpnr with seed ``seed``, on the mapped netlist; its log is
     ``nextpnr-seed{seed}.log``. A run that fails or times out is a row with ``error`` (the
     sweep goes on: one seed not routing is what a sweep is for)."""
-    log_path = workdir / f"nextpnr-seed{seed}.log"
+    log_path = _seed_log(workdir, seed)
     began = time.monotonic()
     try:
         rc = _run(cmd, workdir, log_path, timeout)
