@@ -19,7 +19,8 @@ Yosys:
 With ``lookahead=K`` (LUT-RAM only: it needs the memory's asynchronous read) the FIFO also
 tells what the top ``K`` bits of its head will be in the next cycle, given this cycle's
 ``r_en`` and ``w_en``: ``r_rdy_next`` and ``r_data_next`` are the inputs of the head's own
-registers. A consumer that must decide about the next head a cycle early (the reduction unit's
+registers, and ``r_data_next`` is chosen between two registers (the head and the word after
+it), so no memory read is on its path. A consumer that must decide about the next head a cycle early (the reduction unit's
 judge, which reads the slot table for it) takes them instead of recomputing the FIFO's
 behaviour. Only those bits pay for it: they are stored in a memory of their own, read
 asynchronously into a register whose input is exposed; the rest keep the synchronous read
@@ -91,20 +92,32 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                          w_port.en.eq(do_write), r_port.addr.eq(consume),
                          r_port.en.eq(do_inner_read), self.r_data[:plain].eq(r_port.data)]
         if self.lookahead:
-            # The same read as the synchronous port's, written out: an asynchronous read
-            # (the word as it was before this cycle's write, as the non-transparent port
-            # reads it) into a register loaded on an inner read; its input is the next head.
+            # The same read as the synchronous port's, written out, and a word ahead: `after`
+            # is a register that holds the inner FIFO's oldest word (the memory at `consume`)
+            # whenever it has one, so the next head is a choice between two registers, with
+            # no memory read or pointer on its path. `after` is loaded from an asynchronous
+            # read one word further on (at `consume + 1`) when the inner FIFO is read, or from
+            # the written word when that word becomes the oldest.
             ahead = m.submodules.ahead = Memory(shape=self.lookahead, depth=inner_depth,
                                                 init=[], attrs=attrs)
             w_port = ahead.write_port()
             r_port = ahead.read_port(domain="comb")
             head = Signal(self.lookahead, name="head", reset_less=True)
+            after = Signal(self.lookahead, name="after", reset_less=True)
+            following = Signal.like(consume, name="following")   # consume + 1, wrapped
+            m.d.comb += following.eq(_wrap(consume, inner_depth))
+            consume_then = Signal.like(consume, name="consume_then")   # next cycle's consume
+            m.d.comb += consume_then.eq(Mux(do_inner_read, following, consume))
             m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data[plain:]),
-                         w_port.en.eq(do_write), r_port.addr.eq(consume),
-                         self.r_data_next.eq(Mux(do_inner_read, r_port.data, head)),
+                         w_port.en.eq(do_write), r_port.addr.eq(following),
+                         self.r_data_next.eq(Mux(do_inner_read, after, head)),
                          self.r_rdy_next.eq(inner_r_rdy | (self.r_rdy & ~self.r_en)),
                          self.r_data[plain:].eq(head)]
             m.d.sync += head.eq(self.r_data_next)
+            with m.If(do_write & (produce == consume_then)):
+                m.d.sync += after.eq(self.w_data[plain:])
+            with m.Elif(do_inner_read):
+                m.d.sync += after.eq(r_port.data)
         with m.If(do_write):
             m.d.sync += produce.eq(_wrap(produce, inner_depth))
         with m.If(do_inner_read):
@@ -134,4 +147,13 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
             with m.Else():
                 m.d.comb += [Assert(inv) for inv in invariants]
             m.d.comb += Assert(~(do_write & do_inner_read & (produce == consume)))
+            if self.lookahead:
+                # `after` is the oldest word of the inner FIFO whenever it has one
+                oldest = ahead.read_port(domain="comb")
+                m.d.comb += oldest.addr.eq(consume)
+                holds = (inner_level == 0) | (after == oldest.data)
+                with m.If(Initial()):
+                    m.d.comb += Assume(holds)
+                with m.Else():
+                    m.d.comb += Assert(holds)
         return m
