@@ -20,12 +20,12 @@ With ``lookahead=K`` (LUT-RAM only: it needs the memory's asynchronous read) the
 tells what the top ``K`` bits of its head will be in the next cycle, given this cycle's
 ``r_en`` and ``w_en``: ``r_rdy_next`` and ``r_data_next`` are the inputs of the head's own
 registers, and ``r_data_next`` is chosen between two registers (the head and the word after
-it), so no memory read is on its path. A consumer that must decide about the next head a cycle early (the reduction unit's
-judge, which reads the slot table for it) takes them instead of recomputing the FIFO's
-behaviour. Only those bits pay for it: they are stored in a memory of their own, read
-asynchronously into a register whose input is exposed; the rest keep the synchronous read
-port, whose register Yosys maps to flip-flops with a clock enable (read through a shared
-multiplexer, every bit would cost a LUT).
+it), so no memory read is on its path. A consumer that must decide about the next head a
+cycle early (the reduction unit's judge, which reads the slot table for it) takes them instead
+of recomputing the FIFO's behaviour. Only those bits pay for it: they are stored in a memory
+of their own, read asynchronously into the registers whose inputs are exposed; the rest keep
+the synchronous read port, whose register Yosys maps to flip-flops with a clock enable (read
+through a shared multiplexer, every bit would cost a LUT).
 """
 
 from amaranth.asserts import Initial

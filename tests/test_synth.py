@@ -213,9 +213,10 @@ def test_synth_gates_second_opinion():
     """--flow gates: two-input gates and flip-flops counted apart, and a depth by register
     that shows the judge in two steps (docs/hw.md): ``good`` is judged from step A's registers
     (the slot entry ``judge_v_*`` and the header ``judge_head``, whichever is deeper), not
-    from a hold FIFO's head, and step A, not step B, is the judge's deeper half. The deepest path is at least Yosys's ``ltp`` (which removes memories), and shallow:
-    the prefix adders and ABC's delay mapping keep every path under 25 gates (with a ripple
-    carry the counters' 32-bit increments alone would be about 31)."""
+    from a hold FIFO's head, and step A, not step B, is the judge's deeper half. The deepest
+    path is at least Yosys's ``ltp`` (which removes memories), and shallow: the prefix adders
+    and ABC's delay mapping keep every path under 25 gates (with a ripple carry the counters'
+    32-bit increments alone would be about 31)."""
     result = _synth("reduce", "--ports", "2", "--lanes", "1", "--slots", "2", "--chunk-flits",
                     "2", "--jobs", "2", "--dtype", "fp32", "--flow", "gates")
     assert result["flip_flops"] > 500 and sum(result["gates"].values()) > 1000
