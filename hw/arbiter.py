@@ -35,12 +35,12 @@ Priorities, weights and the quantum are inputs, sampled whenever a packet starts
 changed without re-synthesis.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
+from amaranth.hdl import Assert, Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .errors import check_int
-from .packet import MAX_PORTS, flit_layout
+from .packet import LANE_BITS, MAX_PORTS, flit_layout
 from .spec import MIN_PORTS, Policy
 
 __all__ = ["LinkArbiter", "PRIO_BITS", "WEIGHT_BITS", "QUANTUM_BITS", "DEFICIT_BITS"]
@@ -239,6 +239,7 @@ class LinkArbiter(wiring.Component):
         found = Signal()
         new_turn = Signal()
 
+        busy_next = Signal()   # a packet goes on next cycle: the choice is held
         sel_hot = one_hot(m, cur, n, "sel_hot")
         start = Signal()   # a packet's first flit is presented this cycle
         accept = Signal()
@@ -247,8 +248,25 @@ class LinkArbiter(wiring.Component):
             start       .eq(~self.busy & self.o.valid),
             accept      .eq(self.o.valid & self.o.ready),
         ]
-        m.d.comb += self.o.payload.eq(
-            select(m, cur, [port.payload for port in self.i], self.o.payload.shape(), "o_mux"))
+        # The output multiplexer in slices (each data lane, and the header), each selected by
+        # its own copy of `cur`. One register driving every select input of a flit-wide
+        # multiplexer is a net with a fan-out of hundreds of LUTs spread wherever the
+        # requesters' data lies: at 8 x 8 x 64 the placer left it a net across the die, the
+        # switch's critical path (docs/hw.md, "The egress select replicated"). A copy per slice
+        # can sit by its slice. `keep` stops Yosys merging the copies back into one.
+        cur_copies = []
+        for name in self._mux_slices():
+            copy = Signal(range(n), name=f"cur_{name}", attrs={"keep": 1})
+            cur_copies.append(copy)
+            with m.If(~busy_next):
+                m.d.sync += copy.eq(pick)
+            if platform == "formal":   # the copies are `cur` (hw.formal, arbiter property 6)
+                m.d.comb += Assert(copy == cur)
+        slices = []
+        for name, copy in zip(self._mux_slices(), cur_copies):
+            parts = [self._payload_slice(port.payload, name) for port in self.i]
+            slices.append(select(m, copy, parts, len(parts[0]), f"o_mux_{name}"))
+        m.d.comb += self.o.payload.eq(Cat(*slices))   # the slices in the flit's bit order
         # Gate ready like the grant: with no choice (e.g. every requester disabled by weight 0)
         # the default index must not swallow a flit, and a choice whose requester stopped
         # requesting is not granted.
@@ -257,7 +275,6 @@ class LinkArbiter(wiring.Component):
         with m.If(self.busy | self.o.valid):
             m.d.comb += self.grant.eq(sel_hot)
 
-        busy_next = Signal()
         m.d.comb += busy_next.eq(Mux(self.o.valid, ~(self.o.ready & self.o.payload.last),
                                      self.busy))
         m.d.sync += self.busy.eq(busy_next)
@@ -303,6 +320,23 @@ class LinkArbiter(wiring.Component):
         with m.Else():
             m.d.sync += [cur.eq(pick), cur_ok.eq(found), turn.eq(new_turn)]
         return m
+
+    # -- the output multiplexer's slices ------------------------------------------------------
+
+    def _mux_slices(self):
+        """Names of the output multiplexer's slices: each data lane, then the header."""
+        return [f"lane{k}" for k in range(self._lanes)] + ["header"]
+
+    def _slice_bits(self, name):
+        """The bit range of slice ``name`` in a flit (the lanes come first in its layout)."""
+        if name == "header":
+            return self._lanes * LANE_BITS, flit_layout(self._lanes).size
+        k = int(name[len("lane"):])
+        return k * LANE_BITS, (k + 1) * LANE_BITS
+
+    def _payload_slice(self, payload, name):
+        start, stop = self._slice_bits(name)
+        return payload.as_value()[start:stop]
 
     # -- policy-specific choice ----------------------------------------------------------------
 

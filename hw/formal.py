@@ -27,6 +27,9 @@ class ArbiterProperties(Elaboratable):
        (with its inductive strengthening: that count never exceeds the circular distance the
        round-robin pointer has moved past the waiting requester).
     5. Only the granted requester sees ``ready``; a flit moves only when the output accepts it.
+    6. The output carries the granted requester's flit, every bit of it (the multiplexer is
+       built in slices, each selected by its own copy of the choice register, asserted equal
+       to it inside the arbiter).
 
     Parameters
     ----------
@@ -51,7 +54,8 @@ class ArbiterProperties(Elaboratable):
 
         # Every input is free in every cycle (an undriven signal would be its constant init).
         for port in dut.i:
-            m.d.comb += [port.valid.eq(AnySeq(1)), port.payload.last.eq(AnySeq(1))]
+            width = len(port.payload.as_value())
+            m.d.comb += [port.valid.eq(AnySeq(1)), port.payload.as_value().eq(AnySeq(width))]
         m.d.comb += dut.o.ready.eq(AnySeq(1))
         if self.policy == Policy.PRIO:
             m.d.comb += dut.priority.as_value().eq(AnySeq(len(dut.priority.as_value())))
@@ -107,6 +111,10 @@ class ArbiterProperties(Elaboratable):
         # 5. ready only to the granted requester, and only when the output accepts
         m.d.comb += Assert((ready & ~grant) == 0)
         m.d.comb += Assert((ready & valid).any() == accept)
+        # 6. the output is the granted requester's flit
+        for k in range(n):
+            with m.If(dut.o.valid & grant[k]):
+                m.d.comb += Assert(dut.o.payload.as_value() == dut.i[k].payload.as_value())
 
         # 4. round-robin starvation bound
         if self.policy == Policy.RR:
