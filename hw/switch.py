@@ -238,12 +238,26 @@ class Switch(wiring.Component):
                 tail.eq(held), tail.data.eq(head.data), tail.last.eq(1),
                 tail.user.kind.eq(Kind.NULLIFIED),
             ]
-            offer = Mux(cut, tail, head)
+            # What is offered is chosen by registers alone: without the FIFO's `r_rdy` (with
+            # no head nothing is offered, `valid` is low, and the flit is nobody's), the
+            # payload's select is an AND of two flip-flops, not the end of the read side's
+            # flow control (docs/hw.md, "The offer chosen by registers").
+            tail_next = Signal(name=f"ingress{k}_offers_tail")
+            m.d.comb += tail_next.eq(in_pkt & head_breaks)
+            offer = Mux(tail_next, tail, head)
+            # The reduction unit reads a tail's kind and `last` only (a tail never starts a
+            # packet, and only a packet's first flit is judged; its data is the head's
+            # already), so it gets the head's header with those two changed: stage 0's
+            # checks on the job table start from the FIFO's head register.
+            to_unit = Signal(layout, name=f"ingress{k}_to_reduce")
+            m.d.comb += [to_unit.eq(head),
+                         to_unit.last.eq(Mux(tail_next, 1, head.last)),
+                         to_unit.user.kind.eq(Mux(tail_next, Kind.NULLIFIED, head.user.kind))]
 
             # Offer the head flit to its target; it moves when the target accepts.
             moved = Signal(name=f"ingress{k}_moved")
             red_in = red.i[k]
-            m.d.comb += [red_in.payload.eq(offer), red_in.valid.eq(q.r_rdy & cur[_REDUCE])]
+            m.d.comb += [red_in.payload.eq(to_unit), red_in.valid.eq(q.r_rdy & cur[_REDUCE])]
             targets = [red_in.ready & cur[_REDUCE], cur[_DROP]]
             for sel, d in zip(cur[_EGRESS:], (d for d in range(N) if d != k)):
                 # (requester k of egress k carries the reduction results)
