@@ -27,7 +27,7 @@ from .switch import DROP_CAUSES, Switch
 
 __all__ = ["AXIS_SIGNALS", "AxisArbiter", "AxisReduce", "AxisSwitch", "export_arbiter", "export_fpadd",
            "export_reduce", "export_switch",
-           "sidecar", "fix_initial_values"]
+           "sidecar", "fix_initial_values", "keep_registers"]
 
 
 def _axis_members(prefix, lanes, flipped):
@@ -230,6 +230,29 @@ def fix_initial_values(text):
     return _INIT_RE.sub(repl, text)
 
 
+_KEEP_REG_RE = re.compile(r"\(\* keep = 32'd1 \*\)\n\s*reg (?:signed )?(?:\[[^\]]+\] )?"
+                          r"([A-Za-z_][\w$]*);")
+
+
+def keep_registers(text):
+    """Mark the ``always`` block of every register declared ``(* keep *)`` with ``keep`` too.
+
+    A design keeps copies of a register on purpose (the arbiter's replicated select, so each
+    copy can be placed by what it drives). Amaranth puts a signal's ``keep`` on the Verilog
+    ``reg``, which Yosys reads as a wire attribute: the flip-flop it infers from the ``always``
+    block carries none, and ``opt_merge`` merges the copies back into one. On the ``always``
+    block the attribute reaches the flip-flop (and other tools read ``keep`` on the ``reg``).
+    """
+    names = _KEEP_REG_RE.findall(text)   # one per module declaring it
+    for name in sorted(set(names)):
+        text, count = re.subn(rf"^(\s*)(always @\(posedge clk\)\n\s*{re.escape(name)} <= )",
+                              r"\1(* keep *)\n\1\2", text, flags=re.M)
+        if count != names.count(name):
+            raise AssertionError(f"keep register {name}: {names.count(name)} declared, "
+                                 f"{count} always blocks found")
+    return text
+
+
 #: Verilator lint rules waived in exported files, each for a reason in the generator, not the
 #: design. Every other ``-Wall`` rule stays on (and the tests lint every export with it).
 LINT_WAIVERS = {
@@ -273,7 +296,7 @@ def to_verilog(top, name):
     ``PATH`` holds: see :func:`_pinned_yosys`)."""
     with _pinned_yosys():
         text = verilog.convert(top, name=name, emit_src=False)
-    return _waiver_banner() + fix_initial_values(text)
+    return _waiver_banner() + keep_registers(fix_initial_values(text))
 
 
 def _port_rows(top):
