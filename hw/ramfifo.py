@@ -26,6 +26,14 @@ of recomputing the FIFO's behaviour. Only those bits pay for it: they are stored
 of their own, read asynchronously into the registers whose inputs are exposed; the rest keep
 the synchronous read port, whose register Yosys maps to flip-flops with a clock enable (read
 through a shared multiplexer, every bit would cost a LUT).
+
+With ``read_slices=n`` (``lookahead`` 0) the word is stored in ``n`` memories side by side, each
+with its own read port whose enable comes from copies of the FIFO's ``r_rdy`` and "not empty"
+registers kept for that slice. The read enable loads the head register, the width of the word:
+driven by one net, its clock enables were a net of a fan-out of hundreds spread wherever the
+placer put the head's bits, at the end of the consumer's ``ready`` (at 8 × 8 × 64 the switch's
+critical path, docs/hw.md, "The head's read enable replicated"). With the copies the consumer's
+``ready`` reaches ``n`` LUTs, each beside its slice. ``keep`` stops Yosys merging the copies.
 """
 
 from amaranth.asserts import Initial
@@ -48,7 +56,7 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
     "block"``) or LUT-RAM (``"lut"``); ``depth`` ≥ 2. ``lookahead=K`` adds ``r_rdy_next`` and
     ``r_data_next`` (the top ``K`` bits of the next cycle's head; ``storage="lut"`` only)."""
 
-    def __init__(self, *, width, depth, storage="block", lookahead=0):
+    def __init__(self, *, width, depth, storage="block", lookahead=0, read_slices=1):
         if depth < 2:
             raise ValueError(f"RamFIFO depth must be at least 2, not {depth}")
         if storage not in STORAGE_STYLES:
@@ -59,9 +67,16 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                              f"{width}, not {lookahead!r}")
         if lookahead and storage != "lut":
             raise ValueError("RamFIFO lookahead needs storage=\"lut\" (an asynchronous read)")
+        if (not isinstance(read_slices, int) or isinstance(read_slices, bool) or
+                not 1 <= read_slices <= width):
+            raise ValueError(f"RamFIFO read_slices must be a count from 1 to the width "
+                             f"{width}, not {read_slices!r}")
+        if read_slices > 1 and lookahead:
+            raise ValueError("RamFIFO read_slices needs lookahead 0")
         super().__init__(width=width, depth=depth)
         self.storage = storage
         self.lookahead = lookahead
+        self.read_slices = read_slices
         self.level = Signal(range(depth + 1))
         if lookahead:
             self.r_rdy_next = Signal()
@@ -83,14 +98,32 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
         consume = Signal(range(inner_depth))
         attrs = {"ram_style": STORAGE_STYLES[self.storage], "no_rw_check": 1}
         plain = self.width - self.lookahead      # low bits: the synchronous read port
+        copies = []   # (r_rdy, not empty) kept per read slice, when there are several
+        if self.read_slices > 1:
+            # next cycle's values of r_rdy and of inner_level != 0, as the updates below set them
+            r_rdy_next = Mux(do_inner_read, 1, Mux(self.r_en, 0, self.r_rdy))
+            nonempty_next = Mux(do_write, 1, Mux(do_inner_read, inner_level != 1, inner_r_rdy))
+            for j in range(self.read_slices):
+                rdy = Signal(name=f"r_rdy_{j}", attrs={"keep": 1})
+                nonempty = Signal(name=f"nonempty_{j}", attrs={"keep": 1})
+                m.d.sync += [rdy.eq(r_rdy_next), nonempty.eq(nonempty_next)]
+                copies.append((rdy, nonempty))
         if plain:
-            storage = m.submodules.storage = Memory(shape=plain, depth=inner_depth, init=[],
-                                                    attrs=attrs)
-            w_port = storage.write_port()
-            r_port = storage.read_port(domain="sync")
-            m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data[:plain]),
-                         w_port.en.eq(do_write), r_port.addr.eq(consume),
-                         r_port.en.eq(do_inner_read), self.r_data[:plain].eq(r_port.data)]
+            bounds = [plain * j // self.read_slices for j in range(self.read_slices + 1)]
+            for j, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+                name = "storage" if self.read_slices == 1 else f"storage{j}"
+                storage = m.submodules[name] = Memory(shape=hi - lo, depth=inner_depth,
+                                                      init=[], attrs=attrs)
+                w_port = storage.write_port()
+                r_port = storage.read_port(domain="sync")
+                if copies:
+                    rdy, nonempty = copies[j]
+                    read_here = nonempty & (~rdy | self.r_en)   # do_inner_read, from copies
+                else:
+                    read_here = do_inner_read
+                m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data[lo:hi]),
+                             w_port.en.eq(do_write), r_port.addr.eq(consume),
+                             r_port.en.eq(read_here), self.r_data[lo:hi].eq(r_port.data)]
         if self.lookahead:
             # The same read as the synchronous port's, written out, and a word ahead: `after`
             # is a register that holds the inner FIFO's oldest word (the memory at `consume`)
@@ -147,6 +180,12 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
             with m.Else():
                 m.d.comb += [Assert(inv) for inv in invariants]
             m.d.comb += Assert(~(do_write & do_inner_read & (produce == consume)))
+            # each read slice's copies are the registers they copy
+            same = [(rdy == self.r_rdy) & (nonempty == inner_r_rdy) for rdy, nonempty in copies]
+            with m.If(Initial()):
+                m.d.comb += [Assume(eq) for eq in same]
+            with m.Else():
+                m.d.comb += [Assert(eq) for eq in same]
             if self.lookahead:
                 # `after` is the oldest word of the inner FIFO whenever it has one
                 oldest = ahead.read_port(domain="comb")

@@ -669,9 +669,13 @@ class ReductionUnit(wiring.Component):
             "slot": range(max(S, 2)), "seq": SEQ_BITS})
         fifos = []
         for k in range(N):
+            # In LUT-RAM its head is read in L + 1 slices, each loaded by its own copy of the
+            # read enable, so the egress's `ready` reaches a LUT beside each lane's bits
+            # (hw.ramfifo); a block RAM's read enable goes to a few DP16KD pins, sliced or not.
+            storage = self._spec.result_fifo_storage
             m.submodules[f"result_fifo{k}"] = q = RamFIFO(
-                width=result_entry.size, depth=self._fifo_depth,
-                storage=self._spec.result_fifo_storage)
+                width=result_entry.size, depth=self._fifo_depth, storage=storage,
+                read_slices=L + 1 if storage == "lut" else 1)
             fifos.append(q)
         in_flight = st.in_flight
         # occupancy[k] is kept equal to fifos[k].level + in_flight, updated from the events

@@ -177,9 +177,12 @@ class Switch(wiring.Component):
             # what the ingress decided about it on the way in (below): where it would go if
             # it started a packet, and whether it breaks the packet it would continue.
             targets_n = N + 1   # the reduction unit, the drop, egress d for every d != k
-            m.submodules[f"ingress{k}"] = q = RamFIFO(width=layout.size + targets_n + 1,
-                                                      depth=self._ingress_depth,
-                                                      storage=self._spec.ingress_fifo_storage)
+            # (in LUT-RAM read in L + 1 slices, each loaded by its own copy of the read enable,
+            # as the result FIFOs are: the targets' `ready` reaches a LUT beside each lane)
+            storage = self._spec.ingress_fifo_storage
+            m.submodules[f"ingress{k}"] = q = RamFIFO(
+                width=layout.size + targets_n + 1, depth=self._ingress_depth, storage=storage,
+                read_slices=L + 1 if storage == "lut" else 1)
             m.d.comb += [q.w_en.eq(self.i[k].valid), self.i[k].ready.eq(q.w_rdy)]
             head = Signal(layout, name=f"ingress{k}_head")
             head_fresh = Signal(targets_n, name=f"ingress{k}_head_fresh")

@@ -203,8 +203,10 @@ def test_export_switch_cli(tmp_path):
     assert status == 0, stderr
     assert json.loads(stdout)["module"].startswith("innet_switch_p2")
     # the sidecar names where the ingress FIFOs go (16 deep: 15 words, one LUT-RAM column),
-    # and the Verilog says so for both: two ingress, two result and 2 × 2 hold memories,
-    # and the slot table's claimed entries
+    # and the Verilog says so for both: two ingress and two result FIFOs of two memories
+    # each (read in lanes + 1 slices, hw.ramfifo), 2 × 2 hold memories, and the slot table's
+    # claimed entries
     meta = json.loads((tmp_path / "s.json").read_text())
     assert meta["parameters"]["ingress_fifo_storage"] == "lut"
-    assert (tmp_path / "s.v").read_text().count('ram_style = "distributed"') == 2 + 2 + 2 * 2 + 1
+    assert (tmp_path / "s.v").read_text().count('ram_style = "distributed"') == (
+        2 * 2 + 2 * 2 + 2 * 2 + 1)

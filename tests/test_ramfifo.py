@@ -17,18 +17,20 @@ from hw.spec import SwitchSpec
 from hw.switch import Switch
 
 
-@pytest.mark.parametrize("depth, lookahead", [(2, 0), (3, 0), (5, 0), (16, 0), (27, 0),
-                                             (2, 5), (3, 12), (17, 5)])
-def test_matches_sync_fifo_buffered(depth, lookahead):
+@pytest.mark.parametrize("depth, lookahead, slices", [
+    (2, 0, 1), (3, 0, 1), (5, 0, 1), (16, 0, 1), (27, 0, 1), (2, 5, 1), (3, 12, 1), (17, 5, 1),
+    (2, 0, 3), (5, 0, 5), (9, 0, 12)])
+def test_matches_sync_fifo_buffered(depth, lookahead, slices):
     """Both FIFOs see the same random writes and reads (some into a full or out of an empty
     FIFO); every output — level, w_rdy, r_rdy, r_data when r_rdy — agrees every cycle. (The
     storage choice is only an attribute for Yosys, checked below; the logic is the same.) With
     ``lookahead`` bits, ``r_rdy_next`` and ``r_data_next`` of each cycle are the reference's
     ``r_rdy`` and the top bits of its ``r_data`` in the next (12: the whole word; 5: a part,
-    the rest through the synchronous port)."""
+    the rest through the synchronous port). With ``slices`` read slices each slice's read
+    enable comes from its own copies of the FIFO's registers: the word read is the same."""
     m = Module()
     m.submodules.dut = dut = RamFIFO(width=12, depth=depth, storage="lut" if lookahead
-                                     else "block", lookahead=lookahead)
+                                     else "block", lookahead=lookahead, read_slices=slices)
     m.submodules.ref = ref = fifo.SyncFIFOBuffered(width=12, depth=depth)
     rng = random.Random(depth)
 
@@ -71,6 +73,14 @@ def test_storage_carries_the_yosys_attributes(storage, style):
         RamFIFO(width=8, depth=4, storage="block", lookahead=3)
     with pytest.raises(ValueError, match="from 0 to the width 8"):
         RamFIFO(width=8, depth=4, storage="lut", lookahead=9)
+    for slices in (0, 9, 2.0, True):
+        with pytest.raises(ValueError, match="read_slices must be a count from 1 to the width 8"):
+            RamFIFO(width=8, depth=4, read_slices=slices)
+    with pytest.raises(ValueError, match="read_slices needs lookahead 0"):
+        RamFIFO(width=8, depth=4, storage="lut", lookahead=3, read_slices=2)
+    q = RamFIFO(width=8, depth=4, storage=storage, read_slices=3)
+    text = rtlil.convert(q, ports=[q.w_data, q.w_en, q.r_en, q.r_data])
+    assert text.count(f'attribute \\ram_style "{style}"') == 3
 
 
 def _memory_styles(text, instance):
@@ -98,7 +108,8 @@ def test_result_fifos_take_lut_ram_while_one_column_holds_them(ports, dtype, dep
     unit = ReductionUnit(spec)
     text = rtlil.convert(unit, ports=[unit.o[0].payload.as_value(), unit.o[0].valid])
     result = _memory_styles(text, ".result_fifo")
-    assert result == [[style]] * spec.ports
+    slices = spec.lanes + 1 if style == "distributed" else 1   # a memory per read slice
+    assert result == [[style] * slices] * spec.ports
     # the hold FIFOs are LUT-RAM whatever the result FIFOs are: the judge's lookahead part
     # needs an asynchronous read
     hold = _memory_styles(text, ".hold")
@@ -115,4 +126,5 @@ def test_switch_ingress_fifos_follow_the_one_column_rule(depth, style):
     assert spec.ingress_fifo_storage == ("lut" if style == "distributed" else "block")
     switch = Switch(spec)
     text = rtlil.convert(switch, ports=[switch.o[0].payload.as_value(), switch.o[0].valid])
-    assert _memory_styles(text, ".ingress") == [[style]] * spec.ports
+    slices = spec.lanes + 1 if style == "distributed" else 1
+    assert _memory_styles(text, ".ingress") == [[style] * slices] * spec.ports
