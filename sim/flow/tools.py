@@ -64,6 +64,14 @@ def tool_env(base=None, shims=True):
         fix = "CFG_CXXFLAGS_PCH_I=-include"
         if fix not in env.get("MAKEFLAGS", ""):
             env["MAKEFLAGS"] = f"{env.get('MAKEFLAGS', '')} {fix}".strip()
+        # Every Verilator build compiles the same runtime (verilated.cpp, verilated_vpi.cpp,
+        # cocotb's main: most of a small design's build). Verilator's makefile runs the
+        # compiler through $OBJCACHE; with ccache installed, those objects are compiled once.
+        # INNET_CCACHE=0 turns it off; an OBJCACHE of the user's own is left alone.
+        if "OBJCACHE" not in env and env.get("INNET_CCACHE", "1") != "0":
+            ccache = shutil.which("ccache", path=env.get("PATH"))
+            if ccache:
+                env["OBJCACHE"] = ccache
     env["PATH"] = os.pathsep.join(paths + [env.get("PATH", "")])
     return env
 
