@@ -25,6 +25,7 @@ def test_arbiter(sim, policy, ports, lanes, build_dir):
     verilog, meta = export_arbiter(ports, lanes, policy)
     env = {"INNET_PORTS": ports, "INNET_LANES": lanes, "INNET_POLICY": policy,
            "INNET_SEED": 11 * ports + lanes}
+    # A quick (-O0) build: the bench runs a few thousand cycles.
     cases = run_cocotb(verilog, meta["module"], "sim.cosim.tb_arbiter", sim=sim,
-                       build_dir=build_dir, env=env)
+                       build_dir=build_dir, env=env, optimize=False)
     assert {c["name"].split("/")[0] for c in cases} >= {"test_delivery", "test_saturation"}

@@ -448,7 +448,8 @@ def _cmd_bench_cosim(args):
                           progress=None if args.json else
                           (lambda text: print(text, file=sys.stderr)))
     r = payload
-    lines = [f"co-simulation ({args.sim}, {r['switch']}):",
+    build = "" if r["optimized_build"] else ", quick -O0 builds"
+    lines = [f"co-simulation ({args.sim}, {r['switch']}{build}):",
              f"  replay at full load: {r['cosim_cycles_per_s']:.0f} cycles/s; bare cocotb clock "
              f"{r['bare_cycles_per_s']:.0f} cycles/s; ratio {r['cosim_ratio']:.2f} "
              f"(target >= 0.5); the Verilog packet player moves the flits",
@@ -562,7 +563,8 @@ def register(sub, parser_class, positive):
 def register_bench(bench_sub, parser_class):
     b = bench_sub.add_parser("cosim", help="co-simulation speed, model vs RTL, innet run time")
     b.add_argument("--sim", choices=["verilator", "icarus"], default="verilator")
-    b.add_argument("--quick", action="store_true", help="smaller runs (for tests)")
+    b.add_argument("--quick", action="store_true",
+                   help="smaller runs on quick (-O0) builds: agreement, not speed (for tests)")
     b.add_argument("--skip-run", action="store_true", help="do not time innet run")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=_cmd_bench_cosim)

@@ -186,15 +186,17 @@ class _PositionWatcher:
                              f"--flit-scale {scale} would take about a minute")
 
 
-def bare_clock_rate(config, sim="verilator", cycles=200_000, build_dir=None, player=False):
+def bare_clock_rate(config, sim="verilator", cycles=200_000, build_dir=None, player=False,
+                    optimize=True):
     """Cycles per second of the same switch (inside the packet player if ``player``) under
     cocotb with only the clock running and one Python wake-up per cycle (the bare cocotb
-    clock-toggle rate ``innet bench cosim`` compares against)."""
-    with switch_build(config.switch, sim, build_dir, player=player) as (
+    clock-toggle rate ``innet bench cosim`` compares against). ``optimize`` as
+    :func:`replay_rtl`'s: compare builds of one kind."""
+    with switch_build(config.switch, sim, build_dir, optimize, player) as (
             verilog, module, build_dir, scratch):
         out = scratch / "bare.txt"
         run_cocotb(verilog, module, "sim.cosim.tb_replay", sim=sim, build_dir=build_dir,
                    env={"INNET_BARE_CYCLES": cycles, "INNET_BARE_RESULT": out},
-                   testcase="bare_clock", log_file=build_dir / "bare.log")
+                   testcase="bare_clock", log_file=build_dir / "bare.log", optimize=optimize)
         n, wall = out.read_text().split()
     return int(n) / float(wall)
