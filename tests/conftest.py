@@ -88,3 +88,14 @@ def build_dir(request, tmp_path):
         path.mkdir(parents=True, exist_ok=True)
         return path
     return tmp_path
+
+
+@pytest.fixture
+def replay_build_dir(request):
+    """Where a switch replay (:func:`sim.cosim.replay.replay_rtl`) builds: ``None``, the shared
+    build cache (:func:`sim.cosim.build.switch_build`, keyed by the Verilog, the toolchain and
+    the optimisation, locked while in use), so a switch several tests replay is built once; with
+    ``WAVES=1``, the test's own :func:`build_dir`, where its waveform is easy to find."""
+    if os.environ.get("WAVES", "0") not in ("", "0"):
+        return request.getfixturevalue("build_dir")
+    return None

@@ -41,7 +41,7 @@ def contrib(rid, gpu, nbytes, t=0, piece=0):
     # In this order the 8-port switch falls to Verilator: Icarus took 205 s to simulate it.
     (8, "drr", 3, {"quantum_flits": 6}), (4, "rr", 1, {}), (4, "prio", 2, {}),
     (4, "wrr", 4, {"mem_weight": 2, "result_weight": 5})]))
-def test_model_matches_rtl(sim, ports, policy, seed, arbitration, build_dir):
+def test_model_matches_rtl(sim, ports, policy, seed, arbitration, replay_build_dir):
     """Mixed memory writes, reads, dependency chains and in-switch reductions under contention:
     every delivery cycle of the model equals the RTL's, and every packet and result is exact;
     the replay's weights and quantum (``arbitration``) reach the RTL's pins and the model."""
@@ -50,7 +50,7 @@ def test_model_matches_rtl(sim, ports, policy, seed, arbitration, build_dir):
                                  span_ns=30_000)
     plan = build_plan(meta, records, ReplayConfig(ports=ports, policy=policy, **arbitration,
                                                   **SMALL))
-    rtl = replay_rtl(plan, sim, build_dir=build_dir, seed=seed, **QUICK)
+    rtl = replay_rtl(plan, sim, build_dir=replay_build_dir, seed=seed, **QUICK)
     model = replay_model(plan)
     assert rtl.mismatches == 0
     assert not any(rtl.errors.values())
@@ -68,7 +68,7 @@ def test_model_matches_rtl(sim, ports, policy, seed, arbitration, build_dir):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sim", one_simulator("icarus"))
-def test_model_matches_rtl_with_one_flit_chunks(sim, build_dir):
+def test_model_matches_rtl_with_one_flit_chunks(sim, replay_build_dir):
     """One-flit chunks and two slots: the engine rests a cycle after each chunk (its two-step
     pick skips one slot only; SwitchSpec.engine_restart_cycles) and both model cores follow
     the RTL delivery for delivery."""
@@ -77,7 +77,7 @@ def test_model_matches_rtl_with_one_flit_chunks(sim, build_dir):
     plan = build_plan(meta, records, ReplayConfig(ports=4, policy="rr",
                                                   **dict(SMALL, slots=2, chunk_flits=1)))
     assert plan.config.switch.engine_restart_cycles == 2
-    rtl = replay_rtl(plan, sim, build_dir=build_dir, seed=3, **QUICK)
+    rtl = replay_rtl(plan, sim, build_dir=replay_build_dir, seed=3, **QUICK)
     assert_cores_follow_rtl(plan, rtl, 1000)
 
 
@@ -92,8 +92,8 @@ def assert_cores_follow_rtl(plan, rtl, deliveries):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sim", one_simulator("icarus"))
-def test_equal_priorities_are_round_robin(sim, build_dir):
+@pytest.mark.parametrize("sim", one_simulator("verilator"))   # the 4-port prio build again
+def test_equal_priorities_are_round_robin(sim, replay_build_dir):
     """`innet run` replays round-robin windows on the prio build with equal priorities
     (sim.experiment.point.rtl_config): on a contended trace that RTL delivers exactly as the rr
     model, while the same build with memory traffic first does not."""
@@ -107,24 +107,24 @@ def test_equal_priorities_are_round_robin(sim, build_dir):
     shared = rtl_config(rr, ("rr", "prio"))
     assert shared.policy == "prio" and shared.mem_priority == shared.result_priority
     model = replay_model(build_plan(meta, records, rr))
-    rtl = replay_rtl(build_plan(meta, records, shared), sim, build_dir=build_dir, **QUICK)
+    rtl = replay_rtl(build_plan(meta, records, shared), sim, build_dir=replay_build_dir, **QUICK)
     agreement = compare(rtl, model)
     assert rtl.mismatches == 0 and agreement["missing"] == 0
     assert agreement["exact"] == agreement["deliveries"] > 1000, agreement
     unequal = replay_rtl(build_plan(meta, records, replace(shared, mem_priority=1)), sim,
-                         build_dir=build_dir, **QUICK)
+                         build_dir=replay_build_dir, **QUICK)
     assert compare(unequal, model)["exact"] < agreement["deliveries"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sim", one_simulator("verilator"))
-def test_switch_under_backpressure(sim, build_dir):
+def test_switch_under_backpressure(sim, replay_build_dir):
     """Random backpressure on every egress (30 %): every memory packet intact and every
     reduction exact (the scoreboard fails the cocotb test otherwise), nothing dropped."""
     require_simulator(sim)
     meta, records = stress_trace(gpus=4, seed=11, messages=30, span_ns=20_000)
     plan = build_plan(meta, records, ReplayConfig(ports=4, policy="wrr", **SMALL))
-    rtl = replay_rtl(plan, sim, build_dir=build_dir, seed=5, stall=0.3, **QUICK)
+    rtl = replay_rtl(plan, sim, build_dir=replay_build_dir, seed=5, stall=0.3, **QUICK)
     assert rtl.mismatches == 0 and not any(rtl.errors.values())
     summary = rtl.summary()
     assert summary["results_delivered"] == plan.chunks * 4
@@ -136,7 +136,7 @@ def test_switch_under_backpressure(sim, build_dir):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sim", one_simulator("icarus"))
-def test_model_matches_rtl_on_tree_dependencies(sim, build_dir):
+def test_model_matches_rtl_on_tree_dependencies(sim, replay_build_dir):
     """A tree all-reduce, whose parents wait for both children (several dependencies per
     message): both model cores follow the RTL delivery for delivery."""
     from sim.replay.allreduce import allreduce_trace
@@ -145,21 +145,20 @@ def test_model_matches_rtl_on_tree_dependencies(sim, build_dir):
     meta, records = allreduce_trace("tree", 4, 4096, 256)
     plan = build_plan(meta, records, ReplayConfig(ports=4, policy="rr", **SMALL))
     assert any(len(m.deps) == 2 for m in plan.messages)
-    rtl = replay_rtl(plan, sim, build_dir=build_dir, seed=5, **QUICK)
+    rtl = replay_rtl(plan, sim, build_dir=replay_build_dir, seed=5, **QUICK)
     assert_cores_follow_rtl(plan, rtl, 100)
 
 
 @pytest.mark.slow
-def test_player_matches_per_cycle_driver(tmp_path):
+def test_player_matches_per_cycle_driver():
     """The Verilog packet player and the per-cycle Python driver are two independent drivers
     of the same closed loop: on the same plan every injection and delivery cycle agrees, and
     both scoreboards pass."""
     require_simulator("verilator")
     meta, records = stress_trace(gpus=4, seed=4, messages=20, span_ns=20_000)
     plan = build_plan(meta, records, ReplayConfig(ports=4, policy="prio", **SMALL))
-    played = replay_rtl(plan, "verilator", build_dir=tmp_path / "player", optimize=False)
-    driven = replay_rtl(plan, "verilator", build_dir=tmp_path / "python", optimize=False,
-                        player=False)
+    played = replay_rtl(plan, "verilator", **QUICK)
+    driven = replay_rtl(plan, "verilator", player=False, **QUICK)
     assert played.mismatches == 0 and driven.mismatches == 0
     agreement = compare(driven, played)
     assert agreement["missing"] == 0 and agreement["deliveries"] > 500
@@ -170,14 +169,14 @@ def test_player_matches_per_cycle_driver(tmp_path):
 
 
 @pytest.mark.slow
-def test_player_sleeps_through_a_long_gap(tmp_path):
+def test_player_sleeps_through_a_long_gap():
     """A message issued longer after the last one than the watchdog (100,000 cycles): the
     player must wake for it (it once waited forever) and deliver it when the model does."""
     require_simulator("verilator")
     cfg = ReplayConfig(ports=2, **SMALL)
     later = int(150_000 * cfg.cycle_ns)
     plan = build_plan({"gpus": 2}, [write(0, 0, 1, 64), write(1, 1, 0, 64, t=later)], cfg)
-    rtl = replay_rtl(plan, "verilator", build_dir=tmp_path, optimize=False)
+    rtl = replay_rtl(plan, "verilator", **QUICK)
     model = replay_model(plan)
     assert rtl.mismatches == 0 and rtl.cycles > 150_000
     assert compare(rtl, model)["exact"] == 2
