@@ -173,7 +173,7 @@ def test_player_sleeps_through_a_long_gap():
     """A message issued longer after the last one than the watchdog (100,000 cycles): the
     player must wake for it (it once waited forever) and deliver it when the model does."""
     require_simulator("verilator")
-    cfg = ReplayConfig(ports=2, **SMALL)
+    cfg = ReplayConfig(ports=4, policy="prio", **SMALL)   # the 4-port prio build again
     later = int(150_000 * cfg.cycle_ns)
     plan = build_plan({"gpus": 2}, [write(0, 0, 1, 64), write(1, 1, 0, 64, t=later)], cfg)
     rtl = replay_rtl(plan, "verilator", **QUICK)
