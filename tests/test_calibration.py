@@ -2,8 +2,8 @@
 misses listed here with their reason (a change that moves a row in or out fails).
 
 The table takes about 20 s to compute (the scaling rows simulate 34 iterations), so it is
-computed once, by the first test that needs it, not at collection (where every pytest-xdist
-worker would pay for it before running anything); the module's tests share one worker."""
+computed by the first test that needs it in each pytest-xdist worker, not at collection (where
+every worker paid for it before running anything)."""
 
 import functools
 
@@ -13,9 +13,6 @@ from sim.gpu.calibration import calibration_markdown
 from sim.gpu.collective_figures import KNOWN_MISSES as COLLECTIVE_MISSES
 from sim.gpu.multinode_figures import KNOWN_MISSES as MULTINODE_MISSES
 from sim.gpu.validation import finish, overlap_sweep, row, validation_rows
-
-pytestmark = pytest.mark.xdist_group("calibration_table")
-
 
 @functools.cache
 def table():

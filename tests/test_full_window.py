@@ -15,10 +15,6 @@ from sim.gpu.in_switch import KERNEL_LATENCY_S, switch_timing
 from sim.gpu.iteration import IterationConfig
 from sim.gpu.presets import gpu_preset
 
-# Module-scoped fixtures are computed once per worker: this module's tests share one
-# (--dist loadgroup), so its windows are computed once.
-pytestmark = pytest.mark.xdist_group("full_window")
-
 #: Two GPUs, a 2-lane switch (8 B flits) with 4 slots of 4-flit (32 B) chunks, 16-flit
 #: (128 B) packets, no pipeline-stage traffic: the window holds the bucket's gradients only.
 TINY_SWITCH = """

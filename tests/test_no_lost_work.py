@@ -29,10 +29,6 @@ from sim.experiment.config import load_config, points
 
 from .conftest import TINY
 
-# Module-scoped fixtures are computed once per worker: this module's tests share one
-# (--dist loadgroup), so the real points and the uninterrupted reference are computed once.
-pytestmark = pytest.mark.xdist_group("no_lost_work")
-
 ROOT = Path(__file__).resolve().parent.parent
 
 N_POINTS = len(points(load_config(TINY)))

@@ -18,10 +18,6 @@ from sim.experiment.tables import COLUMNS, TERMINAL_COLUMNS, summary_table
 from sim.gpu.workloads import build_workload
 from sim.replay.config import ReplayConfig
 
-# Module-scoped fixtures are computed once per worker: this module's tests share one
-# (--dist loadgroup), so the three runs the reports are read from are computed once.
-pytestmark = pytest.mark.xdist_group("report")
-
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Heavy pipeline-stage traffic, two bucket sizes and two policies: link delay and, at some

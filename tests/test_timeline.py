@@ -9,10 +9,6 @@ from sim.experiment.config import load_config
 from sim.experiment.point import run_point
 from sim.experiment.timeline import COMM_TID, COMPUTE_TID, SWITCH_BINS, chrome_trace
 
-# Module-scoped fixtures are computed once per worker: this module's tests share one
-# (--dist loadgroup), so its point and trace are computed once.
-pytestmark = pytest.mark.xdist_group("timeline")
-
 
 @pytest.fixture(scope="module")
 def point():
