@@ -14,6 +14,7 @@ from sim.gpu.collective_figures import KNOWN_MISSES as COLLECTIVE_MISSES
 from sim.gpu.multinode_figures import KNOWN_MISSES as MULTINODE_MISSES
 from sim.gpu.validation import finish, overlap_sweep, row, validation_rows
 
+
 @functools.cache
 def table():
     """quantity → finished row, for every provider's rows."""
