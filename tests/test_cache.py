@@ -53,9 +53,12 @@ def test_the_builders_use_the_shared_locations(cache, monkeypatch):
     monkeypatch.setattr(build, "_exported_switch", lambda spec: ("module m; endmodule",
                                                                  {"module": "m"}))
     monkeypatch.setattr(build, "toolchain_fingerprint", lambda sim: "fixed")
+    monkeypatch.delenv("WAVES", raising=False)
     with build.switch_build("spec", "verilator", optimize=False) as (_, module, where, _s):
         assert module == "m" and where.parent == cache_dir("rtl")
         assert where.name.startswith("verilator-m-") and where.name.endswith("-O0")
+    with build.switch_build("spec", "verilator", optimize=False, waves=True) as (_, _, w, _s):
+        assert w.name == where.name + "-waves"   # a waveform build never stands in for one
 
     if shutil.which("cc") is None:
         pytest.skip("no C compiler for the C core")

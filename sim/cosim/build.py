@@ -4,6 +4,7 @@ per switch, Verilog and toolchain in the user cache, one cocotb run at a time pe
 import fcntl
 import functools
 import hashlib
+import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,12 +49,13 @@ def toolchain_fingerprint(sim):
 
 
 @contextmanager
-def switch_build(spec, sim, build_dir=None, optimize=True, player=False):
+def switch_build(spec, sim, build_dir=None, optimize=True, player=False, waves=False):
     """Export the switch :class:`hw.spec.SwitchSpec` ``spec`` — inside the Verilog packet
     player if ``player`` — and hold its build
-    directory (default: the user cache, keyed by the Verilog and the build's optimisation)
-    for one cocotb run: runs in parallel processes take turns. Yields ``(verilog, module,
-    build_dir, scratch_dir)``."""
+    directory (default: the user cache, keyed by the Verilog, the build's optimisation and
+    whether it writes a waveform, ``waves`` or ``WAVES=1``: the simulator does not rebuild
+    for either when the Verilog is unchanged) for one cocotb run: runs in parallel processes
+    take turns. Yields ``(verilog, module, build_dir, scratch_dir)``."""
     if player:
         verilog, module = _exported_player(spec)
     else:
@@ -62,6 +64,8 @@ def switch_build(spec, sim, build_dir=None, optimize=True, player=False):
     if build_dir is None:
         key = hashlib.sha256((verilog + toolchain_fingerprint(sim)).encode()).hexdigest()[:16]
         flavour = "" if optimize or sim != "verilator" else "-O0"
+        if waves or os.environ.get("WAVES", "0") not in ("", "0"):
+            flavour += "-waves"
         build_dir = cache_dir("rtl") / f"{sim}-{module}-{key}{flavour}"
     build_dir = Path(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)

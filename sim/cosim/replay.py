@@ -62,7 +62,7 @@ def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall
     logger every :data:`REPORT_EVERY_S` seconds, with a warning and a coarser flit scale to try
     when the replay looks like taking more than :data:`LONG_REPLAY_S`."""
     began = time.perf_counter()
-    with switch_build(plan.config.switch, sim, build_dir, optimize, player) as (
+    with switch_build(plan.config.switch, sim, build_dir, optimize, player, waves) as (
             verilog, module, build_dir, scratch):
         plan_file, result_file = scratch / "plan.pkl", scratch / "result.pkl"
         log = scratch / "player.log"
