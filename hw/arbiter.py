@@ -170,6 +170,11 @@ class LinkArbiter(wiring.Component):
         Only with ``wrr``: per-requester packets per turn; 0 disables the requester.
     quantum : In(QUANTUM_BITS)
         Only with ``drr``: flits added to a requester's deficit per turn.
+    last : In(ports)
+        Only with ``last_input=True``: each requester's ``last``, which the arbiter's control
+        then reads instead of the payload's (the payload's ``last`` is only carried). A switch
+        gives it from registers beside the arbiter while the payload crosses the die
+        (:class:`hw.switch.Switch`).
 
     Attributes
     ----------
@@ -179,6 +184,11 @@ class LinkArbiter(wiring.Component):
         A choice is held: mid-packet, or a presented flit not yet accepted.
     pointer : Signal(range(ports))
         The requester that started the last packet; round-robin searches start after it.
+    select_next : Signal(ports)
+        One-hot, the requester whose flit the output will offer next cycle (the registered
+        choice's next value; zero if none). A requester that keeps a copy of its bit knows
+        from a register of its own whether the arbiter reads it, so its ``ready`` need not
+        come from the arbiter.
 
     Raises
     ------
@@ -186,7 +196,7 @@ class LinkArbiter(wiring.Component):
         On a parameter out of range (a ``TypeError`` too on one of the wrong type).
     """
 
-    def __init__(self, ports, lanes, policy="rr"):
+    def __init__(self, ports, lanes, policy="rr", *, last_input=False):
         check_int("Port count", ports, MIN_PORTS, MAX_PORTS, parameter="ports")
         policy = Policy.parse(policy)
         layout = flit_layout(lanes)
@@ -202,11 +212,14 @@ class LinkArbiter(wiring.Component):
             members["weight"] = In(data.ArrayLayout(WEIGHT_BITS, ports))
         if policy == Policy.DRR:
             members["quantum"] = In(QUANTUM_BITS)
+        if last_input:
+            members["last"] = In(ports)
         super().__init__(members)
 
         self.grant = Signal(ports)
         self.busy = Signal()
         self.pointer = Signal(range(ports))
+        self.select_next = Signal(ports)
 
     @property
     def ports(self):
@@ -275,8 +288,11 @@ class LinkArbiter(wiring.Component):
         with m.If(self.busy | self.o.valid):
             m.d.comb += self.grant.eq(sel_hot)
 
-        m.d.comb += busy_next.eq(Mux(self.o.valid, ~(self.o.ready & self.o.payload.last),
-                                     self.busy))
+        if "last" in self.signature.members:   # from the requesters' own `last` registers
+            o_last = (self.last & sel_hot).any()
+        else:
+            o_last = self.o.payload.last
+        m.d.comb += busy_next.eq(Mux(self.o.valid, ~(self.o.ready & o_last), self.busy))
         m.d.sync += self.busy.eq(busy_next)
         with m.If(start):
             m.d.sync += ptr.eq(cur)
@@ -315,6 +331,8 @@ class LinkArbiter(wiring.Component):
                          new_turn.eq(Mux(start, ts, tk))]
 
         # Next cycle's requester: the held one while a packet continues, else the choice.
+        m.d.comb += self.select_next.eq(Mux(busy_next, sel_hot,
+                                            Mux(found, one_hot(m, pick, n, "pick_hot"), 0)))
         with m.If(busy_next):
             m.d.sync += cur_ok.eq(1)
         with m.Else():

@@ -16,10 +16,10 @@ Yosys:
   one or the other), so the read-during-write bypass Yosys would add is dead logic. Under
   ``platform="formal"`` that is asserted, beside the pointer invariants.
 
-With ``lookahead=K`` (LUT-RAM only: it needs the memory's asynchronous read) the FIFO also
-tells what the top ``K`` bits of its head will be in the next cycle, given this cycle's
-``r_en`` and ``w_en``: ``r_rdy_next`` and ``r_data_next`` are the inputs of the head's own
-registers, and ``r_data_next`` is chosen between two registers (the head and the word after
+With ``lookahead=K`` the FIFO also tells what the top ``K`` bits of its head will be in the
+next cycle, given this cycle's ``r_en`` and ``w_en`` (those bits sit in LUT-RAM whatever the
+storage of the rest: they need an asynchronous read): ``r_rdy_next`` and ``r_data_next`` are
+the inputs of the head's own registers, and ``r_data_next`` is chosen between two registers (the head and the word after
 it), so no memory read is on its path. A consumer that must decide about the next head a
 cycle early (the reduction unit's judge, which reads the slot table for it) takes them instead
 of recomputing the FIFO's behaviour. Only those bits pay for it: they are stored in a memory
@@ -27,13 +27,17 @@ of their own, read asynchronously into the registers whose inputs are exposed; t
 the synchronous read port, whose register Yosys maps to flip-flops with a clock enable (read
 through a shared multiplexer, every bit would cost a LUT).
 
-With ``read_slices=n`` (``lookahead`` 0) the word is stored in ``n`` memories side by side, each
-with its own read port whose enable comes from copies of the FIFO's ``r_rdy`` and "not empty"
-registers kept for that slice. The read enable loads the head register, the width of the word:
+With ``read_slices=n`` the word (the part below the lookahead bits) is stored in ``n`` memories
+side by side, each with its own read port whose enable comes from copies of the FIFO's
+``r_rdy`` and "not empty" registers kept for that slice. The read enable loads the head register, the width of the word:
 driven by one net, its clock enables were a net of a fan-out of hundreds spread wherever the
 placer put the head's bits, at the end of the consumer's ``ready`` (at 8 × 8 × 64 the switch's
 critical path, docs/hw.md, "The head's read enable replicated"). With the copies the consumer's
 ``ready`` reaches ``n`` LUTs, each beside its slice. ``keep`` stops Yosys merging the copies.
+
+Every FIFO tells ``r_rdy_next``, whether it will have a head next cycle given this cycle's
+``r_en`` (from its own registers: no memory read): the switch sends it a cycle ahead to the
+egress arbiters, which then see each requester's ``valid`` from a register of their own.
 """
 
 from amaranth.asserts import Initial
@@ -53,8 +57,8 @@ def _wrap(value, modulo):
 
 class RamFIFO(Elaboratable, fifo.FIFOInterface):
     """``SyncFIFOBuffered(width=…, depth=…)`` with its storage in block RAM (``storage =
-    "block"``) or LUT-RAM (``"lut"``); ``depth`` ≥ 2. ``lookahead=K`` adds ``r_rdy_next`` and
-    ``r_data_next`` (the top ``K`` bits of the next cycle's head; ``storage="lut"`` only)."""
+    "block"``) or LUT-RAM (``"lut"``); ``depth`` ≥ 2. ``r_rdy_next`` is next cycle's ``r_rdy``;
+    ``lookahead=K`` adds ``r_data_next`` (the top ``K`` bits of the next cycle's head)."""
 
     def __init__(self, *, width, depth, storage="block", lookahead=0, read_slices=1):
         if depth < 2:
@@ -65,21 +69,20 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
         if not isinstance(lookahead, int) or not 0 <= lookahead <= width:
             raise ValueError(f"RamFIFO lookahead must be a bit count from 0 to the width "
                              f"{width}, not {lookahead!r}")
-        if lookahead and storage != "lut":
-            raise ValueError("RamFIFO lookahead needs storage=\"lut\" (an asynchronous read)")
         if (not isinstance(read_slices, int) or isinstance(read_slices, bool) or
                 not 1 <= read_slices <= width):
             raise ValueError(f"RamFIFO read_slices must be a count from 1 to the width "
                              f"{width}, not {read_slices!r}")
-        if read_slices > 1 and lookahead:
-            raise ValueError("RamFIFO read_slices needs lookahead 0")
+        if read_slices > max(1, width - lookahead):
+            raise ValueError(f"RamFIFO read_slices must be at most the {width - lookahead} bits "
+                             f"below the lookahead, not {read_slices!r}")
         super().__init__(width=width, depth=depth)
         self.storage = storage
         self.lookahead = lookahead
         self.read_slices = read_slices
         self.level = Signal(range(depth + 1))
+        self.r_rdy_next = Signal()
         if lookahead:
-            self.r_rdy_next = Signal()
             self.r_data_next = Signal(lookahead)
 
     def elaborate(self, platform):
@@ -98,15 +101,16 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
         consume = Signal(range(inner_depth))
         attrs = {"ram_style": STORAGE_STYLES[self.storage], "no_rw_check": 1}
         plain = self.width - self.lookahead      # low bits: the synchronous read port
+        # next cycle's r_rdy, as the update below sets it
+        m.d.comb += self.r_rdy_next.eq(inner_r_rdy | (self.r_rdy & ~self.r_en))
         copies = []   # (r_rdy, not empty) kept per read slice, when there are several
         if self.read_slices > 1:
-            # next cycle's values of r_rdy and of inner_level != 0, as the updates below set them
-            r_rdy_next = Mux(do_inner_read, 1, Mux(self.r_en, 0, self.r_rdy))
+            # next cycle's inner_level != 0, as the updates below set it
             nonempty_next = Mux(do_write, 1, Mux(do_inner_read, inner_level != 1, inner_r_rdy))
             for j in range(self.read_slices):
                 rdy = Signal(name=f"r_rdy_{j}", attrs={"keep": 1})
                 nonempty = Signal(name=f"nonempty_{j}", attrs={"keep": 1})
-                m.d.sync += [rdy.eq(r_rdy_next), nonempty.eq(nonempty_next)]
+                m.d.sync += [rdy.eq(self.r_rdy_next), nonempty.eq(nonempty_next)]
                 copies.append((rdy, nonempty))
         if plain:
             bounds = [plain * j // self.read_slices for j in range(self.read_slices + 1)]
@@ -131,8 +135,10 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
             # no memory read or pointer on its path. `after` is loaded from an asynchronous
             # read one word further on (at `consume + 1`) when the inner FIFO is read, or from
             # the written word when that word becomes the oldest.
+            # (LUT-RAM whatever the storage of the rest: the read is asynchronous)
             ahead = m.submodules.ahead = Memory(shape=self.lookahead, depth=inner_depth,
-                                                init=[], attrs=attrs)
+                                                init=[], attrs={**attrs,
+                                                                "ram_style": "distributed"})
             w_port = ahead.write_port()
             r_port = ahead.read_port(domain="comb")
             head = Signal(self.lookahead, name="head", reset_less=True)
@@ -144,7 +150,6 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
             m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data[plain:]),
                          w_port.en.eq(do_write), r_port.addr.eq(following),
                          self.r_data_next.eq(Mux(do_inner_read, after, head)),
-                         self.r_rdy_next.eq(inner_r_rdy | (self.r_rdy & ~self.r_en)),
                          self.r_data[plain:].eq(head)]
             m.d.sync += head.eq(self.r_data_next)
             with m.If(do_write & (produce == consume_then)):

@@ -188,6 +188,13 @@ class ReductionUnit(wiring.Component):
         Sticky per-job flag: an int32 saturating sum was clamped.
     reductions : Out(32)
         Completed chunks (wrapping).
+
+    Attributes
+    ----------
+    result_valid_next, result_last_next : Signal(ports)
+        Per result stream ``o[k]``: its ``valid``, and its ``last`` when valid, in the next
+        cycle, given this cycle's ``ready`` (from the result FIFO's registers). The switch
+        loads them into registers beside each egress arbiter.
     """
 
     def __init__(self, spec):
@@ -210,6 +217,8 @@ class ReductionUnit(wiring.Component):
             "reductions": Out(32),
         })
         self.state = self._state_signals()
+        self.result_valid_next = Signal(ports)
+        self.result_last_next = Signal(ports)
 
     def _hold_layout(self):
         """A hold FIFO's word: the flit and what stage 0 worked out for it (the checks that
@@ -664,9 +673,11 @@ class ReductionUnit(wiring.Component):
         # Credits: results in flight must fit in every member's FIFO. A result FIFO holds only
         # what varies between results (the source, kind and destination are constants of the
         # egress) and sits in LUT-RAM or block RAM by its depth (SwitchSpec.result_fifo_storage).
+        # `last` is the word's top bit, which the FIFO tells a cycle ahead (lookahead): the
+        # egress arbiter reads it, with the FIFO's next `r_rdy`, from registers beside it.
         result_entry = data.StructLayout({
-            "data": lane_shape, "last": 1, "dtype": DType, "job": range(max(J, 2)),
-            "slot": range(max(S, 2)), "seq": SEQ_BITS})
+            "data": lane_shape, "dtype": DType, "job": range(max(J, 2)),
+            "slot": range(max(S, 2)), "seq": SEQ_BITS, "last": 1})
         fifos = []
         for k in range(N):
             # In LUT-RAM its head is read in L + 1 slices, each loaded by its own copy of the
@@ -675,8 +686,10 @@ class ReductionUnit(wiring.Component):
             storage = self._spec.result_fifo_storage
             m.submodules[f"result_fifo{k}"] = q = RamFIFO(
                 width=result_entry.size, depth=self._fifo_depth, storage=storage,
-                read_slices=L + 1 if storage == "lut" else 1)
+                read_slices=L + 1 if storage == "lut" else 1, lookahead=1)
             fifos.append(q)
+            m.d.comb += [self.result_valid_next[k].eq(q.r_rdy_next),
+                         self.result_last_next[k].eq(q.r_data_next)]
         in_flight = st.in_flight
         # occupancy[k] is kept equal to fifos[k].level + in_flight, updated from the events
         # that change either, so the issue decision compares a register with a constant

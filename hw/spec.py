@@ -68,8 +68,8 @@ RESULT_FIFO_LATENCY = 2
 #: at cycle t leaves the arbiter at t + 1 at the earliest. (A requester whose last flit leaves
 #: at t counts as requesting at t, so its next packet can follow at t + 1.)
 EGRESS_PICK_LATENCY = 1
-#: Cycles from an egress arbiter's output to the switch's port: the egress register slice
-#: (:class:`hw.regslice.RegisterSlice`).
+#: Cycles from an egress arbiter's output to the switch's port: the egress stage
+#: (:class:`hw.regslice.CreditSlice`, two flits, its room known a cycle ahead).
 EGRESS_OUTPUT_LATENCY = 1
 
 
@@ -303,7 +303,7 @@ class SwitchSpec:
     @property
     def egress_output_latency(self):
         """Cycles from an egress arbiter's output to the switch's output port (the egress
-        register slice)."""
+        stage)."""
         return EGRESS_OUTPUT_LATENCY
 
     @property

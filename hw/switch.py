@@ -22,10 +22,18 @@ memory traffic from ingress k, and requester d — the place of d's own ingress,
 sends to d — is the reduction unit's results for d. N requesters, a power of two for the usual
 port counts, keep each egress's output multiplexer to the FPGA's wide-mux cells (a ninth input
 cost nearly five times the LUTs at 8 lanes; docs/hw.md). Each arbiter's output passes a
-register slice (:class:`hw.regslice.RegisterSlice`), so the egress ports are driven from
+two-flit stage (:class:`hw.regslice.CreditSlice`), so the egress ports are driven from
 flip-flops (``SwitchSpec.egress_output_latency``). The arbitration policy is chosen at
 elaboration; priorities / weights are set per traffic class at run time (``cfg_mem_*``,
 ``cfg_result_*``).
+
+The crossbar's links are registered both ways: an arbiter reads each requester's ``valid``
+and ``last`` from registers beside it, loaded a cycle ahead from what the requester's FIFO
+will hold, and a requester moves its head by copies of its own of the arbiter's choice and of
+the egress stage's room, loaded a cycle ahead too. No path runs from an ingress through an
+arbiter and back. With every egress ready the switch is cycle for cycle what it was with
+combinational links; when a GPU stalls, its egress stage takes one more flit than a
+combinational ``ready`` would have let through.
 
 Why results and memory traffic cannot deadlock each other: the reduction unit never
 back-pressures its inputs (a contribution is written into its own bank or dropped), so
@@ -44,7 +52,7 @@ from .arbiter import PRIO_BITS, QUANTUM_BITS, WEIGHT_BITS, LinkArbiter, below
 from .packet import Kind, flit_layout
 from .ramfifo import RamFIFO
 from .reduce import ReductionUnit, config_signature, count_events
-from .regslice import RegisterSlice
+from .regslice import CreditSlice
 from .spec import Policy
 
 __all__ = ["Switch", "DROP_CAUSES"]
@@ -139,9 +147,20 @@ class Switch(wiring.Component):
         m.d.comb += [self.reduce_errors.eq(red.errors), self.overflow.eq(red.overflow),
                      self.reductions.eq(red.reductions)]
 
-        arbiters = []
+        # The crossbar's links carry registers in both directions (docs/hw.md, "The crossbar's
+        # links registered"). Each egress arbiter reads its requesters' `valid` and `last`
+        # from registers beside it (`req_valid`, `req_last`), which each requester loads a
+        # cycle ahead from what its own FIFO will hold next cycle; each requester decides
+        # whether its head moves from copies of its own (`granted`): the arbiter's choice for
+        # it and the egress stage's room, both loaded a cycle ahead too. So no path goes from
+        # an ingress through an arbiter and back, and with every egress ready the switch runs
+        # cycle for cycle as with combinational links.
+        arbiters, outs = [], []
+        req_valid = [Signal(N, name=f"egress{d}_req_valid") for d in range(N)]
+        req_last = [Signal(N, name=f"egress{d}_req_last", attrs={"keep": 1})
+                    for d in range(N)]
         for d in range(N):
-            m.submodules[f"egress{d}"] = arb = LinkArbiter(N, L, self._policy)
+            m.submodules[f"egress{d}"] = arb = LinkArbiter(N, L, self._policy, last_input=True)
             arbiters.append(arb)
             for k in range(N):
                 is_result = k == d
@@ -151,15 +170,16 @@ class Switch(wiring.Component):
                 if self._policy == Policy.WRR:
                     m.d.comb += arb.weight[k].eq(self.cfg_result_weight if is_result
                                                  else self.cfg_mem_weight)
+                m.d.comb += [arb.i[k].valid.eq(req_valid[d][k]), arb.last[k].eq(req_last[d][k])]
             if self._policy == Policy.DRR:
                 m.d.comb += arb.quantum.eq(self.cfg_quantum)
-            wiring.connect(m, red.o[d], arb.i[d])
-            # The egress port is driven from flip-flops (the multiplexer's output registered).
-            # Two fields need no multiplexer: every flit egress d carries is addressed to d
-            # (memory traffic is routed by dst, results are d's), and a NULLIFIED tail's data
-            # is zeroed here rather than at its ingress, as the registers' synchronous reset
-            # (the ingress offers the truncating flit's data unchanged).
-            m.submodules[f"egress{d}_out"] = out = RegisterSlice(layout)
+            # The egress port is driven from flip-flops: a two-flit stage whose room is known
+            # a cycle ahead. Two fields need no multiplexer: every flit egress d carries is
+            # addressed to d (memory traffic is routed by dst, results are d's), and a
+            # NULLIFIED tail's data is zeroed here rather than at its ingress, as the
+            # registers' synchronous reset (the ingress offers the truncating flit's data).
+            m.submodules[f"egress{d}_out"] = out = CreditSlice(layout)
+            outs.append(out)
             flit = arb.o.payload
             fields = {"dst": Const(d, len(flit.dst)),
                       "data": Mux(flit.user.kind == Kind.NULLIFIED, 0, flit.data)}
@@ -170,24 +190,45 @@ class Switch(wiring.Component):
                                               for name, _ in layout))]
             wiring.connect(m, out.o, wiring.flipped(self.o[d]))
 
+        def granted(source, k, d):
+            """Whether egress d takes requester k's flit this cycle, if it offers one: copies
+            kept at the requester (``source`` names it) of the arbiter's choice and of the
+            egress stage's room, each loaded a cycle ahead."""
+            chosen = Signal(name=f"{source}_chosen_by{d}", attrs={"keep": 1})
+            room = Signal(init=1, name=f"{source}_room_at{d}", attrs={"keep": 1})
+            m.d.sync += [chosen.eq(arbiters[d].select_next[k]), room.eq(outs[d].room_next)]
+            return chosen & room
+
+        # Requester d of egress d: the reduction unit's results for d.
+        for d in range(N):
+            res = red.o[d]
+            m.d.comb += [arbiters[d].i[d].payload.eq(res.payload),
+                         res.ready.eq(granted(f"result{d}", d, d))]
+            m.d.sync += [req_valid[d][d].eq(red.result_valid_next[d]),
+                         req_last[d][d].eq(red.result_last_next[d])]
+
         drop_hits = [[] for _ in DROP_CAUSES]
         for k in range(N):
             # SyncFIFOBuffered's behaviour, without its read-during-write bypass (a write
             # never meets the read of the same word: hw.ramfifo). Each word is a flit and
             # what the ingress decided about it on the way in (below): where it would go if
-            # it started a packet, and whether it breaks the packet it would continue.
+            # it started a packet, and whether it breaks the packet it would continue. Those
+            # and the flit's `last` are the word's top bits, which the FIFO tells a cycle
+            # ahead (lookahead): the egresses' request registers are loaded from them.
             targets_n = N + 1   # the reduction unit, the drop, egress d for every d != k
+            ahead_bits = 1 + targets_n + 1
             # (in LUT-RAM read in L + 1 slices, each loaded by its own copy of the read enable,
-            # as the result FIFOs are: the targets' `ready` reaches a LUT beside each lane)
+            # as the result FIFOs are: the `ready` reaches a LUT beside each lane)
             storage = self._spec.ingress_fifo_storage
             m.submodules[f"ingress{k}"] = q = RamFIFO(
-                width=layout.size + targets_n + 1, depth=self._ingress_depth, storage=storage,
-                read_slices=L + 1 if storage == "lut" else 1)
+                width=layout.size + ahead_bits, depth=self._ingress_depth, storage=storage,
+                read_slices=L + 1 if storage == "lut" else 1, lookahead=ahead_bits)
             m.d.comb += [q.w_en.eq(self.i[k].valid), self.i[k].ready.eq(q.w_rdy)]
             head = Signal(layout, name=f"ingress{k}_head")
+            head_last = Signal(name=f"ingress{k}_head_last")   # (the flit's `last` again)
             head_fresh = Signal(targets_n, name=f"ingress{k}_head_fresh")
             head_breaks = Signal(name=f"ingress{k}_head_breaks")
-            m.d.comb += Cat(head, head_fresh, head_breaks).eq(q.r_data)
+            m.d.comb += Cat(head, head_last, head_fresh, head_breaks).eq(q.r_data)
 
             # A packet's target is chosen from its first flit's kind and destination. That
             # choice is made for every flit when it is written, as a one-hot word stored with
@@ -215,7 +256,7 @@ class Switch(wiring.Component):
             w_header = Signal(len(header_in), name=f"ingress{k}_w_header")
             breaks = Signal(name=f"ingress{k}_breaks")
             m.d.comb += [breaks.eq(w_in_pkt & (header_in != w_header)),
-                         q.w_data.eq(Cat(flit_in, fresh_in, breaks))]
+                         q.w_data.eq(Cat(flit_in, flit_in.last, fresh_in, breaks))]
             with m.If(q.w_en & q.w_rdy):
                 m.d.sync += w_in_pkt.eq(~flit_in.last)
                 with m.If(~w_in_pkt | breaks):
@@ -236,17 +277,16 @@ class Switch(wiring.Component):
             held = Signal(layout, name=f"ingress{k}_held")
             cut = Signal(name=f"ingress{k}_cut")
             tail = Signal(layout, name=f"ingress{k}_tail")
+            # What is offered is chosen by a register, `in_pkt & head_breaks` as it will be
+            # this cycle, loaded the cycle before (docs/hw.md, "The offer chosen by
+            # registers"): the payload's select is a flip-flop, not the end of the read
+            # side's flow control. (With no head nothing is offered: `valid` is low.)
+            tail_next = Signal(name=f"ingress{k}_offers_tail")
             m.d.comb += [
-                cut.eq(in_pkt & q.r_rdy & head_breaks),
+                cut.eq(q.r_rdy & tail_next),
                 tail.eq(held), tail.data.eq(head.data), tail.last.eq(1),
                 tail.user.kind.eq(Kind.NULLIFIED),
             ]
-            # What is offered is chosen by registers alone: without the FIFO's `r_rdy` (with
-            # no head nothing is offered, `valid` is low, and the flit is nobody's), the
-            # payload's select is an AND of two flip-flops, not the end of the read side's
-            # flow control (docs/hw.md, "The offer chosen by registers").
-            tail_next = Signal(name=f"ingress{k}_offers_tail")
-            m.d.comb += tail_next.eq(in_pkt & head_breaks)
             offer = Mux(tail_next, tail, head)
             # The reduction unit reads a tail's kind and `last` only (a tail never starts a
             # packet, and only a packet's first flit is judged; its data is the head's
@@ -257,23 +297,38 @@ class Switch(wiring.Component):
                          to_unit.last.eq(Mux(tail_next, 1, head.last)),
                          to_unit.user.kind.eq(Mux(tail_next, Kind.NULLIFIED, head.user.kind))]
 
-            # Offer the head flit to its target; it moves when the target accepts.
+            # Offer the head flit to its target; it moves when the target takes it.
             moved = Signal(name=f"ingress{k}_moved")
             red_in = red.i[k]
             m.d.comb += [red_in.payload.eq(to_unit), red_in.valid.eq(q.r_rdy & cur[_REDUCE])]
             targets = [red_in.ready & cur[_REDUCE], cur[_DROP]]
-            for sel, d in zip(cur[_EGRESS:], (d for d in range(N) if d != k)):
+            egresses = [d for d in range(N) if d != k]
+            for sel, d in zip(cur[_EGRESS:], egresses):
                 # (requester k of egress k carries the reduction results)
-                port = arbiters[d].i[k]
-                m.d.comb += [port.payload.eq(offer), port.valid.eq(q.r_rdy & sel)]
-                targets.append(port.ready & sel)
+                m.d.comb += arbiters[d].i[k].payload.eq(offer)
+                targets.append(granted(f"ingress{k}", k, d) & sel)
             m.d.comb += [moved.eq(q.r_rdy & Cat(*targets).any()), q.r_en.eq(moved & ~cut)]
-            with m.If(moved & cut):
-                m.d.sync += in_pkt.eq(0)      # the tail ended it; the head starts anew
-            with m.Elif(moved):
-                m.d.sync += in_pkt.eq(~head.last)
-                with m.If(~in_pkt):
-                    m.d.sync += [route.eq(head_fresh), held.eq(head)]
+            in_pkt_next = Signal(name=f"ingress{k}_in_packet_next")
+            route_next = Signal(targets_n, name=f"ingress{k}_route_next")
+            m.d.comb += [in_pkt_next.eq(Mux(moved, ~cut & ~head.last, in_pkt)),
+                         route_next.eq(Mux(moved & ~cut & ~in_pkt, head_fresh, route))]
+            m.d.sync += [in_pkt.eq(in_pkt_next), route.eq(route_next)]
+            with m.If(moved & ~cut & ~in_pkt):
+                m.d.sync += held.eq(head)
+
+            # What the egresses will see next cycle: the FIFO's next head (its top bits, a
+            # cycle ahead), and the packet state after this cycle's move.
+            last_ahead = Signal(name=f"ingress{k}_head_last_next")
+            fresh_ahead = Signal(targets_n, name=f"ingress{k}_head_fresh_next")
+            breaks_ahead = Signal(name=f"ingress{k}_head_breaks_next")
+            m.d.comb += Cat(last_ahead, fresh_ahead, breaks_ahead).eq(q.r_data_next)
+            cur_next = Mux(in_pkt_next, route_next, fresh_ahead)
+            tail_ahead = in_pkt_next & breaks_ahead
+            m.d.sync += tail_next.eq(tail_ahead)
+            for sel, d in zip(cur_next[_EGRESS:], egresses):
+                m.d.sync += [req_valid[d][k].eq(q.r_rdy_next & sel),
+                             req_last[d][k].eq(tail_ahead | last_ahead)]
+
             first_drop = moved & ~in_pkt & head_fresh[_DROP]
             drop_hits[0].append(first_drop & ~is_mem & (kind != Kind.CONFIG) &
                                 (kind != Kind.REDUCE_CONTRIB))

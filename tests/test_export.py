@@ -174,9 +174,10 @@ def test_export_reduce_cli(tmp_path):
     # Verilog tells Yosys for each of the four
     assert meta["parameters"]["result_fifo_storage"] == "block"
     assert out.read_text().count('ram_style = "block"') == 4
-    # ... and LUT-RAM only for the hold FIFOs, two memories each (the part the judge reads a
-    # cycle ahead, and the flit's data), and for the slot table's claimed entries
-    assert out.read_text().count('ram_style = "distributed"') == 2 * 4 + 1
+    # ... and LUT-RAM for the hold FIFOs, two memories each (the part the judge reads a cycle
+    # ahead, and the flit's data), for each result FIFO's `last`, which the egress reads a
+    # cycle ahead, and for the slot table's claimed entries
+    assert out.read_text().count('ram_style = "distributed"') == 2 * 4 + 4 + 1
     status, _, stderr = run_cli("export", "reduce", "--ports", "4", "--slots", "0", "-o",
                                 str(tmp_path / "x.v"))
     assert status == 2 and "--slots must be at least 1" in stderr
@@ -203,10 +204,10 @@ def test_export_switch_cli(tmp_path):
     assert status == 0, stderr
     assert json.loads(stdout)["module"].startswith("innet_switch_p2")
     # the sidecar names where the ingress FIFOs go (16 deep: 15 words, one LUT-RAM column),
-    # and the Verilog says so for both: two ingress and two result FIFOs of two memories
-    # each (read in lanes + 1 slices, hw.ramfifo), 2 × 2 hold memories, and the slot table's
-    # claimed entries
+    # and the Verilog says so for both: two ingress and two result FIFOs of three memories
+    # each (read in lanes + 1 slices, and the top bits the egresses read a cycle ahead:
+    # hw.ramfifo), 2 × 2 hold memories, and the slot table's claimed entries
     meta = json.loads((tmp_path / "s.json").read_text())
     assert meta["parameters"]["ingress_fifo_storage"] == "lut"
     assert (tmp_path / "s.v").read_text().count('ram_style = "distributed"') == (
-        2 * 2 + 2 * 2 + 2 * 2 + 1)
+        2 * 3 + 2 * 3 + 2 * 2 + 1)

@@ -240,11 +240,19 @@ def _compare(ctx, new, ref, ports):
     return None
 
 
+#: How the egresses accept flits: each at a random rate of its own, or every one always.
+EGRESS_MODES = ("random", "ready")
+
+
 def lockstep(this_hw, ref_hw, *, cycles, seed, ports, lanes, slots, chunk_flits, jobs,
-             policy="rr"):
+             policy="rr", egress="random"):
     """Run this tree's switch and the reference's side by side for ``cycles`` cycles of
-    random traffic (seeded). Returns a dict: ``agree``, the first ``mismatch`` (cycle, signal,
-    both values) if any, and what the traffic exercised."""
+    random traffic (seeded); ``egress`` is one of :data:`EGRESS_MODES` (``"ready"``: every
+    egress takes a flit every cycle, as the GPUs of a replay do). Returns a dict: ``agree``,
+    the first ``mismatch`` (cycle, signal, both values) if any, and what the traffic
+    exercised."""
+    if egress not in EGRESS_MODES:
+        raise ValueError(f"egress must be one of {', '.join(EGRESS_MODES)}, not {egress!r}")
     params = {"ports": ports, "lanes": lanes, "slots": slots, "chunk_flits": chunk_flits,
               "jobs": jobs, "dtypes": ("int32",), "policy": policy}
     new = this_hw.switch.Switch(this_hw.spec.SwitchSpec(**params))
@@ -260,6 +268,8 @@ def lockstep(this_hw, ref_hw, *, cycles, seed, ports, lanes, slots, chunk_flits,
     m.submodules.reference = ref
     rng = random.Random(seed)
     traffic = _Traffic(rng, ports, lanes, slots, chunk_flits, jobs)
+    if egress == "ready":
+        traffic.egress_rate = [1.0] * ports
     out = {"agree": True, "mismatch": None, "cycles": 0, "flits_in": 0, "flits_out": 0}
     pending = [None] * ports
     knobs = {"cfg_mem_priority": 1, "cfg_result_priority": 2, "cfg_mem_weight": 2,
@@ -322,17 +332,19 @@ def lockstep(this_hw, ref_hw, *, cycles, seed, ports, lanes, slots, chunk_flits,
 
 
 def bench_equiv(against, *, cycles=2000, seeds=3, seed=1, ports=4, lanes=2, slots=8,
-                chunk_flits=4, jobs=4, policy="rr", repo=REPO_ROOT, progress=None):
+                chunk_flits=4, jobs=4, policy="rr", egress="random", repo=REPO_ROOT,
+                progress=None):
     """``innet bench equiv``: :func:`lockstep` for ``seeds`` seeds from ``seed``; stops at the
     first seed that disagrees. Returns the report dict (``agree`` over all runs)."""
     ref_hw, label = load_reference(against, repo=repo)
     report = {"against": str(against), "reference": label, "ports": ports, "lanes": lanes,
               "slots": slots, "chunk_flits": chunk_flits, "jobs": jobs, "policy": str(policy),
-              "cycles_per_seed": cycles, "runs": [], "agree": True}
+              "egress": egress, "cycles_per_seed": cycles, "runs": [], "agree": True}
     began = time.perf_counter()
     for s in range(seed, seed + seeds):
         run = lockstep(hw_this(), ref_hw, cycles=cycles, seed=s, ports=ports, lanes=lanes,
-                       slots=slots, chunk_flits=chunk_flits, jobs=jobs, policy=policy)
+                       slots=slots, chunk_flits=chunk_flits, jobs=jobs, policy=policy,
+                       egress=egress)
         run["seed"] = s
         report["runs"].append(run)
         if progress:

@@ -101,14 +101,15 @@ def _cmd_bench_equiv(args):
         r = bench_equiv(args.against, cycles=args.cycles, seeds=args.seeds, seed=args.seed,
                         ports=args.ports, lanes=args.lanes, slots=args.slots,
                         chunk_flits=args.chunk_flits, jobs=args.jobs, policy=args.policy,
-                        progress=_say(args))
+                        egress=args.egress, progress=_say(args))
     except ReferenceUnusable as exc:
         raise UsageError(str(exc)) from None
     runs = r["runs"]
     lines = [f"equiv: this tree's switch against {r['reference']} ({r['against']}): "
              f"{'AGREE' if r['agree'] else 'DIFFER'}",
              f"  {r['ports']} ports x {r['lanes']} lanes, {r['slots']} slots, "
-             f"{r['chunk_flits']}-flit chunks, {r['jobs']} job entries, {r['policy']}; "
+             f"{r['chunk_flits']}-flit chunks, {r['jobs']} job entries, {r['policy']}, "
+             f"egresses {'always ready' if r['egress'] == 'ready' else 'at random rates'}; "
              f"{len(runs)} seed(s) x {r['cycles_per_seed']:,} cycles in {r['wall_s']:.1f} s"]
     for run in runs:
         t = run["traffic"]
@@ -178,6 +179,9 @@ def register_bench(bench_sub, parser_class, positive, entry):
     eq.add_argument("--jobs", type=positive("--jobs", 2, MAX_JOBS), default=4,
                     help="job-table entries (at least 2: two tenants; default 4)")
     eq.add_argument("--policy", choices=Policy.names(), default="rr")
+    eq.add_argument("--egress", choices=["random", "ready"], default="random",
+                    help="egresses that take flits at a random rate each (default), or every "
+                         "cycle (as a replay's GPUs do)")
     eq.add_argument("--json", action="store_true")
     eq.set_defaults(func=_cmd_bench_equiv)
 

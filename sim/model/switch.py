@@ -14,7 +14,7 @@ traces (``tests/test_cosim.py``, ``innet bench cosim``):
   The arbiter registers its choice: it presents at t the choice made at t −
   ``egress_pick_latency`` among the requesters valid then (the one whose last flit left then
   counting as valid), and each flit leaves the switch ``egress_output_latency`` cycles after
-  it leaves the arbiter (the egress register slice).
+  it leaves the arbiter (the egress stage).
 * **Reduction unit**: a contribution at its ingress FIFO's head is taken at one flit per cycle
   once the unit's hold FIFO for the port has room for a whole chunk (:meth:`_SwitchRun.
   hold_bound`); its header is judged when it heads the hold FIFO, in the port's turn of the
@@ -450,7 +450,7 @@ class _SwitchRun:
         self.out_flits[d] += rp.flits
         self.result_q[d].popleft()
         self.result_last_read[d] = last
-        out = last + self.out_lag   # the egress register slice
+        out = last + self.out_lag   # the egress stage
         self.results[(d, rp.seq)] = out
         for k in self.loop.result(d, rp.seq, out):
             self.try_source(k, self.loop.credit_cycle(out))
@@ -582,7 +582,7 @@ class _SwitchRun:
         self.egress_last[d] = last
         self.out_flits[d] += pk.flits
         self.in_flits[sel] += pk.flits
-        out = last + self.out_lag   # the egress register slice
+        out = last + self.out_lag   # the egress stage
         self.deliver[pk.pid] = out
         for w in self.loop.delivered(pk.pid, out):
             self.wake(w)
