@@ -7,7 +7,8 @@ inputs to what the stream rules allow and whose ``Assert`` statements are the pr
 
 from amaranth.asserts import AnySeq
 from amaranth.back import rtlil
-from amaranth.hdl import Assert, Assume, Cat, Elaboratable, Module, Mux, ResetSignal, Signal
+from amaranth.hdl import (Assert, Assume, Cat, Cover, Elaboratable, Module, Mux, ResetSignal,
+                          Signal)
 
 from .arbiter import LinkArbiter
 from .reduce import PICK_GROUP, ReductionUnit
@@ -170,20 +171,21 @@ class ReductionProperties(Elaboratable):
     ``spec`` is the unit's :class:`hw.spec.SwitchSpec`; the default is the size proved in CI
     (3 ports, 1 lane, 2 slots, 2-flit chunks, 2 jobs, int32).
 
-    Non-vacuity: with ``claim_unreachable=True`` the harness also asserts that no slot is
-    ever freed; that must fail (a complete reduction is reachable), so properties 1–3 are not
-    true merely because nothing happens. With ``overlap_unreachable=True`` it asserts that no
-    bank is written in a cycle the engine reads; that must fail too, so property 5 compares
-    addresses of writes and reads that do meet. Either way the harness asserts only that
-    claim, under the same assumptions, so a bounded check finds the witness quickly.
+    Non-vacuity: with ``reachability=True`` the harness states, under the same assumptions
+    and in place of the properties, two cover goals for SymbiYosys's ``cover`` mode, which
+    must both be reached: a slot freed (a complete reduction), so properties 1–3 are not true
+    merely because nothing happens; and a bank written in a cycle the engine reads, so
+    property 5 compares addresses of writes and reads that do meet (:data:`REACHABLE`).
     """
 
-    def __init__(self, spec=None, *, claim_unreachable=False, overlap_unreachable=False):
+    #: The cover goals of ``reachability=True``, in the order SymbiYosys numbers them.
+    REACHABLE = ("a slot freed", "a bank written while the engine reads")
+
+    def __init__(self, spec=None, *, reachability=False):
         spec = spec or SwitchSpec(ports=3, lanes=1, slots=2, chunk_flits=2, jobs=2,
                                   dtypes=("int32",))
         self.dut = ReductionUnit(spec)
-        self.claim_unreachable = claim_unreachable
-        self.overlap_unreachable = overlap_unreachable
+        self.reachability = reachability
 
     def elaborate(self, platform):
         m = Module()
@@ -201,14 +203,11 @@ class ReductionProperties(Elaboratable):
             sig = getattr(dut.cfg, name)
             value = sig.as_value() if hasattr(sig, "as_value") else sig
             m.d.comb += value.eq(AnySeq(len(value)))
-        if self.claim_unreachable:
-            m.d.comb += Assert(st.slot_free == 0)
-        if self.overlap_unreachable:
-            m.d.comb += Assert(~(st.bank_write.any() & st.bank_read))
-        if self.claim_unreachable or self.overlap_unreachable:
-            # A reachability question: the assumptions above and one claim. The properties
-            # below would only make every bounded step's query larger (they are proved on
-            # their own), not change which states are reachable.
+        if self.reachability:
+            # A reachability question: the assumptions above and the cover goals. The
+            # properties below would only make every bounded step's query larger (they are
+            # proved on their own), not change which states are reachable.
+            m.d.comb += [Cover(st.slot_free.any()), Cover(st.bank_write.any() & st.bank_read)]
             return m
 
         started = Signal()

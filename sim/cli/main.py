@@ -502,9 +502,13 @@ def _cmd_formal_reduce(args):
                             chunk_flits=args.chunk_flits, jobs=args.jobs, depth=args.depth,
                             mode=args.mode)
     ok = r["status"] == "PASS"
-    kind = "k-induction" if args.mode == "prove" else "bounded model check"
+    kind = {"prove": "k-induction", "bmc": "bounded model check",
+            "cover": "cover goals (a slot freed; a bank written while the engine reads)"}
     text = (f"reduce ports={r['ports']} slots={r['slots']} chunk={r['chunk_flits']} "
-            f"jobs={r['jobs']} {kind} depth {r['depth']}: {r['status']} ({r['seconds']} s)")
+            f"jobs={r['jobs']} {kind[args.mode]} depth {r['depth']}: {r['status']} "
+            f"({r['seconds']} s)")
+    if args.mode == "cover" and r["reached_steps"]:
+        text += f"; reached at steps {', '.join(map(str, r['reached_steps']))}"
     if not ok and not args.json:
         text += "\n" + r["log"]
     if ok:
@@ -623,11 +627,13 @@ def build_parser():
     fred.add_argument("--slots", type=_SLOTS, default=2)
     fred.add_argument("--chunk-flits", type=_positive("--chunk-flits"), default=2)
     fred.add_argument("--jobs", type=_positive("--jobs"), default=2)
-    fred.add_argument("--mode", choices=["bmc", "prove"], default="prove",
+    fred.add_argument("--mode", choices=["bmc", "prove", "cover"], default="prove",
                       help="prove: k-induction, every reachable state (default); bmc: every "
-                           "trace of --depth cycles from reset")
+                           "trace of --depth cycles from reset; cover: the goals that show the "
+                           "properties are not vacuous, each reached within --depth cycles")
     fred.add_argument("--depth", type=_positive("--depth"), default=None,
-                      help="induction depth (prove; default 2) or cycles (bmc; default 12)")
+                      help="induction depth (prove; default 2) or cycles (bmc, cover; "
+                           "default 12)")
     fred.add_argument("--json", action="store_true")
     fred.set_defaults(func=_cmd_formal_reduce)
 

@@ -65,13 +65,17 @@ def prove_arbiter(ports, policy, workdir, *, depth=12, mode="prove", starvation_
 
 
 def prove_reduction(workdir, *, ports=3, lanes=1, slots=2, chunk_flits=2, jobs=2, depth=12,
-                    mode="prove", claim_unreachable=False, overlap_unreachable=False):
-    """Prove :class:`hw.formal.ReductionProperties` for one reduction-unit size."""
+                    mode="prove"):
+    """Prove :class:`hw.formal.ReductionProperties` for one reduction-unit size; with
+    ``mode="cover"``, reach its cover goals instead (:attr:`ReductionProperties.REACHABLE`;
+    status ``PASS`` when every one is reached, ``reached_steps`` the steps they were)."""
     spec = SwitchSpec(ports=ports, lanes=lanes, slots=slots, chunk_flits=chunk_flits, jobs=jobs,
                       dtypes=("int32",))
-    harness = ReductionProperties(spec, claim_unreachable=claim_unreachable,
-                                  overlap_unreachable=overlap_unreachable)
+    harness = ReductionProperties(spec, reachability=mode == "cover")
     result = run_sby(harness_rtlil(harness), workdir, mode=mode, depth=depth)
+    if mode == "cover":   # the step each goal was first reached at, in the order reached
+        result["reached_steps"] = [int(step) for step in re.findall(
+            r"summary:\s+reached cover statement \S+ at \S+ step (\d+)", result["log"])]
     result.update({"block": "reduce", "ports": ports, "lanes": lanes, "slots": slots,
                    "chunk_flits": chunk_flits, "jobs": jobs})
     return result
