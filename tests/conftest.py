@@ -99,3 +99,23 @@ def replay_build_dir(request):
     if os.environ.get("WAVES", "0") not in ("", "0"):
         return request.getfixturevalue("build_dir")
     return None
+
+
+def once_per_session(tmp_path_factory, name, make):
+    """``make(directory)``'s result (JSON data), computed once per test session however many
+    xdist workers ask for it: the first runs it, in a directory every worker shares, under a
+    file lock; the others wait for it and read what it returned. (A module-scoped fixture is
+    computed once per worker that runs any of its tests.)"""
+    import fcntl
+    import json
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    directory = root / f"once-{name}"
+    result = directory / "result.json"
+    with open(root / f"once-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not result.exists():
+            directory.mkdir(exist_ok=True)
+            result.write_text(json.dumps(make(directory)))
+    return json.loads(result.read_text())

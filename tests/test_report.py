@@ -18,6 +18,8 @@ from sim.experiment.tables import COLUMNS, TERMINAL_COLUMNS, summary_table
 from sim.gpu.workloads import build_workload
 from sim.replay.config import ReplayConfig
 
+from .conftest import once_per_session
+
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Heavy pipeline-stage traffic, two bucket sizes and two policies: link delay and, at some
@@ -51,33 +53,38 @@ ALGO = {"ring": "ring", "tree": "tree", "inswitch": "in-switch reduction"}
 KEY = ("workload", "bucket_mb", "algo")
 
 
-def _run(tmp, args):
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main(["run", *args, "-o", str(tmp / "out"), "--name", "r", "--quiet"]) == 0
-    run = tmp / "out" / "r"
-    payload = json.loads((run / "results.json").read_text())
-    return {"terminal": out.getvalue(), "report": (run / "report.md").read_text(),
-            "config": payload["config"], "points": payload["points"], "dir": run}
+def _run(tmp_path_factory, name, args, config=None):
+    """``innet run`` once per test session (the workers share it: ``once_per_session``)."""
+    def make(tmp):
+        if config is not None:
+            (tmp / "c.toml").write_text(config)
+            args.insert(0, str(tmp / "c.toml"))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["run", *args, "-o", str(tmp / "out"), "--name", "r", "--quiet"]) == 0
+        run = tmp / "out" / "r"
+        payload = json.loads((run / "results.json").read_text())
+        return {"terminal": out.getvalue(), "report": (run / "report.md").read_text(),
+                "config": payload["config"], "points": payload["points"], "dir": str(run)}
+
+    result = once_per_session(tmp_path_factory, f"report-{name}", make)
+    result["dir"] = Path(result["dir"])
+    return result
 
 
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory):
-    return _run(tmp_path_factory.mktemp("default"), ["--no-rtl"])
+    return _run(tmp_path_factory, "default", ["--no-rtl"])
 
 
 @pytest.fixture(scope="module")
 def contended_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("contended")
-    (tmp / "c.toml").write_text(CONTENDED)
-    return _run(tmp, [str(tmp / "c.toml")])
+    return _run(tmp_path_factory, "contended", [], CONTENDED)
 
 
 @pytest.fixture(scope="module")
 def hidden_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("hidden")
-    (tmp / "h.toml").write_text(HIDDEN)
-    return _run(tmp, [str(tmp / "h.toml")])
+    return _run(tmp_path_factory, "hidden", [], HIDDEN)
 
 
 @pytest.fixture(params=["default", "contended"])
