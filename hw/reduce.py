@@ -282,7 +282,7 @@ class ReductionUnit(wiring.Component):
             write_slot=[Signal(slot_range, name=f"p{k}_write_slot") for k in range(N)],
             result_lost=Signal(N, name="result_lost"),         # a result met a full FIFO
             # the banks' ports as the memories see them: the (registered) write of each
-            # port's bank, and the engine's read of every bank
+            # port's bank, and the engine's (registered) read of every bank
             bank_write=Signal(N, name="bank_write"),
             bank_write_addr=[Signal(range(max(S * P, 2)), name=f"bank{k}_write_addr")
                              for k in range(N)],
@@ -364,7 +364,9 @@ class ReductionUnit(wiring.Component):
 
         # -- banks -------------------------------------------------------------------------
         lane_shape = data.ArrayLayout(LANE_BITS, L)
-        read_addr, read_en = st.bank_read_addr, st.bank_read
+        # the engine's read as it issues it (each bank takes it a cycle later, registered)
+        read_addr = Signal.like(st.bank_read_addr, name="eng_read_addr")
+        read_en = Signal(name="eng_read")
         bank_data = []
         write_ports = []
         for k in range(N):
@@ -391,9 +393,21 @@ class ReductionUnit(wiring.Component):
             m.d.comb += [bank_wp.en.eq(st.bank_write[k]), bank_wp.addr.eq(wreq_addr),
                          bank_wp.data.eq(wreq_data), st.bank_write_addr[k].eq(wreq_addr)]
             write_ports.append(wp)
+            # The engine's read reaches the bank through registers of the bank's own (kept
+            # apart: Yosys would merge the equal copies), and the word read is registered
+            # again before the adder tree (SwitchSpec.bank_read_latency).
+            raddr = Signal.like(read_addr, name=f"bank{k}_raddr", attrs={"keep": 1})
+            ren = Signal(name=f"bank{k}_ren", attrs={"keep": 1})
+            m.d.sync += [raddr.eq(read_addr), ren.eq(read_en)]
             rp = bank.read_port()
-            m.d.comb += [rp.addr.eq(read_addr), rp.en.eq(read_en)]
-            bank_data.append(rp.data)
+            m.d.comb += [rp.addr.eq(raddr), rp.en.eq(ren)]
+            word = Signal(lane_shape, name=f"bank{k}_word", reset_less=True)
+            m.d.sync += word.eq(rp.data)
+            bank_data.append(word)
+            if k == 0:
+                m.d.comb += [st.bank_read.eq(ren), st.bank_read_addr.eq(raddr)]
+            if platform == "formal":   # every bank's copies are bank 0's
+                m.d.comb += Assert((raddr == st.bank_read_addr) & (ren == st.bank_read))
 
         # -- ingress: stage 0, the hold FIFOs, and the one judge ------------------------------
         in_pkt, good, cur_slot, cur_idx = st.in_packet, st.good, st.cur_slot, st.cur_idx
@@ -773,8 +787,9 @@ class ReductionUnit(wiring.Component):
             m.d.sync += occupancy[k].eq(occupancy[k] + entering - leaving + (q.w_en & q.w_rdy)
                                         - (q.r_en & q.r_rdy))
 
-        # Adder trees over the bank outputs (stage 0 holds the read data), one level per stage.
-        members0 = stages[0].members
+        # Adder trees over the bank words (registered at stage bank_read_latency - 1), one
+        # level per stage.
+        members0 = stages[self._spec.bank_read_latency - 1].members
         result_lanes = []
         sat_flags = []
         for lane in range(L):

@@ -16,6 +16,7 @@ from .packet import JOB_BITS, MAX_PORTS, SLOT_BITS, DType
 __all__ = ["SwitchSpec", "Policy", "ELEMENT_TYPES", "element_type", "ParameterError",
            "ParameterTypeError", "MIN_PORTS", "MAX_SLOTS", "MAX_JOBS", "MAX_CHUNK_FLITS",
            "INGRESS_LATENCY", "HOLD_READ_LATENCY", "ENGINE_PICK_LATENCY", "FP_ADD_STAGES",
+           "BANK_READ_LATENCY",
            "EGRESS_PICK_LATENCY", "EGRESS_OUTPUT_LATENCY", "LUTRAM_WORDS",
            "one_column_storage"]
 
@@ -60,6 +61,12 @@ ENGINE_PICK_LATENCY = 4
 #: chain, for 150 MHz on the ECP5 (docs/hw.md, Synthesis). A unit built for int32 only keeps
 #: one stage per level.
 FP_ADD_STAGES = 7
+#: Cycles from the engine issuing a flit's read to the banks' words at the adder tree's leaves:
+#: the read address registered beside each bank (a copy per bank: the engine's choice does not
+#: cross the die to the block RAMs' address pins in the cycle it is made), the block RAM's
+#: synchronous read, and its output registered (the RAM's clock-to-out, 5.6 ns on the ECP5, is
+#: not followed by an adder in the same cycle).
+BANK_READ_LATENCY = 3
 #: Cycles between the engine reading a chunk's flit and the result flit reaching the egress
 #: arbiters, besides the reduction pipeline: the result FIFO's write and registered read.
 RESULT_FIFO_LATENCY = 2
@@ -247,9 +254,10 @@ class SwitchSpec:
 
     @property
     def reduction_pipeline_depth(self):
-        """Engine stages from the bank read to the result select, cycles: bank read,
-        ``adder_level_stages`` per adder-tree level, result select."""
-        return 1 + self.adder_tree_levels * self.adder_level_stages + 1
+        """Engine stages from the bank read's issue to the result select, cycles:
+        :attr:`bank_read_latency`, ``adder_level_stages`` per adder-tree level, result
+        select."""
+        return self.bank_read_latency + self.adder_tree_levels * self.adder_level_stages + 1
 
     @property
     def result_fifo_flits(self):
@@ -287,6 +295,12 @@ class SwitchSpec:
         """Cycles from a contribution flit entering its hold FIFO in the reduction unit to
         the FIFO's head (:data:`HOLD_READ_LATENCY`)."""
         return HOLD_READ_LATENCY
+
+    @property
+    def bank_read_latency(self):
+        """Cycles from the engine issuing a read to the banks' words at the adder tree's
+        leaves (:data:`BANK_READ_LATENCY`)."""
+        return BANK_READ_LATENCY
 
     @property
     def engine_pick_latency(self):

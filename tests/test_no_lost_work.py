@@ -7,6 +7,7 @@ stays fast; the journal's JSON round trip is still what a resumed run reads), an
 none; one case runs everything for real."""
 
 import copy
+import dataclasses
 import json
 import os
 import signal
@@ -27,7 +28,7 @@ from sim.experiment import report
 from sim.experiment import run as run_module
 from sim.experiment.config import load_config, points
 
-from .conftest import TINY
+from .conftest import TINY, once_per_session
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,10 +41,16 @@ class _Points(dict):
 
 
 @pytest.fixture(scope="module")
-def real_points():
-    """Every point of TINY, run once for real: (workload, bucket, algo, policy) -> result."""
-    config = load_config(TINY)
-    return _Points({p: point_module.run_point(config, *p) for p in points(config)})
+def real_points(tmp_path_factory):
+    """Every point of TINY, run once for real (once per session: the xdist workers share it):
+    (workload, bucket, algo, policy, traffic) -> result."""
+    def make(_):
+        config = load_config(TINY)
+        return [[list(p), dataclasses.asdict(point_module.run_point(config, *p))]
+                for p in points(config)]
+
+    return _Points({tuple(p): point_module.PointResult(**r)
+                    for p, r in once_per_session(tmp_path_factory, "tiny-points", make)})
 
 
 @contextmanager
