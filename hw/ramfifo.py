@@ -58,7 +58,11 @@ def _wrap(value, modulo):
 class RamFIFO(Elaboratable, fifo.FIFOInterface):
     """``SyncFIFOBuffered(width=…, depth=…)`` with its storage in block RAM (``storage =
     "block"``) or LUT-RAM (``"lut"``); ``depth`` ≥ 2. ``r_rdy_next`` is next cycle's ``r_rdy``;
-    ``lookahead=K`` adds ``r_data_next`` (the top ``K`` bits of the next cycle's head)."""
+    ``lookahead=K`` adds ``r_data_next`` (the top ``K`` bits of the next cycle's head), and
+    the two values ``r_rdy_next`` and ``r_data_next`` can take, from registers alone:
+    ``r_rdy_if_read`` / ``r_data_if_read`` when this cycle's ``r_en`` is high,
+    ``r_rdy_if_kept`` / ``r_data_if_kept`` when it is low, for a consumer that knows the read
+    enable from something cheaper than the FIFO's own ``r_en``."""
 
     def __init__(self, *, width, depth, storage="block", lookahead=0, read_slices=1):
         if depth < 2:
@@ -84,6 +88,9 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
         self.r_rdy_next = Signal()
         if lookahead:
             self.r_data_next = Signal(lookahead)
+            self.r_rdy_if_read, self.r_rdy_if_kept = Signal(), Signal()
+            self.r_data_if_read = Signal(lookahead)
+            self.r_data_if_kept = Signal(lookahead)
 
     def elaborate(self, platform):
         m = Module()
@@ -150,7 +157,13 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
             m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data[plain:]),
                          w_port.en.eq(do_write), r_port.addr.eq(following),
                          self.r_data_next.eq(Mux(do_inner_read, after, head)),
-                         self.r_data[plain:].eq(head)]
+                         self.r_data[plain:].eq(head),
+                         # the same, for each value of r_en (do_inner_read is
+                         # inner_r_rdy & (~r_rdy | r_en))
+                         self.r_rdy_if_read.eq(inner_r_rdy),
+                         self.r_rdy_if_kept.eq(inner_r_rdy | self.r_rdy),
+                         self.r_data_if_read.eq(Mux(inner_r_rdy, after, head)),
+                         self.r_data_if_kept.eq(Mux(inner_r_rdy & ~self.r_rdy, after, head))]
             m.d.sync += head.eq(self.r_data_next)
             with m.If(do_write & (produce == consume_then)):
                 m.d.sync += after.eq(self.w_data[plain:])

@@ -518,10 +518,17 @@ class ReductionUnit(wiring.Component):
                          pop[k].eq(head_valid[k] & in_pkt[k] | judged[k]),
                          holds[k].r_en.eq(pop[k]), st.in_valid[k].eq(pop[k])]
             # Next cycle, is port k between packets with a header at the head of its FIFO?
-            in_pkt_next = Mux(pop[k], ~heads[k].flit.last, in_pkt[k])
+            # Step A asks it of the next turn's port, which is not the port judged this cycle
+            # (turn_next != turn), so that port's read is a packet's drain alone: from
+            # registers, where pop[k] would start at the turn and the judge's step B.
+            draining = head_valid[k] & in_pkt[k]
+            hold = holds[k]
+            in_pkt_next = Mux(draining, ~heads[k].flit.last, in_pkt[k])
             nxt = Signal(hold_layout, name=f"p{k}_hold_next")   # its data bits stay 0
-            m.d.comb += [nxt.as_value()[data_bits:].eq(holds[k].r_data_next),
-                         next_ready[k].eq(holds[k].r_rdy_next & ~in_pkt_next)]
+            m.d.comb += [nxt.as_value()[data_bits:].eq(
+                             Mux(draining, hold.r_data_if_read, hold.r_data_if_kept)),
+                         next_ready[k].eq(Mux(draining, hold.r_rdy_if_read, hold.r_rdy_if_kept)
+                                          & ~in_pkt_next)]
             next_heads.append(nxt)
         ahead = select_tree(m, turn_next, next_heads, hold_layout, "judge_next_head")
         m.d.sync += [jready.eq(next_ready.bit_select(turn_next, 1)), jhead.eq(ahead)]

@@ -26,7 +26,8 @@ def test_matches_sync_fifo_buffered(depth, lookahead, slices):
     storage choice is only an attribute for Yosys, checked below; the logic is the same.) With
     ``lookahead`` bits, ``r_rdy_next`` and ``r_data_next`` of each cycle are the reference's
     ``r_rdy`` and the top bits of its ``r_data`` in the next (12: the whole word; 5: a part,
-    the rest through the synchronous port); without, ``r_rdy_next`` alone. With ``slices`` read slices each slice's read
+    the rest through the synchronous port), and the candidate this cycle's ``r_en`` picks of
+    ``r_*_if_read`` and ``r_*_if_kept``; without, ``r_rdy_next`` alone. With ``slices`` read slices each slice's read
     enable comes from its own copies of the FIFO's registers: the word read is the same."""
     m = Module()
     m.submodules.dut = dut = RamFIFO(width=12, depth=depth,
@@ -54,6 +55,11 @@ def test_matches_sync_fifo_buffered(depth, lookahead, slices):
                 assert ctx.get(dut.r_data) == ctx.get(ref.r_data), t
             promised = (ctx.get(dut.r_rdy_next),
                         ctx.get(dut.r_data_next) if lookahead else None)
+            if lookahead:   # the two candidates, chosen by this cycle's r_en
+                which = "read" if r_en else "kept"
+                assert ctx.get(getattr(dut, f"r_rdy_if_{which}")) == promised[0], t
+                if promised[0]:
+                    assert ctx.get(getattr(dut, f"r_data_if_{which}")) == promised[1], t
             await ctx.tick()
     sim = Simulator(m)
     sim.add_clock(1e-8)
