@@ -191,13 +191,12 @@ class Switch(wiring.Component):
             wiring.connect(m, out.o, wiring.flipped(self.o[d]))
 
         def granted(source, k, d):
-            """Whether egress d takes requester k's flit this cycle, if it offers one: copies
-            kept at the requester (``source`` names it) of the arbiter's choice and of the
-            egress stage's room, each loaded a cycle ahead."""
-            chosen = Signal(name=f"{source}_chosen_by{d}", attrs={"keep": 1})
-            room = Signal(init=1, name=f"{source}_room_at{d}", attrs={"keep": 1})
-            m.d.sync += [chosen.eq(arbiters[d].select_next[k]), room.eq(outs[d].room_next)]
-            return chosen & room
+            """Whether egress d takes requester k's flit this cycle, if it offers one: a
+            register kept at the requester (``source`` names it), loaded a cycle ahead with
+            the arbiter's choice for k and the egress stage's room (both egress d's)."""
+            copy = Signal(name=f"{source}_granted_by{d}", attrs={"keep": 1})
+            m.d.sync += copy.eq(arbiters[d].select_next[k] & outs[d].room_next)
+            return copy
 
         # Requester d of egress d: the reduction unit's results for d.
         for d in range(N):
@@ -264,7 +263,9 @@ class Switch(wiring.Component):
 
             in_pkt = Signal(name=f"ingress{k}_in_packet")
             route = Signal(targets_n, name=f"ingress{k}_route")   # latched at a packet's start
-            cur = Mux(in_pkt, route, head_fresh)
+            # where the head goes, Mux(in_pkt, route, head_fresh), as a register of its own
+            # (loaded below from the same choice a cycle ahead)
+            cur = Signal(targets_n, name=f"ingress{k}_target")
             # (the drop counters' causes, from the head's header: off the read enable's path)
             kind = head.user.kind
             is_mem, dest_ok = _memory_kind(head), _dest_ok(head, k, N)
@@ -323,6 +324,7 @@ class Switch(wiring.Component):
             breaks_ahead = Signal(name=f"ingress{k}_head_breaks_next")
             m.d.comb += Cat(last_ahead, fresh_ahead, breaks_ahead).eq(q.r_data_next)
             cur_next = Mux(in_pkt_next, route_next, fresh_ahead)
+            m.d.sync += cur.eq(cur_next)
             tail_ahead = in_pkt_next & breaks_ahead
             m.d.sync += tail_next.eq(tail_ahead)
             for sel, d in zip(cur_next[_EGRESS:], egresses):
