@@ -311,10 +311,15 @@ class Switch(wiring.Component):
             m.d.comb += [moved.eq(q.r_rdy & Cat(*targets).any()), q.r_en.eq(moved & ~cut)]
             in_pkt_next = Signal(name=f"ingress{k}_in_packet_next")
             route_next = Signal(targets_n, name=f"ingress{k}_route_next")
+            # The route and the header of the packet in progress are read only in a packet,
+            # so between packets they follow the head, whether it moves or not: they hold
+            # the first flit's when its move starts the packet, and their load enable is
+            # `~in_pkt`, a register, rather than the move (which `held`'s 58-bit fan-out
+            # pulled across the die, away from the route's other logic: docs/hw.md).
             m.d.comb += [in_pkt_next.eq(Mux(moved, ~cut & ~head.last, in_pkt)),
-                         route_next.eq(Mux(moved & ~cut & ~in_pkt, head_fresh, route))]
+                         route_next.eq(Mux(in_pkt, route, head_fresh))]
             m.d.sync += [in_pkt.eq(in_pkt_next), route.eq(route_next)]
-            with m.If(moved & ~cut & ~in_pkt):
+            with m.If(~in_pkt):
                 m.d.sync += held.eq(head)
 
             # What the egresses will see next cycle: the FIFO's next head (its top bits, a
