@@ -133,9 +133,10 @@ fp32_close = st.tuples(st.integers(0, 2**32 - 1), st.integers(-40, 40)).map(
 
 
 # The random tests check many pairs per example: building the simulator costs about 0.35 s,
-# a pair about 2.5 ms, so 40 examples of 200 pairs check the same 8,000 pairs as 400 of 20 in
-# a quarter of the time.
-@settings(max_examples=40, deadline=None)
+# a pair about 2.5 ms, so 24 examples of 200 pairs check the same 4,800 pairs as 240 of 20 in
+# a quarter of the time (`innet bench numerics` adds its 1,000 arrival orders through the
+# RTL switch).
+@settings(max_examples=24, deadline=None)
 @given(st.lists(st.tuples(fp32_bits, fp32_bits), min_size=200, max_size=200))
 def test_fp32_random(pairs):
     check(FP32, pairs)

@@ -27,8 +27,11 @@ def bench_cosim(sim="verilator", quick=False, run_main=True, progress=None):
     ports = 4 if quick else 8
     # The default run's switch (2 lanes x 16 slots): an 8-lane x 64-slot build takes Verilator
     # over 15 minutes on two cores; the ratio measures the Python around the RTL, not its size.
-    cfg = ReplayConfig(ports=ports, lanes=2, slots=16, chunk_flits=4, policy="rr",
-                       flit_scale=1, link_gbps=32.0, mtu_flits=32)
+    # --quick takes the 4-port switch the co-simulation tests replay (8 slots, prio), so its
+    # builds are theirs, from the shared build cache.
+    cfg = ReplayConfig(ports=ports, lanes=2, slots=8 if quick else 16, chunk_flits=4,
+                       policy="prio" if quick else "rr", flit_scale=1, link_gbps=32.0,
+                       mtu_flits=32)
     # Full load: every port always has a packet to send (short issue span, many messages).
     meta, records = stress_trace(gpus=ports, seed=7, messages=30 if quick else 120,
                                  pieces=4 if quick else 12, max_bytes=4096, piece_bytes=4096,
