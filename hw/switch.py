@@ -262,7 +262,7 @@ class Switch(wiring.Component):
                     m.d.sync += w_header.eq(header_in)
 
             in_pkt = Signal(name=f"ingress{k}_in_packet")
-            route = Signal(targets_n, name=f"ingress{k}_route")   # latched at a packet's start
+            route = Signal(targets_n, name=f"ingress{k}_route")   # held while a packet goes
             # where the head goes, Mux(in_pkt, route, head_fresh), as a register of its own
             # (loaded below from the same choice a cycle ahead)
             cur = Signal(targets_n, name=f"ingress{k}_target")
