@@ -150,7 +150,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     evenly, docs/hw.md); ``router`` is nextpnr's ``"router1"`` (its default) or ``"router2"``
     (always router2 with ``congestion_s``). ``seed`` is nextpnr's random seed: placement
     and negotiated routing depend on it, so a design one seed does not route may route with
-    another (docs/hw.md, The ingress decides on the way in). ``more_seeds`` places (and
+    another (docs/timing-closure.md, The ingress decides on the way in). ``more_seeds`` places (and
     routes) the same netlist again with each of those seeds, one after another, and adds
     ``seed_sweep``: a row per seed (``seed`` first) and the spread of their Fmax
     (:func:`_sweep_summary`); a seed that fails or runs past ``timeout`` is a row with its
