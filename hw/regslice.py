@@ -8,7 +8,7 @@ will have next cycle. A sender that copies ``room_next`` into a register of its 
 that copy whether it may send, with no path from ``o.ready`` back to it.
 """
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Assert, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -25,6 +25,13 @@ class CreditSlice(wiring.Component):
     register slice, and one flit per cycle passes; when ``o.ready`` falls the stage takes one
     more flit (the one its sender decided on before it could know) and then refuses.
 
+    The two data registers are loaded in ``write_slices`` slices of the payload's bits, each
+    slice's load enable from its own copy of the write pointer. The enables drive hundreds of
+    flip-flops and the placer puts each by its loads; from a copy they share no LUT with the
+    occupancy logic, which stays by the sender. (Sharing one, the routed 4 × 8 × 16 switch's
+    critical path went from the egress arbiter's choice to an enable LUT placed across the die
+    and back to ``room_next``: docs/hw.md, "Egress output stage".)
+
     Members
     -------
     i : In(stream.Signature(shape))
@@ -33,7 +40,12 @@ class CreditSlice(wiring.Component):
         ``i.ready`` of the next cycle, from this cycle's registers and handshakes.
     """
 
-    def __init__(self, shape):
+    def __init__(self, shape, *, write_slices=1):
+        if (not isinstance(write_slices, int) or isinstance(write_slices, bool) or
+                write_slices < 1):
+            raise ValueError(f"CreditSlice write_slices must be a count of at least 1, not "
+                             f"{write_slices!r}")
+        self._write_slices = write_slices
         super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape)),
                           "room_next": Out(1)})
 
@@ -60,9 +72,22 @@ class CreditSlice(wiring.Component):
             nxt = Signal(name=f"full{j}_next")
             m.d.comb += nxt.eq(filled | (full[j] & ~emptied))
             m.d.sync += full[j].eq(nxt)
-            with m.If(filled):
-                m.d.sync += data[j].eq(self.i.payload)
             full_next.append(nxt)
+        # The data registers' load enables, a slice at a time, from copies of `write_sel`
+        # (`keep`: Yosys would merge them back into one).
+        width = len(Value.cast(self.i.payload))
+        n = min(self._write_slices, width)
+        bounds = [width * s // n for s in range(n + 1)]
+        for s in range(n):
+            lo, hi = bounds[s], bounds[s + 1]
+            copy = Signal(name=f"write_sel_{s}", attrs={"keep": 1})
+            with m.If(take):
+                m.d.sync += copy.eq(~copy)
+            if platform == "formal":
+                m.d.comb += Assert(copy == write_sel)
+            for j in range(2):
+                with m.If(take & (copy == j)):
+                    m.d.sync += Value.cast(data[j])[lo:hi].eq(Value.cast(self.i.payload)[lo:hi])
         with m.If(take):
             m.d.sync += write_sel.eq(~write_sel)
         with m.If(give):

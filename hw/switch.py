@@ -178,7 +178,7 @@ class Switch(wiring.Component):
             # addressed to d (memory traffic is routed by dst, results are d's), and a
             # NULLIFIED tail's data is zeroed here rather than at its ingress, as the
             # registers' synchronous reset (the ingress offers the truncating flit's data).
-            m.submodules[f"egress{d}_out"] = out = CreditSlice(layout)
+            m.submodules[f"egress{d}_out"] = out = CreditSlice(layout, write_slices=L + 1)
             outs.append(out)
             flit = arb.o.payload
             fields = {"dst": Const(d, len(flit.dst)),
