@@ -100,8 +100,12 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
 
         inner_depth = self.depth - 1
         inner_level = Signal(range(inner_depth + 1))
-        inner_r_rdy = Signal()
-        m.d.comb += [self.w_rdy.eq(inner_level != inner_depth), inner_r_rdy.eq(inner_level != 0)]
+        # Whether the memory holds a word: a register kept equal to `inner_level != 0`, so
+        # the lookahead's choices below start from flip-flops, not from the level's compare
+        # (in the routed 4 x 8 x 16 switch a hold FIFO's lookahead began the critical path:
+        # the level -> the compare -> a wire across the die to the judge).
+        inner_r_rdy = Signal(name="inner_r_rdy")
+        m.d.comb += self.w_rdy.eq(inner_level != inner_depth)
         do_inner_read = inner_r_rdy & (~self.r_rdy | self.r_en)
 
         produce = Signal(range(inner_depth))
@@ -110,10 +114,13 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
         plain = self.width - self.lookahead      # low bits: the synchronous read port
         # next cycle's r_rdy, as the update below sets it
         m.d.comb += self.r_rdy_next.eq(inner_r_rdy | (self.r_rdy & ~self.r_en))
+        # next cycle's inner_level != 0, as the updates below set it
+        nonempty_next = Signal(name="inner_r_rdy_next")
+        m.d.comb += nonempty_next.eq(
+            Mux(do_write, 1, Mux(do_inner_read, inner_level != 1, inner_r_rdy)))
+        m.d.sync += inner_r_rdy.eq(nonempty_next)
         copies = []   # (r_rdy, not empty) kept per read slice, when there are several
         if self.read_slices > 1:
-            # next cycle's inner_level != 0, as the updates below set it
-            nonempty_next = Mux(do_write, 1, Mux(do_inner_read, inner_level != 1, inner_r_rdy))
             for j in range(self.read_slices):
                 rdy = Signal(name=f"r_rdy_{j}", attrs={"keep": 1})
                 nonempty = Signal(name=f"nonempty_{j}", attrs={"keep": 1})
@@ -192,7 +199,8 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                           (inner_level == inner_depth),
                           (produce <= consume) | (inner_level == produce - consume),
                           (produce >= consume) |
-                          (inner_level == inner_depth + produce - consume)]
+                          (inner_level == inner_depth + produce - consume),
+                          inner_r_rdy == (inner_level != 0)]
             with m.If(Initial()):
                 m.d.comb += [Assume(inv) for inv in invariants]
             with m.Else():
