@@ -66,8 +66,8 @@ def below(value, bound):
     """``value < bound`` for a constant ``bound``, as the bits above ``bound``'s width being 0
     and a comparison only as wide as ``bound`` (none when it is a power of two). Yosys maps a
     comparison with a constant to a carry chain the width of ``value``: a 16-bit slot id
-    against the pool size was seven carry cells on the switch's critical path (docs/timing-closure.md,
-    "Constants compared as bits")."""
+    against the pool size was seven carry cells on the switch's critical path
+    (docs/timing-closure.md, "Constants compared as bits")."""
     value = Value.cast(value)
     if bound <= 0:
         return Const(0)
@@ -265,8 +265,9 @@ class LinkArbiter(wiring.Component):
         # its own copy of `cur`. One register driving every select input of a flit-wide
         # multiplexer is a net with a fan-out of hundreds of LUTs spread wherever the
         # requesters' data lies: at 8 x 8 x 64 the placer left it a net across the die, the
-        # switch's critical path (docs/timing-closure.md, "The egress select replicated"). A copy per slice
-        # can sit by its slice. `keep` stops Yosys merging the copies back into one.
+        # switch's critical path (docs/timing-closure.md, "The egress select replicated").
+        # A copy per slice can sit by its slice. `keep` stops Yosys merging the copies back
+        # into one.
         cur_copies = []
         for name in self._mux_slices():
             copy = Signal(range(n), name=f"cur_{name}", attrs={"keep": 1})

@@ -32,8 +32,8 @@ side by side, each with its own read port whose enable comes from copies of the 
 ``r_rdy`` and "not empty" registers kept for that slice. The read enable loads the head register, the width of the word:
 driven by one net, its clock enables were a net of a fan-out of hundreds spread wherever the
 placer put the head's bits, at the end of the consumer's ``ready`` (at 8 × 8 × 64 the switch's
-critical path, docs/timing-closure.md, "The head's read enable replicated"). With the copies the consumer's
-``ready`` reaches ``n`` LUTs, each beside its slice. ``keep`` stops Yosys merging the copies.
+critical path, docs/timing-closure.md, "The head's read enable replicated"). With the copies
+the consumer's ``ready`` reaches ``n`` LUTs, each beside its slice. ``keep`` stops Yosys merging the copies.
 
 Every FIFO tells ``r_rdy_next``, whether it will have a head next cycle given this cycle's
 ``r_en`` (from its own registers: no memory read): the switch sends it a cycle ahead to the

@@ -75,7 +75,8 @@ class CreditSlice(wiring.Component):
             full_next.append(nxt)
         # The data registers' load enables, a slice at a time, from copies of `write_sel`
         # (`keep`: Yosys would merge them back into one).
-        width = len(Value.cast(self.i.payload))
+        payload = Value.cast(self.i.payload)
+        width = len(payload)
         n = min(self._write_slices, width)
         bounds = [width * s // n for s in range(n + 1)]
         for s in range(n):
@@ -87,7 +88,7 @@ class CreditSlice(wiring.Component):
                 m.d.comb += Assert(copy == write_sel)
             for j in range(2):
                 with m.If(take & (copy == j)):
-                    m.d.sync += Value.cast(data[j])[lo:hi].eq(Value.cast(self.i.payload)[lo:hi])
+                    m.d.sync += Value.cast(data[j])[lo:hi].eq(payload[lo:hi])
         with m.If(take):
             m.d.sync += write_sel.eq(~write_sel)
         with m.If(give):

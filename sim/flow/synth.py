@@ -167,8 +167,6 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     yowasp_compiled("yosys")
     mapping = map_netlist(top, workdir, timeout)
     synth_s = time.monotonic() - began
-    if place:
-        yowasp_compiled("nextpnr-ecp5")
     if not place:
         parsed = json.loads(netlist.read_text())
         result = {"top": top, "device": "ECP5-85 (LFE5U-85F, CABGA381), out of context",
@@ -179,6 +177,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
                   "luts_by_block": lut_breakdown(parsed, top)}
         result["longest_logic_path"] = _longest_logic_path(top, workdir, timeout)
         return result
+    yowasp_compiled("nextpnr-ecp5")
     if progress:
         progress(f"nextpnr-ecp5 --85k out of context, {freq_mhz:g} MHz requested")
     cmd = _nextpnr_cmd(top, freq_mhz, seed, placer)
