@@ -30,8 +30,9 @@ entry another contribution owns; each is counted once, by its first failing caus
 
 Timing: in a flit's arrival cycle (stage 0) everything that needs only its header and the job
 table — the checks that do not involve the slot table, the job's members and saturation — is
-worked out and pushed with the flit into the port's hold FIFO (``judge_hold_flits`` deep,
-buffered: a flit heads it two cycles after it is written, from the read port's register).
+worked out and pushed with the flit into the port's hold FIFO (``judge_hold_flits`` deep: a
+write register, then a buffered FIFO; a flit heads it three cycles after it is taken, from the
+read port's register).
 The judge serves port ``turn`` (a counter, ``cycle mod ports`` from reset): the header at the
 head of that port's FIFO, if any, meets the slot table that cycle (only the judge reads or
 writes the slot metadata), and the packet's flits then leave the FIFO one per cycle. The judge
@@ -447,44 +448,59 @@ class ReductionUnit(wiring.Component):
                 # flit cannot say two different things about it)
                 hdr.user.dtype.as_value() != select_tree(m, job_id, job_dtype, 2, f"p{k}_jdtype"),
             ]
-            # Buffered (HOLD_READ_LATENCY), in LUT-RAM, and telling its next head: the judge
-            # reads the slot table for a header the cycle before it judges it (below).
-            m.submodules[f"hold{k}"] = hold = RamFIFO(width=hold_layout.size, depth=H,
+            # A write register, then a buffered FIFO (HOLD_READ_LATENCY in all), in LUT-RAM
+            # and telling its next head: the judge reads the slot table for a header the cycle
+            # before it judges it (below). The register ends stage 0's checks at flip-flops
+            # beside the port (the routed 4 x 8 x 16 switch had an ingress's head -> the
+            # foreign-slot comparison -> the FIFO's write data -> its lookahead register as a
+            # critical path; docs/timing-closure.md). The two hold `judge_hold_flits` words.
+            m.submodules[f"hold{k}"] = hold = RamFIFO(width=hold_layout.size, depth=H - 1,
                                                       storage="lut", lookahead=ahead_bits)
             holds.append(hold)
             entry = Signal(hold_layout, name=f"p{k}_hold_in")
             m.d.comb += [entry.flit.eq(hdr), entry.static.eq(Cat(*checks)), entry.slot.eq(slot),
                          entry.members.eq(members),
-                         entry.sat.eq(job_sat.bit_select(job_id[:jbits], 1)),
-                         hold.w_data.eq(entry), hold.w_en.eq(port.valid & port.ready)]
+                         entry.sat.eq(job_sat.bit_select(job_id[:jbits], 1))]
             # Back-pressure: a packet's first flit enters only when the FIFO has room for a
             # whole chunk behind what it holds, later flits while it has room at all; so a
             # well-formed contribution, once started, enters at one flit per cycle. (Which
             # flit is a first one is known from the `last` of the flits accepted before.)
-            # `ready` is a register, decided the cycle before: the FIFO's level after this
-            # cycle is its level now, plus one if a flit enters, minus one if one leaves, so
-            # each of the three is compared from registers and this cycle's `took`, `popped`
-            # and `last` only choose among the answers. (Compared after the fact, the level's
-            # adder and comparisons sat at the start of the switch's routed critical path:
-            # the hold FIFO's `r_rdy` → `ready` → the ingress's read enable; docs/hw.md.)
+            # `ready` is a register, decided the cycle before: the flits held after this
+            # cycle (`occupancy`, the write register's and the FIFO's) are those held now,
+            # plus one if a flit enters, minus one if one leaves, so each of the three is
+            # compared from registers and this cycle's `took`, `popped` and `last` only choose
+            # among the answers. (Compared after the fact, the level's adder and comparisons
+            # sat at the start of the switch's routed critical path: the hold FIFO's `r_rdy`
+            # → `ready` → the ingress's read enable; docs/timing-closure.md.)
             opened = Signal(name=f"p{k}_in_open")
             ready = Signal(init=1, name=f"p{k}_in_ready")   # empty FIFO, between packets
             took = port.valid & ready
             popped = hold.r_rdy & hold.r_en
+            # The write register passes its word on whenever the FIFO has room; it waits only
+            # when the two hold `judge_hold_flits` words, and then `ready` is low.
+            staged = Signal(hold_layout, name=f"p{k}_hold_staged", reset_less=True)
+            staged_valid = Signal(name=f"p{k}_hold_staged_valid")
+            stuck = staged_valid & ~hold.w_rdy
+            with m.If(took):
+                m.d.sync += staged.eq(entry)
+            m.d.sync += staged_valid.eq(took | stuck)
+            m.d.comb += [hold.w_data.eq(staged), hold.w_en.eq(staged_valid)]
+            occupancy = Signal(range(H + 1), name=f"p{k}_hold_occupancy")
+            m.d.sync += occupancy.eq(occupancy + took - popped)
             opened_next = Mux(took, ~hdr.last, opened)
             with m.If(took):
                 m.d.sync += opened.eq(~hdr.last)
-            level = hold.level
             with m.Switch(Cat(popped, took)):
                 for code, delta in ((0b00, 0), (0b01, -1), (0b10, 1), (0b11, 0)):
                     with m.Case(code):
-                        m.d.sync += ready.eq(Mux(opened_next, level < H - delta,
-                                                 level <= H - P - delta))
-            if platform == "formal":   # the register says what the comparison would
-                m.d.comb += Assert(ready == Mux(opened, level < H, level <= H - P))
+                        m.d.sync += ready.eq(Mux(opened_next, occupancy < H - delta,
+                                                 occupancy <= H - P - delta))
+            if platform == "formal":   # the registers say what the sums and comparison would
+                m.d.comb += [Assert(occupancy == hold.level + staged_valid),
+                             Assert(ready == Mux(opened, occupancy < H, occupancy <= H - P))]
             m.d.comb += [port.ready.eq(ready),
-                         st.hold_level[k].eq(hold.level),
-                         st.hold_lost[k].eq(hold.w_en & ~hold.w_rdy)]
+                         st.hold_level[k].eq(occupancy),
+                         st.hold_lost[k].eq(took & stuck)]
             head = st.hold_head[k]
             m.d.comb += [head.eq(hold.r_data), st.in_flit[k].eq(head.flit)]
             heads.append(head)

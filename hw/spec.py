@@ -33,10 +33,10 @@ MAX_CHUNK_FLITS = 1 << 16
 #: FIFO of :class:`hw.switch.Switch`: write, then the registered read port).
 INGRESS_LATENCY = 2
 #: Cycles from a contribution flit entering its port's hold FIFO in the reduction unit to it
-#: heading the FIFO: the FIFO is buffered (write, then a registered read port), so the judge
-#: starts from a register rather than behind the FIFO's LUT-RAM read (docs/hw.md, Buffered
-#: hold FIFOs).
-HOLD_READ_LATENCY = 2
+#: heading the FIFO: a write register (stage 0's checks end at flip-flops beside the port),
+#: then a buffered FIFO (write, then a registered read port), so the judge starts from a
+#: register rather than behind the FIFO's LUT-RAM read (docs/hw.md, Buffered hold FIFOs).
+HOLD_READ_LATENCY = 3
 #: Words in one ECP5 LUT-RAM cell (``TRELLIS_DPR16X4``: 16 words × 4 bits); a deeper memory
 #: takes a second column of cells and a multiplexer behind them.
 LUTRAM_WORDS = 16
@@ -207,13 +207,15 @@ class SwitchSpec:
     @property
     def judge_hold_flits(self):
         """Depth of each port's hold FIFO in the reduction unit, flits: ``chunk_flits + ports
-        + 1``. A contribution's flits wait there while its header passes the FIFO's registered
-        read and waits for the judge's turn (up to ``ports`` cycles in all, the judge's
-        latency beyond a plain FIFO's one cycle: :attr:`judge_wait_cycles`); a first flit
+        + 2``, its write register's word included. A contribution's flits wait there while its
+        header passes the write register and the FIFO's registered read and waits for the
+        judge's turn (up to ``ports + 1`` cycles in all, the judge's latency beyond a plain
+        FIFO's one cycle: :attr:`judge_wait_cycles`); a first flit
         enters only with room for a whole chunk behind what the FIFO holds, so with
         ``chunk_flits`` a multiple of ``ports`` the unit never back-pressures well-formed
-        traffic (docs/hw.md, One judge). The buffered FIFO keeps all but its head word in
-        memory: 16 words of LUT-RAM at the 8 × 8-flit target, as the unbuffered 16 did."""
+        traffic (docs/hw.md, One judge). The buffered FIFO keeps all but its head word and the
+        write register's in memory: 16 words of LUT-RAM at the 8 × 8-flit target, one
+        column."""
         return self.chunk_flits + self.ports + HOLD_READ_LATENCY - 1
 
     @property
@@ -228,8 +230,9 @@ class SwitchSpec:
     @property
     def judge_wait_cycles(self):
         """Longest time a header spends between entering its hold FIFO and being judged,
-        beyond the one cycle a plain FIFO would take, cycles: ``ports`` = the registered
-        read's extra cycle (:data:`HOLD_READ_LATENCY`) plus ``ports - 1`` for the judge's turn
+        beyond the one cycle a plain FIFO would take, cycles: ``ports + 1`` = the write
+        register's and the registered read's extra cycles (:data:`HOLD_READ_LATENCY`) plus
+        ``ports - 1`` for the judge's turn
         (the member judged last when every member's header arrives in the same cycle)."""
         return HOLD_READ_LATENCY - 1 + self.ports - 1
 

@@ -104,8 +104,8 @@ def test_inswitch_window_is_slot_round_trips(windows):
     spec = real_switch(config)
     cycle_ns = flit / gpu.link_gbps            # the replay's cycle: a flit at the link rate
     hop = math.ceil(gpu.link_latency_s * 1e9 / cycle_ns)
-    r_cycles = 2 * hop + (spec.chunk_flits - 1) + spec.engine_pick_latency + \
-        spec.result_latency + spec.egress_latency + spec.chunk_flits
+    r_cycles = 2 * hop + (spec.chunk_flits - 1) + spec.judge_wait_cycles + \
+        spec.engine_pick_latency + spec.result_latency + spec.egress_latency + spec.chunk_flits
     turns = chunks // config.slots
     assert turns * r_cycles <= w["window_cycles"] < (turns + 1) * r_cycles
     assert w["window_us"] == pytest.approx(w["window_cycles"] * cycle_ns / 1e3, rel=1e-12)
