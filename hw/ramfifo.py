@@ -62,7 +62,11 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
     the two values ``r_rdy_next`` and ``r_data_next`` can take, from registers alone:
     ``r_rdy_if_read`` / ``r_data_if_read`` when this cycle's ``r_en`` is high,
     ``r_rdy_if_kept`` / ``r_data_if_kept`` when it is low, for a consumer that knows the read
-    enable from something cheaper than the FIFO's own ``r_en``."""
+    enable from something cheaper than the FIFO's own ``r_en``. Two cycles ahead, from
+    registers and the memory's asynchronous read: ``r_rdy_in_two[n]`` and
+    ``r_data_in_two[n]`` are ``r_rdy`` and the top ``K`` bits of the head two cycles on if
+    the FIFO is read ``n`` times (0, 1 or 2) in this cycle and the next, for a consumer that
+    must gather the head a cycle before it decides about it (the reduction unit's judge)."""
 
     def __init__(self, *, width, depth, storage="block", lookahead=0, read_slices=1):
         if depth < 2:
@@ -91,6 +95,10 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
             self.r_rdy_if_read, self.r_rdy_if_kept = Signal(), Signal()
             self.r_data_if_read = Signal(lookahead)
             self.r_data_if_kept = Signal(lookahead)
+            # two cycles on, after n = 0, 1 or 2 reads in this cycle and the next
+            self.r_rdy_in_two = [Signal(name=f"r_rdy_in_two_{n}") for n in range(3)]
+            self.r_data_in_two = [Signal(lookahead, name=f"r_data_in_two_{n}")
+                                  for n in range(3)]
 
     def elaborate(self, platform):
         m = Module()
@@ -170,6 +178,26 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                          self.r_data_if_read.eq(Mux(inner_r_rdy, after, head)),
                          self.r_data_if_kept.eq(Mux(inner_r_rdy & ~self.r_rdy, after, head))]
             m.d.sync += head.eq(self.r_data_next)
+            # Two cycles on, the head is the n-th word the FIFO holds now, counting the word
+            # written this cycle last (written at t, it heads an empty FIFO at t + 2), where
+            # n is the number of reads by then; there is none if the FIFO holds fewer. Two
+            # reads need a head now (r_rdy), so the words are: the head, `after`, the
+            # memory's word after that (the asynchronous read at `following`) and the word
+            # being written.
+            two = Signal(name="inner_two")               # the memory holds two words or more
+            m.d.comb += two.eq(inner_level >= 2)
+            written = self.w_data[plain:]
+            second = r_port.data
+            ready, one = self.r_rdy, inner_r_rdy
+            m.d.comb += [
+                self.r_data_in_two[0].eq(Mux(ready, head, Mux(one, after, written))),
+                self.r_rdy_in_two[0].eq(ready | one | do_write),
+                self.r_data_in_two[1].eq(Mux(ready, Mux(one, after, written),
+                                             Mux(two, second, written))),
+                self.r_rdy_in_two[1].eq(Mux(ready, one | do_write, two | (one & do_write))),
+                self.r_data_in_two[2].eq(Mux(two, second, written)),
+                self.r_rdy_in_two[2].eq(ready & (two | (one & do_write))),
+            ]
             # Whether the written word becomes the oldest (`produce` meets next cycle's
             # `consume`): the pointers are compared for both values of the read first, from
             # registers, and the read only chooses between the answers. (Compared after the

@@ -36,9 +36,10 @@ read port's register).
 The judge serves port ``turn`` (a counter, ``cycle mod ports`` from reset): the header at the
 head of that port's FIFO, if any, meets the slot table that cycle (only the judge reads or
 writes the slot metadata), and the packet's flits then leave the FIFO one per cycle. The judge
-is two registered steps that judge as one: the cycle before, step A takes the header that will
-head the FIFO (each hold FIFO tells its next head) and reads its slot's entry, with that
-cycle's table updates applied; step B checks and claims from those registers. A header waits
+is two registered steps that judge as one: the cycle before, step A reads the slot entry of
+the header that will head the FIFO, with that cycle's table updates applied; step B checks and
+claims from those registers. Step A's header was gathered into a register by the judge the
+cycle before that (each hold FIFO tells its head two cycles on). A header waits
 0 to ``ports - 1`` cycles for its turn; with ``chunk_flits`` a multiple of ``ports`` the waits
 do not accumulate (line rate), otherwise the unit back-pressures its inputs: a first flit is
 taken only while the FIFO has room for a whole chunk behind what it holds. A bank write is
@@ -514,40 +515,84 @@ class ReductionUnit(wiring.Component):
         #
         # It works in two registered steps, and still judges each header in the same cycle as
         # a one-step judge would. Step A, the cycle before port k's turn, takes the header that
-        # will head k's FIFO in its turn (the FIFO's lookahead, and whether k will then be
-        # between packets), reads that header's slot from the table and applies the table's
-        # own updates of this cycle to what it read (a claim by step B, arrivals, the engine's
-        # free), so step B starts from registers holding exactly the header and the slot entry
-        # of its cycle. The header's long way from its port's FIFO and the 64:1 table read are
-        # then one path, the checks and the claim another.
+        # will head k's FIFO in its turn and whether k will then be between packets, reads
+        # that header's slot from the table and applies the table's own updates of this cycle
+        # to what it read (a claim by step B, arrivals, the engine's free), so step B starts
+        # from registers holding exactly the header and the slot entry of its cycle. The
+        # header itself is gathered a cycle earlier still, two cycles before the turn, into a
+        # register by the judge (`judge_gathered`), so the long way from each port's FIFO to
+        # the judge, the 64:1 table read, and the checks and the claim are three paths.
         turn = st.turn
         turn_next = Signal.like(turn, name="judge_turn_next")
         m.d.comb += turn_next.eq(Mux(turn == N - 1, 0, turn + 1))
         m.d.sync += turn.eq(turn_next)
+        # the port whose turn is two cycles on, a register of its own
+        turn_two = Signal.like(turn, init=2 % N, name="judge_turn_two")
+        m.d.sync += turn_two.eq(Mux(turn_two == N - 1, 0, turn_two + 1))
         judged = Signal(N, name="judged")
         pop = Signal(N, name="pop")
-        next_heads, next_ready = [], Signal(N, name="judge_next_ready")
         jhead = Signal(hold_layout, name="judge_head")      # step B's header (a register)
         jready = st.judge_ready                             # it heads the FIFO of `turn`
+        gathered = Signal(hold_layout, name="judge_gathered")   # step A's (registers)
+        gathered_ready = Signal(name="judge_gathered_ready")
         for k in range(N):
             m.d.comb += [judged[k].eq(jready & (turn == k)),
                          pop[k].eq(head_valid[k] & in_pkt[k] | judged[k]),
                          holds[k].r_en.eq(pop[k]), st.in_valid[k].eq(pop[k])]
-            # Next cycle, is port k between packets with a header at the head of its FIFO?
-            # Step A asks it of the next turn's port, which is not the port judged this cycle
-            # (turn_next != turn), so that port's read is a packet's drain alone: from
-            # registers, where pop[k] would start at the turn and the judge's step B.
-            draining = head_valid[k] & in_pkt[k]
+        # Two cycles on, is port k between packets with a header at the head of its FIFO, and
+        # which? Asked of the port whose turn comes two cycles on: with three ports or more
+        # that is not this cycle's turn nor the next, so its reads in both are a packet's
+        # drain alone (with two it is this cycle's turn, and the judge may read it now). The
+        # FIFO tells its head for each number of reads (RamFIFO r_*_in_two), from registers
+        # and its memory; the reads follow from each head's `last` and the packet state.
+        soon_heads, soon_ready = [], Signal(N, name="judge_soon_ready")
+        for k in range(N):
             hold = holds[k]
-            in_pkt_next = Mux(draining, ~heads[k].flit.last, in_pkt[k])
-            nxt = Signal(hold_layout, name=f"p{k}_hold_next")   # its data bits stay 0
-            m.d.comb += [nxt.as_value()[data_bits:].eq(
-                             Mux(draining, hold.r_data_if_read, hold.r_data_if_kept)),
-                         next_ready[k].eq(Mux(draining, hold.r_rdy_if_read, hold.r_rdy_if_kept)
-                                          & ~in_pkt_next)]
-            next_heads.append(nxt)
-        ahead = select_tree(m, turn_next, next_heads, hold_layout, "judge_next_head")
-        m.d.sync += [jready.eq(next_ready.bit_select(turn_next, 1)), jhead.eq(ahead)]
+            read_now = head_valid[k] & in_pkt[k] | (judged[k] if N == 2 else 0)
+            head1 = Signal(hold_layout, name=f"p{k}_hold_head1")   # next cycle's head
+            m.d.comb += head1.as_value()[data_bits:].eq(
+                Mux(read_now, hold.r_data_if_read, hold.r_data_if_kept))
+            valid1 = Mux(read_now, hold.r_rdy_if_read, hold.r_rdy_if_kept)
+            in_pkt1 = Mux(read_now, ~heads[k].flit.last, in_pkt[k])
+            read_next = valid1 & in_pkt1
+            reads = Cat(read_now ^ read_next, read_now & read_next)   # 0, 1 or 2
+            head2 = Signal(hold_layout, name=f"p{k}_hold_head2")   # its data bits stay 0
+            m.d.comb += [
+                head2.as_value()[data_bits:].eq(
+                    Mux(reads[1], hold.r_data_in_two[2],
+                        Mux(reads[0], hold.r_data_in_two[1], hold.r_data_in_two[0]))),
+                soon_ready[k].eq(
+                    Mux(reads[1], hold.r_rdy_in_two[2],
+                        Mux(reads[0], hold.r_rdy_in_two[1], hold.r_rdy_in_two[0])) &
+                    ~Mux(read_next, ~head1.flit.last, in_pkt1)),
+            ]
+            soon_heads.append(head2)
+        m.d.sync += [gathered.eq(select_tree(m, turn_two, soon_heads, hold_layout,
+                                             "judge_gather")),
+                     gathered_ready.eq(soon_ready.bit_select(turn_two, 1)),
+                     jready.eq(gathered_ready), jhead.eq(gathered)]
+        if platform == "formal":
+            # The gathered header is what the one-step lookahead would take next cycle:
+            # whether the next turn's port will be between packets with a header at its FIFO's
+            # head, and (then) that header.
+            m.d.comb += Assert(turn_two == Mux(turn_next == N - 1, 0, turn_next + 1))
+            ahead_ready = Signal(N)
+            ahead_heads = []
+            for k in range(N):
+                draining = head_valid[k] & in_pkt[k]
+                nxt = Signal(hold_layout, name=f"p{k}_hold_next")
+                m.d.comb += [nxt.as_value()[data_bits:].eq(
+                                 Mux(draining, holds[k].r_data_if_read,
+                                     holds[k].r_data_if_kept)),
+                             ahead_ready[k].eq(
+                                 Mux(draining, holds[k].r_rdy_if_read, holds[k].r_rdy_if_kept)
+                                 & ~Mux(draining, ~heads[k].flit.last, in_pkt[k]))]
+                ahead_heads.append(nxt)
+            ahead = select_tree(m, turn_next, ahead_heads, hold_layout, "judge_next_head")
+            m.d.comb += Assert(gathered_ready == ahead_ready.bit_select(turn_next, 1))
+            with m.If(gathered_ready):
+                m.d.comb += Assert(gathered.as_value()[data_bits:] ==
+                                   ahead.as_value()[data_bits:])
         m.d.comb += st.judge_head.eq(jhead)
         jhdr = jhead.flit
         jfirst = Signal(name="judge_first")
@@ -764,7 +809,7 @@ class ReductionUnit(wiring.Component):
         # table will hold it next cycle — this cycle's value with this cycle's updates applied
         # the way the table applies them (a free clears; else arrivals add and a claim sets).
         aslot = Signal.like(jslot, name="judge_next_slot")
-        m.d.comb += aslot.eq(ahead.slot)
+        m.d.comb += aslot.eq(gathered.slot)
         freed = Signal(name="judge_fwd_free")
         claimed_here = Signal(name="judge_fwd_claim")
         m.d.comb += [freed.eq(last_issue & (cur == aslot)),

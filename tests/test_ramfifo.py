@@ -27,7 +27,9 @@ def test_matches_sync_fifo_buffered(depth, lookahead, slices):
     ``lookahead`` bits, ``r_rdy_next`` and ``r_data_next`` of each cycle are the reference's
     ``r_rdy`` and the top bits of its ``r_data`` in the next (12: the whole word; 5: a part,
     the rest through the synchronous port), and the candidate this cycle's ``r_en`` picks of
-    ``r_*_if_read`` and ``r_*_if_kept``; without, ``r_rdy_next`` alone. With ``slices`` read slices each slice's read
+    ``r_*_if_read`` and ``r_*_if_kept``, and two cycles on the reference's ``r_rdy`` and top
+    bits are the ``r_*_in_two`` of the number of reads in between; without, ``r_rdy_next``
+    alone. With ``slices`` read slices each slice's read
     enable comes from its own copies of the FIFO's registers: the word read is the same."""
     m = Module()
     m.submodules.dut = dut = RamFIFO(width=12, depth=depth,
@@ -38,11 +40,18 @@ def test_matches_sync_fifo_buffered(depth, lookahead, slices):
 
     async def bench(ctx):
         promised = None
+        in_two = {}   # cycle -> (the promises for two cycles on, by read count)
+        reads = {}    # cycle -> whether the FIFO was read
         for t in range(600):
             if promised is not None:
                 assert ctx.get(ref.r_rdy) == promised[0], t
                 if promised[0] and lookahead:
                     assert ctx.get(ref.r_data) >> (12 - lookahead) == promised[1], t
+            if t - 2 in in_two:   # the head after the reads of cycles t - 2 and t - 1
+                rdy, top = in_two.pop(t - 2)[reads[t - 2] + reads[t - 1]]
+                assert ctx.get(ref.r_rdy) == rdy, t
+                if rdy:
+                    assert ctx.get(ref.r_data) >> (12 - lookahead) == top, t
             p_write = 0.8 if (t // 100) % 2 else 0.3   # phases that fill and that drain it
             w_en, r_en, word = rng.random() < p_write, rng.random() < 0.55, rng.randrange(4096)
             for q in (dut, ref):
@@ -55,6 +64,10 @@ def test_matches_sync_fifo_buffered(depth, lookahead, slices):
                 assert ctx.get(dut.r_data) == ctx.get(ref.r_data), t
             promised = (ctx.get(dut.r_rdy_next),
                         ctx.get(dut.r_data_next) if lookahead else None)
+            reads[t] = bool(r_en and ctx.get(ref.r_rdy))
+            if lookahead:
+                in_two[t] = [(ctx.get(dut.r_rdy_in_two[n]), ctx.get(dut.r_data_in_two[n]))
+                             for n in range(3)]
             if lookahead:   # the two candidates, chosen by this cycle's r_en
                 which = "read" if r_en else "kept"
                 assert ctx.get(getattr(dut, f"r_rdy_if_{which}")) == promised[0], t
