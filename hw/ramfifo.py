@@ -33,7 +33,8 @@ side by side, each with its own read port whose enable comes from copies of the 
 driven by one net, its clock enables were a net of a fan-out of hundreds spread wherever the
 placer put the head's bits, at the end of the consumer's ``ready`` (at 8 × 8 × 64 the switch's
 critical path, docs/timing-closure.md, "The head's read enable replicated"). With the copies
-the consumer's ``ready`` reaches ``n`` LUTs, each beside its slice. ``keep`` stops Yosys merging the copies.
+the consumer's ``ready`` reaches ``n`` LUTs, each beside its slice. ``keep`` stops Yosys
+merging the copies.
 
 Every FIFO tells ``r_rdy_next``, whether it will have a head next cycle given this cycle's
 ``r_en`` (from its own registers: no memory read): the switch sends it a cycle ahead to the
@@ -209,9 +210,9 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
             m.d.comb += [meets_now.eq(produce == consume),
                          meets_following.eq(produce == following)]
             with m.If(do_write & Mux(do_inner_read, meets_following, meets_now)):
-                m.d.sync += after.eq(self.w_data[plain:])
+                m.d.sync += after.eq(written)
             with m.Elif(do_inner_read):
-                m.d.sync += after.eq(r_port.data)
+                m.d.sync += after.eq(second)
         with m.If(do_write):
             m.d.sync += produce.eq(_wrap(produce, inner_depth))
         with m.If(do_inner_read):

@@ -558,9 +558,10 @@ class ReductionUnit(wiring.Component):
         # FIFO tells its head for each number of reads (RamFIFO r_*_in_two), from registers
         # and its memory; the reads follow from each head's `last` and the packet state.
         soon_heads, soon_ready = [], Signal(N, name="judge_soon_ready")
+        next_heads, next_ready = [], Signal(N, name="judge_next_ready")   # one cycle on
         for k in range(N):
             hold = holds[k]
-            read_now = head_valid[k] & in_pkt[k] | (judged[k] if N == 2 else 0)
+            read_now = pop[k] if N == 2 else head_valid[k] & in_pkt[k]
             head1 = Signal(hold_layout, name=f"p{k}_hold_head1")   # next cycle's head
             m.d.comb += head1.as_value()[data_bits:].eq(
                 Mux(read_now, hold.r_data_if_read, hold.r_data_if_kept))
@@ -579,29 +580,19 @@ class ReductionUnit(wiring.Component):
                     ~Mux(read_next, ~head1.flit.last, in_pkt1)),
             ]
             soon_heads.append(head2)
+            next_heads.append(head1)
+            m.d.comb += next_ready[k].eq(valid1 & ~in_pkt1)
         m.d.sync += [gathered.eq(select_tree(m, turn_two, soon_heads, hold_layout,
                                              "judge_gather")),
                      gathered_ready.eq(soon_ready.bit_select(turn_two, 1)),
                      jready.eq(gathered_ready), jhead.eq(gathered)]
         if platform == "formal":
-            # The gathered header is what the one-step lookahead would take next cycle:
-            # whether the next turn's port will be between packets with a header at its FIFO's
-            # head, and (then) that header.
+            # The gathered header is what the one-cycle lookahead gives the next turn's port
+            # (not this cycle's turn, so `read_now` is its drain alone): whether it will be
+            # between packets with a header at its FIFO's head, and (then) that header.
             m.d.comb += Assert(turn_two == Mux(turn_next == N - 1, 0, turn_next + 1))
-            ahead_ready = Signal(N)
-            ahead_heads = []
-            for k in range(N):
-                draining = head_valid[k] & in_pkt[k]
-                nxt = Signal(hold_layout, name=f"p{k}_hold_next")
-                m.d.comb += [nxt.as_value()[data_bits:].eq(
-                                 Mux(draining, holds[k].r_data_if_read,
-                                     holds[k].r_data_if_kept)),
-                             ahead_ready[k].eq(
-                                 Mux(draining, holds[k].r_rdy_if_read, holds[k].r_rdy_if_kept)
-                                 & ~Mux(draining, ~heads[k].flit.last, in_pkt[k]))]
-                ahead_heads.append(nxt)
-            ahead = select_tree(m, turn_next, ahead_heads, hold_layout, "judge_next_head")
-            m.d.comb += Assert(gathered_ready == ahead_ready.bit_select(turn_next, 1))
+            ahead = select_tree(m, turn_next, next_heads, hold_layout, "judge_next_head")
+            m.d.comb += Assert(gathered_ready == next_ready.bit_select(turn_next, 1))
             with m.If(gathered_ready):
                 m.d.comb += Assert(gathered.as_value()[data_bits:] ==
                                    ahead.as_value()[data_bits:])

@@ -43,8 +43,9 @@ def test_pipeline_is_the_rtls_measured_latency(dtypes, ports, cycles):
     """docs/hw.md, `innet bench reduce [--dtype ...] --quick`: first contribution flit in to
     first result flit out, 8-flit chunks, every member's first flit in the same cycle (the
     member judged last waits ports - 1 cycles for the judge, after the hold FIFO's write
-    register and registered read); a unit with fp adders has seven stages per tree level (`bench_line_rate(ports=2 or
-    8, lanes=1, slots=64, chunk_flits=8, chunks=4, dtypes=("fp32", "int32", "bf16"))`: 22 and
+    register and registered read); a unit with fp adders has seven stages per tree level
+    (`bench_line_rate(ports=2 or 8, lanes=1, slots=64, chunk_flits=8, chunks=4,
+    dtypes=("fp32", "int32", "bf16"))`: 22 and
     42 cycles with the one-step pick, one more with the two-step pick, one more again with the
     buffered hold FIFO, two more with the registered bank read, one more with the hold FIFO's
     write register: 27 and 47). (16 ports: `bench_line_rate(ports=16, lanes=1, slots=64,
@@ -60,8 +61,9 @@ def test_slot_pool_against_the_rtl_closed_loop():
     chunk; 2 slots of 8 flits cover 16 of the reduction unit's 37 cycles: the RTL unit
     measured 0.4350 flit/cycle (8 ports, `bench_line_rate(ports=8, lanes=8, slots=2,
     chunk_flits=8, chunks=192)`; 0.4470 before the hold FIFO's write register, 0.4732 before
-    the registered bank read, 0.4875 before the hold FIFO's registered read). The switch's egress (the
-    arbiter's registered choice and the egress register) adds 2 cycles to that round trip."""
+    the registered bank read, 0.4875 before the hold FIFO's registered read). The switch's
+    egress (the arbiter's registered choice and the egress register) adds 2 cycles to that
+    round trip."""
     wireless = H100.with_(link_latency_s=0.0)
     two = switch_timing(wireless, SwitchSpec(ports=8, lanes=8, slots=2, chunk_flits=8,
                                              dtypes=("int32",)))
@@ -75,9 +77,9 @@ def test_slot_pool_against_the_rtl_closed_loop():
 def test_bandwidth_delay_product_limits_inswitch(slots):
     """rate = min(line, slots × chunk / round trip), round trip = 2 hops + (pipeline + chunk)
     cycles, a cycle one 32-byte flit at the GPU's effective link rate (the int32 unit's
-    29-cycle pipeline at 8 ports, the hold FIFO's write register and read, the judge's wait, the two-step pick and
-    the registered bank read included, and the 2 cycles of the egress arbiter's registered choice and the egress
-    register)."""
+    29-cycle pipeline at 8 ports, the hold FIFO's write register and read, the judge's wait,
+    the two-step pick and the registered bank read included, and the 2 cycles of the egress
+    arbiter's registered choice and the egress register)."""
     spec = SwitchSpec(ports=8, lanes=8, slots=slots, chunk_flits=8, dtypes=("int32",))
     line = 18 * 20.6e9                       # H100: 18 NVLinks × NCCL's 20.6 GB/s
     cycle = 32 / line
