@@ -6,13 +6,17 @@ holds two flits, so it can tell a cycle early whether it will take one: ``i.read
 a free register) depends on its registers alone, and ``room_next`` is the value ``i.ready``
 will have next cycle. A sender that copies ``room_next`` into a register of its own knows from
 that copy whether it may send, with no path from ``o.ready`` back to it.
+
+A flit crossing the die needs a register on the way as well: :class:`LinkRegister` is one
+flit's register in front of such a stage, moving on when the stage has room, so the wire from
+the sender's multiplexer to the stage is cut in two and the room is still known a cycle ahead.
 """
 
 from amaranth.hdl import Assert, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["CreditSlice"]
+__all__ = ["CreditSlice", "LinkRegister"]
 
 
 class CreditSlice(wiring.Component):
@@ -94,4 +98,51 @@ class CreditSlice(wiring.Component):
         with m.If(give):
             m.d.sync += read_sel.eq(~read_sel)
         m.d.comb += self.room_next.eq(~(full_next[0] & full_next[1]))
+        return m
+
+
+class LinkRegister(wiring.Component):
+    """One flit's register on a link, in front of a stage whose room is known a cycle ahead.
+
+    The register takes a flit while it is empty or while its own flit leaves (``o.ready``, the
+    stage's ``i.ready``: the stage's registers alone), so one flit per cycle passes, a cycle
+    later than without it. ``room_next`` is next cycle's ``i.ready``, from the register's own
+    next state and the stage's ``room_next`` (``o_room_next``): a sender that copies it knows
+    from its copy whether the register takes a flit, as from :class:`CreditSlice`'s. In front
+    of a :class:`CreditSlice`, a stalled output takes two more flits than a combinational
+    ``ready`` would have let through (the stage's one and this register's), then refuses.
+
+    Members
+    -------
+    i : In(stream.Signature(shape))
+    o : Out(stream.Signature(shape))
+    o_room_next : In(1)
+        The stage's ``room_next``: its ``i.ready`` (this register's ``o.ready``) next cycle.
+    room_next : Out(1)
+        ``i.ready`` of the next cycle.
+    """
+
+    def __init__(self, shape):
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape)),
+                          "o_room_next": In(1), "room_next": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        full = Signal()
+        full_next = Signal()
+        take = Signal()
+        give = Signal()
+        m.d.comb += [
+            self.i.ready.eq(~full | self.o.ready),
+            take.eq(self.i.valid & self.i.ready),
+            give.eq(full & self.o.ready),
+            self.o.valid.eq(full),
+            full_next.eq(take | (full & ~give)),
+            self.room_next.eq(~full_next | self.o_room_next),
+        ]
+        m.d.sync += full.eq(full_next)
+        # (loaded whenever it may take a flit: the load enable is `i.ready`, from registers,
+        # not the sender's `valid`; an empty register's word is never read)
+        with m.If(self.i.ready):
+            m.d.sync += self.o.payload.eq(self.i.payload)
         return m

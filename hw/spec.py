@@ -75,9 +75,10 @@ RESULT_FIFO_LATENCY = 2
 #: at cycle t leaves the arbiter at t + 1 at the earliest. (A requester whose last flit leaves
 #: at t counts as requesting at t, so its next packet can follow at t + 1.)
 EGRESS_PICK_LATENCY = 1
-#: Cycles from an egress arbiter's output to the switch's port: the egress stage
+#: Cycles from an egress arbiter's output to the switch's port: the register on the link from
+#: the arbiter's multiplexer (:class:`hw.regslice.LinkRegister`) and the egress stage
 #: (:class:`hw.regslice.CreditSlice`, two flits, its room known a cycle ahead).
-EGRESS_OUTPUT_LATENCY = 1
+EGRESS_OUTPUT_LATENCY = 2
 
 
 class Policy(str, enum.Enum):

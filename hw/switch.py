@@ -22,18 +22,20 @@ memory traffic from ingress k, and requester d — the place of d's own ingress,
 sends to d — is the reduction unit's results for d. N requesters, a power of two for the usual
 port counts, keep each egress's output multiplexer to the FPGA's wide-mux cells (a ninth input
 cost nearly five times the LUTs at 8 lanes; docs/hw.md). Each arbiter's output passes a
-two-flit stage (:class:`hw.regslice.CreditSlice`), so the egress ports are driven from
-flip-flops (``SwitchSpec.egress_output_latency``). The arbitration policy is chosen at
+register on the link (:class:`hw.regslice.LinkRegister`: the multiplexer's inputs come from
+across the die) and a two-flit stage (:class:`hw.regslice.CreditSlice`), so the egress ports
+are driven from flip-flops (``SwitchSpec.egress_output_latency``). The arbitration policy is chosen at
 elaboration; priorities / weights are set per traffic class at run time (``cfg_mem_*``,
 ``cfg_result_*``).
 
 The crossbar's links are registered both ways: an arbiter reads each requester's ``valid``
 and ``last`` from registers beside it, loaded a cycle ahead from what the requester's FIFO
 will hold, and a requester moves its head by copies of its own of the arbiter's choice and of
-the egress stage's room, loaded a cycle ahead too. No path runs from an ingress through an
-arbiter and back. With every egress ready the switch is cycle for cycle what it was with
-combinational links; when a GPU stalls, its egress stage takes one more flit than a
-combinational ``ready`` would have let through.
+the egress's room, loaded a cycle ahead too; the flits the arbiter chooses stop in the link
+register. No path runs from an ingress through an arbiter and back, nor from an ingress to
+the egress stage. With every egress ready a flit leaves a cycle later than it would with
+combinational links, at the same rate; when a GPU stalls, its egress takes two more flits than
+a combinational ``ready`` would have let through (one in the link register, one in the stage).
 
 Why results and memory traffic cannot deadlock each other: the reduction unit never
 back-pressures its inputs (a contribution is written into its own bank or dropped), so
@@ -52,7 +54,7 @@ from .arbiter import PRIO_BITS, QUANTUM_BITS, WEIGHT_BITS, LinkArbiter, below
 from .packet import Kind, flit_layout
 from .ramfifo import RamFIFO
 from .reduce import ReductionUnit, config_signature, count_events
-from .regslice import CreditSlice
+from .regslice import CreditSlice, LinkRegister
 from .spec import Policy
 
 __all__ = ["Switch", "DROP_CAUSES"]
@@ -152,9 +154,8 @@ class Switch(wiring.Component):
         # from registers beside it (`req_valid`, `req_last`), which each requester loads a
         # cycle ahead from what its own FIFO will hold next cycle; each requester decides
         # whether its head moves from copies of its own (`granted`): the arbiter's choice for
-        # it and the egress stage's room, both loaded a cycle ahead too. So no path goes from
-        # an ingress through an arbiter and back, and with every egress ready the switch runs
-        # cycle for cycle as with combinational links.
+        # it and the room of the egress's link register, both loaded a cycle ahead too. So no
+        # path goes from an ingress through an arbiter and back.
         arbiters, outs = [], []
         req_valid = [Signal(N, name=f"egress{d}_req_valid") for d in range(N)]
         req_last = [Signal(N, name=f"egress{d}_req_last", attrs={"keep": 1})
@@ -178,14 +179,20 @@ class Switch(wiring.Component):
             # addressed to d (memory traffic is routed by dst, results are d's), and a
             # NULLIFIED tail's data is zeroed here rather than at its ingress, as the
             # registers' synchronous reset (the ingress offers the truncating flit's data).
+            # In front of it, a register on the link: the arbiter's multiplexer gathers flits
+            # from every ingress, across the die, and the register cuts that wire from the
+            # one on to the stage (docs/hw.md, "The crossbar's flits registered").
+            m.submodules[f"egress{d}_link"] = link = LinkRegister(layout)
             m.submodules[f"egress{d}_out"] = out = CreditSlice(layout, write_slices=L + 1)
-            outs.append(out)
-            flit = arb.o.payload
+            outs.append(link)
+            wiring.connect(m, arb.o, link.i)
+            m.d.comb += link.o_room_next.eq(out.room_next)
+            flit = link.o.payload
             fields = {"dst": Const(d, len(flit.dst)),
                       "data": Mux(flit.user.kind == Kind.NULLIFIED, 0, flit.data)}
             # One assignment of the whole flit (field by field, a constant field would be a
             # process that reads nothing: Verilator's ALWNEVER).
-            m.d.comb += [out.i.valid.eq(arb.o.valid), arb.o.ready.eq(out.i.ready),
+            m.d.comb += [out.i.valid.eq(link.o.valid), link.o.ready.eq(out.i.ready),
                          out.i.payload.eq(Cat(fields[name] if name in fields else flit[name]
                                               for name, _ in layout))]
             wiring.connect(m, out.o, wiring.flipped(self.o[d]))
@@ -193,7 +200,7 @@ class Switch(wiring.Component):
         def granted(source, k, d):
             """Whether egress d takes requester k's flit this cycle, if it offers one: a
             register kept at the requester (``source`` names it), loaded a cycle ahead with
-            the arbiter's choice for k and the egress stage's room (both egress d's)."""
+            the arbiter's choice for k and the room of egress d's link register."""
             copy = Signal(name=f"{source}_granted_by{d}", attrs={"keep": 1})
             m.d.sync += copy.eq(arbiters[d].select_next[k] & outs[d].room_next)
             return copy

@@ -264,7 +264,8 @@ def test_model_single_packet_latency():
     plan = build_plan({"gpus": 2}, [write(0, 0, 1, 5 * 8)], cfg)
     result = replay_model(plan)
     # First flit at the head INGRESS_LATENCY cycles after it entered, out of the switch
-    # egress_latency cycles later (the arbiter's registered choice, the egress register);
+    # egress_latency cycles later (the arbiter's registered choice, the link register, the
+    # egress stage);
     # then one flit a cycle.
     assert result.inject[0] == 0
     assert result.deliver[0] == INGRESS_LATENCY + cfg.switch.egress_latency + 5 - 1
@@ -286,7 +287,7 @@ def test_model_reduction_latency():
     """The result leaves 6 + pipeline + egress_latency cycles after the last contribution flit
     is at the reduction unit (the hold FIFO, the registered arrival, the engine's pick in two
     registered steps; bank read, adder levels, result select; result FIFO; the arbiter's
-    registered choice and the egress register), then one flit a cycle — plus the judge's wait:
+    registered choice, the link register and the egress stage), then one flit a cycle — plus the judge's wait:
     the hold FIFO's write register and registered read take two cycles more than a plain
     FIFO's, then the four headers head their hold FIFOs in the same cycle and the judge takes
     one port a cycle, so the member judged last waits 2 + (ports - 1) = 5 cycles."""

@@ -42,9 +42,9 @@ def _config(slots=4):
 
 def _round_trip_s(gpu, spec):
     """Hand-derived slot round trip: two GPU<->switch hops, then the chunk in, the judge's wait,
-    the engine's pick and the result pipeline, the egress (the arbiter's registered choice and
-    the egress register), and the result chunk out, one flit per cycle at the GPU's effective
-    link rate."""
+    the engine's pick and the result pipeline, the egress (the arbiter's registered choice, the
+    link register and the egress stage), and the result chunk out, one flit per cycle at the
+    GPU's effective link rate."""
     flit = spec.lanes * 4
     cycle = flit / (gpu.link_effective_gbps * 1e9)
     pipeline = (spec.chunk_flits - 1) + spec.judge_wait_cycles + spec.engine_pick_latency + \

@@ -50,10 +50,10 @@ def test_pipeline_is_the_rtls_measured_latency(dtypes, ports, cycles):
     buffered hold FIFO, two more with the registered bank read, one more with the hold FIFO's
     write register: 27 and 47). (16 ports: `bench_line_rate(ports=16, lanes=1, slots=64,
     chunk_flits=8, chunks=16)`, 38 cycles.) In the switch the result then passes the egress
-    arbiter's registered choice and the egress register: 2 cycles more (tests/test_cosim.py,
-    test_model_single_packet_latency, against the RTL)."""
+    arbiter's registered choice, the link register and the egress stage: 3 cycles more
+    (tests/test_cosim.py, test_model_single_packet_latency, against the RTL)."""
     spec = SwitchSpec(ports=ports, lanes=8, slots=64, chunk_flits=8, dtypes=dtypes)
-    assert switch_timing(H100, spec).pipeline_cycles == cycles + 2
+    assert switch_timing(H100, spec).pipeline_cycles == cycles + 3
 
 
 def test_slot_pool_against_the_rtl_closed_loop():
@@ -62,15 +62,15 @@ def test_slot_pool_against_the_rtl_closed_loop():
     measured 0.4350 flit/cycle (8 ports, `bench_line_rate(ports=8, lanes=8, slots=2,
     chunk_flits=8, chunks=192)`; 0.4470 before the hold FIFO's write register, 0.4732 before
     the registered bank read, 0.4875 before the hold FIFO's registered read). The switch's
-    egress (the arbiter's registered choice and the egress register) adds 2 cycles to that
-    round trip."""
+    egress (the arbiter's registered choice, the link register and the egress stage) adds 3
+    cycles to that round trip."""
     wireless = H100.with_(link_latency_s=0.0)
     two = switch_timing(wireless, SwitchSpec(ports=8, lanes=8, slots=2, chunk_flits=8,
                                              dtypes=("int32",)))
-    assert two.rate_gbps / two.line_gbps == pytest.approx(16 / (16 / 0.4350 + 2), rel=0.01)
+    assert two.rate_gbps / two.line_gbps == pytest.approx(16 / (16 / 0.4350 + 3), rel=0.01)
     four = switch_timing(wireless, SwitchSpec(ports=8, lanes=8, slots=4, chunk_flits=8,
                                               dtypes=("int32",)))
-    assert four.rate_gbps / four.line_gbps == pytest.approx(32 / (16 / 0.4350 + 2), rel=0.01)
+    assert four.rate_gbps / four.line_gbps == pytest.approx(32 / (16 / 0.4350 + 3), rel=0.01)
 
 
 @pytest.mark.parametrize("slots", [16, 64, 256, 1024])
@@ -78,12 +78,12 @@ def test_bandwidth_delay_product_limits_inswitch(slots):
     """rate = min(line, slots × chunk / round trip), round trip = 2 hops + (pipeline + chunk)
     cycles, a cycle one 32-byte flit at the GPU's effective link rate (the int32 unit's
     29-cycle pipeline at 8 ports, the hold FIFO's write register and read, the judge's wait,
-    the two-step pick and the registered bank read included, and the 2 cycles of the egress
-    arbiter's registered choice and the egress register)."""
+    the two-step pick and the registered bank read included, and the 3 cycles of the egress
+    arbiter's registered choice, the link register and the egress stage)."""
     spec = SwitchSpec(ports=8, lanes=8, slots=slots, chunk_flits=8, dtypes=("int32",))
     line = 18 * 20.6e9                       # H100: 18 NVLinks × NCCL's 20.6 GB/s
     cycle = 32 / line
-    rtt = 2 * 350e-9 + (29 + 2 + 8) * cycle
+    rtt = 2 * 350e-9 + (29 + 3 + 8) * cycle
     rate = min(line, slots * 8 * 32 / rtt)
     cost = allreduce_cost(H100, 8, GiB, "inswitch", switch=spec)
     assert cost.link_rate_gbps * 1e9 == pytest.approx(rate)

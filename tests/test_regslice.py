@@ -1,21 +1,29 @@
-"""``hw.regslice.CreditSlice``: a two-flit egress stage whose room is known a cycle ahead.
+"""``hw.regslice``: the egress stage whose room is known a cycle ahead (``CreditSlice``) and
+the link register in front of it (``LinkRegister``).
 
-The golden is a plain Python queue of at most two flits: every flit the stage takes comes out
-once, in order; ``room_next`` is next cycle's ``i.ready``; with the output always ready a flit
-leaves the cycle after it was taken and one passes every cycle.
+The golden is a plain Python queue of at most two flits (and, for the register and the stage
+together, one of one in front of it): every flit taken comes out once, in order; ``room_next``
+is next cycle's ``i.ready``; with the output always ready a flit leaves the cycle after it was
+taken (two cycles, through both) and one passes every cycle.
 """
 
 import random
 from collections import deque
 
 import pytest
+from amaranth.hdl import Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from hw.regslice import CreditSlice
+from hw.regslice import CreditSlice, LinkRegister
 
 
 def _run(bench_fn, width=16, write_slices=1):
-    dut = CreditSlice(width, write_slices=write_slices)
+    _simulate(CreditSlice(width, write_slices=write_slices), bench_fn)
+
+
+def _simulate(dut, bench_fn):
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     async def bench(ctx):
@@ -58,44 +66,121 @@ def test_flits_leave_once_in_order_and_room_is_known_a_cycle_ahead(seed, write_s
     _run(bench, write_slices=write_slices)
 
 
-def test_with_the_output_always_ready_a_flit_passes_every_cycle_one_cycle_late():
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_write_slices_must_be_a_count(bad):
+    with pytest.raises(ValueError, match="write_slices"):
+        CreditSlice(16, write_slices=bad)
+
+
+class _LinkThenStage(wiring.Component):
+    """A link register in front of a two-flit stage, wired as hw/switch.py wires them."""
+
+    def __init__(self, width):
+        self._width = width
+        super().__init__({"i": In(stream.Signature(width)), "o": Out(stream.Signature(width)),
+                          "room_next": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.link = link = LinkRegister(self._width)
+        m.submodules.stage = stage = CreditSlice(self._width, write_slices=2)
+        wiring.connect(m, wiring.flipped(self.i), link.i)
+        wiring.connect(m, link.o, stage.i)
+        wiring.connect(m, stage.o, wiring.flipped(self.o))
+        m.d.comb += [link.o_room_next.eq(stage.room_next), self.room_next.eq(link.room_next)]
+        return m
+
+
+def _run_link(bench_fn, width=16):
+    _simulate(_LinkThenStage(width), bench_fn)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_link_register_then_stage_hold_three_in_order_and_room_is_known_a_cycle_ahead(seed):
+    """The golden: the register holds one flit, which moves into the stage's queue of two
+    whenever the stage has room (``i.ready``: the stage's registers alone); the pair takes a
+    flit while the register is empty or moving."""
+    rng = random.Random(seed)
+    p_valid, p_ready = rng.uniform(0.3, 1.0), rng.uniform(0.2, 1.0)
+
+    async def bench(ctx, dut):
+        reg, stage, promised, sent, got = None, deque(), None, 0, 0
+        for t in range(2000):
+            valid, ready, word = rng.random() < p_valid, rng.random() < p_ready, rng.getrandbits(16)
+            ctx.set(dut.i.valid, valid)
+            ctx.set(dut.i.payload, word)
+            ctx.set(dut.o.ready, ready)
+            stage_room = len(stage) < 2
+            room = ctx.get(dut.i.ready)
+            assert room == (reg is None or stage_room), t
+            if promised is not None:
+                assert room == promised, t
+            assert ctx.get(dut.o.valid) == bool(stage), t
+            if stage:
+                assert ctx.get(dut.o.payload) == stage[0], t
+                if ready:
+                    stage.popleft()
+                    got += 1
+            if reg is not None and stage_room:
+                stage.append(reg)
+                reg = None
+            if valid and room:
+                reg = word
+                sent += 1
+            promised = ctx.get(dut.room_next)
+            await ctx.tick()
+        assert got > 500 and sent - got == len(stage) + (reg is not None)
+
+    _run_link(bench)
+
+
+# (the stage alone, and the link register in front of it: cycles a flit takes through, and how
+# many flits a stalled output still takes)
+_PATHS = {"stage": (lambda: CreditSlice(16), 1, 2),
+          "link register and stage": (lambda: _LinkThenStage(16), 2, 3)}
+
+
+@pytest.mark.parametrize("path", _PATHS)
+def test_with_the_output_always_ready_a_flit_passes_every_cycle(path):
+    make, lag, _ = _PATHS[path]
+
     async def bench(ctx, dut):
         ctx.set(dut.o.ready, 1)
         ctx.set(dut.i.valid, 1)
         for t in range(50):
             ctx.set(dut.i.payload, t)
             assert ctx.get(dut.i.ready) and ctx.get(dut.room_next)
-            if t:
-                assert ctx.get(dut.o.valid) and ctx.get(dut.o.payload) == t - 1
+            assert ctx.get(dut.o.valid) == (t >= lag)
+            if t >= lag:
+                assert ctx.get(dut.o.payload) == t - lag
             await ctx.tick()
 
-    _run(bench)
+    _simulate(make(), bench)
 
 
-def test_a_stalled_output_takes_one_more_flit_then_refuses():
+@pytest.mark.parametrize("path", _PATHS)
+def test_a_stalled_output_takes_what_was_decided_before_then_refuses(path):
+    """The stage takes one more flit than a combinational ``ready`` would have let through,
+    the link register one more again."""
+    make, _, held = _PATHS[path]
+
     async def bench(ctx, dut):
         ctx.set(dut.o.ready, 0)
         ctx.set(dut.i.valid, 1)
         taken = []
-        for t in range(5):
+        for t in range(6):
             ctx.set(dut.i.payload, 100 + t)
             if ctx.get(dut.i.ready):
                 taken.append(100 + t)
             await ctx.tick()
-        assert taken == [100, 101]
+        assert taken == [100 + j for j in range(held)]
         ctx.set(dut.i.valid, 0)
         ctx.set(dut.o.ready, 1)
         out = []
-        for _ in range(3):
+        for _ in range(held + 2):
             if ctx.get(dut.o.valid):
                 out.append(ctx.get(dut.o.payload))
             await ctx.tick()
-        assert out == [100, 101]
+        assert out == taken
 
-    _run(bench)
-
-
-@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
-def test_write_slices_must_be_a_count(bad):
-    with pytest.raises(ValueError, match="write_slices"):
-        CreditSlice(16, write_slices=bad)
+    _simulate(make(), bench)

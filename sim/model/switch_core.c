@@ -957,7 +957,7 @@ static void stream_result(SwitchRun *s, i64 d) {
     s->out_flits[d] += s->P;
     s->rq_head[d]++;
     s->result_last_read[d] = last;
-    i64 out = last + s->out_lag;   /* the egress register slice */
+    i64 out = last + s->out_lag;   /* the link register, the egress stage */
     s->results[d * s->chunks + seq] = out;
     s->credit[d * s->S + slot_of(s, seq)] = (Credit){seq, out};
     loop_result(s, d, seq, out);
@@ -1215,7 +1215,7 @@ static void egress(SwitchRun *s, i64 d, i64 t) {
     s->egress_last[d] = last;
     s->out_flits[d] += flits;
     s->in_flits[sel] += flits;
-    i64 out = last + s->out_lag;   /* the egress register slice */
+    i64 out = last + s->out_lag;   /* the link register, the egress stage */
     s->deliver[p] = out;
     loop_delivered(s, p, out);
     /* wake() never touches the loop's woken list, so iterate it in place */

@@ -72,8 +72,8 @@ def slot_bound(config):
     # that wait (the hold FIFO, the registered arrival, the pick) and its result's first
     # flit reaches the egress result_latency cycles after that (the reduction pipeline, then
     # the result FIFO's write and registered read) and leaves the switch egress_latency
-    # cycles after that (the arbiter's registered choice, the egress register); its last flit
-    # leaves P − 1 cycles later.
+    # cycles after that (the arbiter's registered choice, the link register, the egress
+    # stage); its last flit leaves P − 1 cycles later.
     # All are the switch specification's, the ones the fast model and the RTL run on
     # (tests/test_cosim.py, test_model_reduction_latency).
     switch = (spec.ingress_latency + P - 1 + spec.judge_wait_cycles + spec.engine_pick_latency
