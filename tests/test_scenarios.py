@@ -211,7 +211,10 @@ def test_pipeline_bubble_and_stage_reductions(tmp_path):
     """A reduced PP × DP run (2 stages × 2 replicas): with one micro-batch every schedule idles
     (p − 1)/p whatever the stages' times; the stages' gradients are the model's; a 2-GPU
     all-reduce, ring or in the switch, moves each GPU's gradients once each way: the larger
-    stage's (thousands of flits) takes its bytes over the link rate."""
+    stage's (thousands of flits) takes its bytes over the link rate, never less, and at most
+    8 % more: the fixed costs (a kernel start, two hops, the switch's pipeline at the flit
+    scale's grain) came to 0.2–5.1 % at this size (the in-switch async point 4.94 % before
+    the register on the switch's egress links, 5.06 % with it)."""
     payload, out = _run(tmp_path, """
 [scenario]
 kind = "pipeline"
@@ -234,7 +237,7 @@ bubble_sweep = [1, 4]
     big = max(range(2), key=lambda s: sec["stages"][s]["grad_bytes"])   # many flits: line rate
     line_ms = sec["stages"][big]["grad_bytes"] / (gpu.link_gbps * 1e9) * 1e3
     for point in sec["points"]:
-        assert point["reduce_alone_ms"][str(big)] == pytest.approx(line_ms, rel=0.05)
+        assert line_ms * (1 - 1e-9) <= point["reduce_alone_ms"][str(big)] <= line_ms * 1.08
         assert point["step_shared_ms"] >= point["step_alone_ms"] * (1 - 1e-9)
     assert (out / "pipeline_bubble.png").is_file() and (out / "pipeline_schedule.png").is_file()
 
