@@ -175,25 +175,30 @@ class Switch(wiring.Component):
             if self._policy == Policy.DRR:
                 m.d.comb += arb.quantum.eq(self.cfg_quantum)
             # The egress port is driven from flip-flops: a two-flit stage whose room is known
-            # a cycle ahead. Two fields need no multiplexer: every flit egress d carries is
-            # addressed to d (memory traffic is routed by dst, results are d's), and a
-            # NULLIFIED tail's data is zeroed here rather than at its ingress, as the
-            # registers' synchronous reset (the ingress offers the truncating flit's data).
-            # In front of it, a register on the link: the arbiter's multiplexer gathers flits
-            # from every ingress, across the die, and the register cuts that wire from the
-            # one on to the stage (docs/hw.md, "The crossbar's flits registered").
+            # a cycle ahead. In front of it, a register on the link: the arbiter's multiplexer
+            # gathers flits from every ingress, across the die, and the register cuts that
+            # wire from the one on to the stage (docs/hw.md, "The crossbar's flits
+            # registered"). Two fields need no multiplexer: a NULLIFIED tail's data is zeroed
+            # at the multiplexer's output rather than at its ingress (the ingress offers the
+            # truncating flit's data; in front of the link register the zeroing shares the
+            # multiplexer's LUTs, behind it it took a LUT a bit), and every flit egress d
+            # carries is addressed to d (memory traffic is routed by dst, results are d's),
+            # a constant given the stage (the link register's dst bits have no loads).
             m.submodules[f"egress{d}_link"] = link = LinkRegister(layout)
             m.submodules[f"egress{d}_out"] = out = CreditSlice(layout, write_slices=L + 1)
             outs.append(link)
-            wiring.connect(m, arb.o, link.i)
             m.d.comb += link.o_room_next.eq(out.room_next)
+            # (Each a whole flit in one assignment: field by field, a constant field would be a
+            # process that reads nothing, Verilator's ALWNEVER.)
+            flit = arb.o.payload
+            zeroed = {"data": Mux(flit.user.kind == Kind.NULLIFIED, 0, flit.data)}
+            m.d.comb += [link.i.valid.eq(arb.o.valid), arb.o.ready.eq(link.i.ready),
+                         link.i.payload.eq(Cat(zeroed.get(name, flit[name])
+                                               for name, _ in layout))]
             flit = link.o.payload
-            fields = {"dst": Const(d, len(flit.dst)),
-                      "data": Mux(flit.user.kind == Kind.NULLIFIED, 0, flit.data)}
-            # One assignment of the whole flit (field by field, a constant field would be a
-            # process that reads nothing: Verilator's ALWNEVER).
+            addressed = {"dst": Const(d, len(flit.dst))}
             m.d.comb += [out.i.valid.eq(link.o.valid), link.o.ready.eq(out.i.ready),
-                         out.i.payload.eq(Cat(fields[name] if name in fields else flit[name]
+                         out.i.payload.eq(Cat(addressed.get(name, flit[name])
                                               for name, _ in layout))]
             wiring.connect(m, out.o, wiring.flipped(self.o[d]))
 
