@@ -160,6 +160,11 @@ class Switch(wiring.Component):
         req_valid = [Signal(N, name=f"egress{d}_req_valid") for d in range(N)]
         req_last = [Signal(N, name=f"egress{d}_req_last", attrs={"keep": 1})
                     for d in range(N)]
+        # Whether requester k offers a NULLIFIED tail (its `offers_tail`), loaded a cycle ahead
+        # as `req_last` is: the egress zeroes the tail's data from these and its own choice,
+        # not from the offered kind, which comes from across the die (results never are).
+        req_tail = [Signal(N, name=f"egress{d}_req_tail", attrs={"keep": 1})
+                    for d in range(N)]
         for d in range(N):
             m.submodules[f"egress{d}"] = arb = LinkArbiter(N, L, self._policy, last_input=True)
             arbiters.append(arb)
@@ -183,15 +188,21 @@ class Switch(wiring.Component):
             # truncating flit's data; in front of the link register the zeroing shares the
             # multiplexer's LUTs, behind it it took a LUT a bit), and every flit egress d
             # carries is addressed to d (memory traffic is routed by dst, results are d's),
-            # a constant given the stage (the link register's dst bits have no loads).
+            # a constant given the stage (the link register's dst bits have no loads). Whether
+            # the flit is a tail is read from registers beside the arbiter: its choice as it
+            # stands this cycle (`select_next` registered) and the requesters' `req_tail`.
             m.submodules[f"egress{d}_link"] = link = LinkRegister(layout)
             m.submodules[f"egress{d}_out"] = out = CreditSlice(layout, write_slices=L + 1)
             outs.append(link)
             m.d.comb += link.o_room_next.eq(out.room_next)
             # (Each a whole flit in one assignment: field by field, a constant field would be a
             # process that reads nothing, Verilator's ALWNEVER.)
+            chosen = Signal(N, name=f"egress{d}_chosen")
+            m.d.sync += chosen.eq(arb.select_next)
+            offers_tail = Signal(name=f"egress{d}_offers_tail")
+            m.d.comb += offers_tail.eq((chosen & req_tail[d]).any())
             flit = arb.o.payload
-            zeroed = {"data": Mux(flit.user.kind == Kind.NULLIFIED, 0, flit.data)}
+            zeroed = {"data": Mux(offers_tail, 0, flit.data)}
             m.d.comb += [link.i.valid.eq(arb.o.valid), arb.o.ready.eq(link.i.ready),
                          link.i.payload.eq(Cat(zeroed.get(name, flit[name])
                                                for name, _ in layout))]
@@ -346,7 +357,8 @@ class Switch(wiring.Component):
             m.d.sync += tail_next.eq(tail_ahead)
             for sel, d in zip(cur_next[_EGRESS:], egresses):
                 m.d.sync += [req_valid[d][k].eq(q.r_rdy_next & sel),
-                             req_last[d][k].eq(tail_ahead | last_ahead)]
+                             req_last[d][k].eq(tail_ahead | last_ahead),
+                             req_tail[d][k].eq(tail_ahead)]
 
             first_drop = moved & ~in_pkt & head_fresh[_DROP]
             drop_hits[0].append(first_drop & ~is_mem & (kind != Kind.CONFIG) &
