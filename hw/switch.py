@@ -190,17 +190,15 @@ class Switch(wiring.Component):
             # carries is addressed to d (memory traffic is routed by dst, results are d's),
             # a constant given the stage (the link register's dst bits have no loads). Whether
             # the flit is a tail is read from registers beside the arbiter: its choice as it
-            # stands this cycle (`select_next` registered) and the requesters' `req_tail`.
+            # stands (its `grant`, from its choice register) and the requesters' `req_tail`.
             m.submodules[f"egress{d}_link"] = link = LinkRegister(layout)
             m.submodules[f"egress{d}_out"] = out = CreditSlice(layout, write_slices=L + 1)
             outs.append(link)
             m.d.comb += link.o_room_next.eq(out.room_next)
             # (Each a whole flit in one assignment: field by field, a constant field would be a
             # process that reads nothing, Verilator's ALWNEVER.)
-            chosen = Signal(N, name=f"egress{d}_chosen")
-            m.d.sync += chosen.eq(arb.select_next)
             offers_tail = Signal(name=f"egress{d}_offers_tail")
-            m.d.comb += offers_tail.eq((chosen & req_tail[d]).any())
+            m.d.comb += offers_tail.eq((arb.grant & req_tail[d]).any())
             flit = arb.o.payload
             zeroed = {"data": Mux(offers_tail, 0, flit.data)}
             m.d.comb += [link.i.valid.eq(arb.o.valid), arb.o.ready.eq(link.i.ready),
