@@ -803,10 +803,29 @@ class ReductionUnit(wiring.Component):
             m.d.sync += eng_slot.eq(cur)
             with m.If(last_issue):
                 m.d.sync += [busy.eq(0), eng_idx.eq(0)]
-                m.d.comb += slot_free_now.eq(Const(1, S) << cur)
             with m.Else():
                 m.d.sync += [busy.eq(1), eng_slot_members.eq(eng_members),
                              eng_idx.eq(Mux(busy, eng_idx + 1, 1))]
+        # The slot the engine frees. With chunks of two flits or more a chunk's last flit is
+        # always read while busy, so which slot an issue would free is known from registers:
+        # `free_at`, one-hot, loaded at each issue from the state the engine moves to (the
+        # slot it reads, if that issue leaves it one flit from the end). The free is then
+        # `issue` AND a register at each slot, not `issue` → `last_issue` → a decode of `cur`
+        # (the routed 4 x 8 x 16 switch's critical path at 82b7ee8, seed 1: docs/hw.md).
+        if P == 1:
+            with m.If(last_issue):
+                m.d.comb += slot_free_now.eq(Const(1, S) << cur)
+        else:
+            free_at = Signal(S, name="eng_free_at")
+            ends_next = Signal(name="eng_ends_next")   # the next issue reads a last flit
+            m.d.comb += ends_next.eq(~(busy & (eng_idx == P - 1)) &
+                                     Mux(busy, eng_idx == P - 2, P == 2))
+            with m.If(issue):
+                m.d.sync += free_at.eq(Mux(ends_next, Const(1, S) << cur, 0))
+            m.d.comb += slot_free_now.eq(Mux(issue, free_at, 0))
+            if platform == "formal":   # the register says what the decode would
+                m.d.comb += Assert(free_at == Mux(busy & (eng_idx == P - 1),
+                                                  Const(1, S) << eng_slot, 0))
 
         # The judge's step A, ending: the entry of the slot the next header names, as the
         # table will hold it next cycle — this cycle's value with this cycle's updates applied
@@ -815,7 +834,10 @@ class ReductionUnit(wiring.Component):
         m.d.comb += aslot.eq(gathered.slot)
         freed = Signal(name="judge_fwd_free")
         claimed_here = Signal(name="judge_fwd_claim")
-        m.d.comb += [freed.eq(last_issue & (cur == aslot)),
+        # With P >= 2 the free is `issue` AND a register (`eng_free_at`, above), and so is
+        # its forwarding here: the bit of the next header's slot.
+        m.d.comb += [freed.eq(last_issue & (cur == aslot) if P == 1 else
+                              slot_free_now.bit_select(aslot, 1)),
                      claimed_here.eq(jclaim & (jslot == aslot))]
         # Step B looks only at the arrived bit of the port it judges, so step A reads one bit:
         # each slot's bit for the next turn's port (chosen early: turn_next is the turn
