@@ -679,6 +679,14 @@ class ReductionUnit(wiring.Component):
 
         # -- slot table updates ------------------------------------------------------------
         # One writer: the judge. The claimed entry is the judged header's, for every slot.
+        # With chunks of two flits or more a slot's completeness is a register of its own,
+        # loaded from the arrivals that complete it: a contribution's last flit comes at least
+        # a cycle after its header was judged, so a slot is never claimed and completed in one
+        # cycle, and a slot that is not valid has no arrivals (formal asserts both, through
+        # the register's equality with the comparison it replaces). The pick's first step
+        # then starts at flip-flops, not at the comparison of each slot's arrived and members
+        # (the routed 4 x 8 x 16 switch's seed-3 critical path at 82b7ee8: docs/hw.md).
+        slot_complete = [Signal(name=f"slot{s}_complete") for s in range(S)] if P > 1 else None
         for s in range(S):
             set_bits = Signal(N, name=f"slot{s}_set")
             m.d.comb += set_bits.eq(Cat(arrive[k] & (arrive_slot[k] == s) for k in range(N)))
@@ -692,6 +700,10 @@ class ReductionUnit(wiring.Component):
                     m.d.sync += slot_valid[s].eq(1)
             with m.If(claimed):
                 m.d.sync += slot_members[s].eq(jhead.members)
+            if slot_complete is not None:
+                m.d.sync += slot_complete[s].eq(
+                    ~slot_free_now[s] & slot_valid[s] & slot_members[s].any() &
+                    ((slot_arrived[s] | set_bits) == slot_members[s]))
         # The rest of the claimed entry goes to LUT-RAM: one write port, so no per-slot
         # multiplexers or clock enables, and reads through the memory's own 16:1 cells.
         m.d.comb += [meta_write.en.eq(jclaim), meta_write.addr.eq(jslot),
@@ -712,8 +724,14 @@ class ReductionUnit(wiring.Component):
         # engine rests a cycle after each, so that slot stays the only one:
         # ``SwitchSpec.engine_restart_cycles``.)
         complete = Signal(S)
-        m.d.comb += complete.eq(Cat(slot_valid[s] & (slot_arrived[s] == slot_members[s]) &
-                                    slot_members[s].any() for s in range(S)))
+        compared = Cat(slot_valid[s] & (slot_arrived[s] == slot_members[s]) &
+                       slot_members[s].any() for s in range(S))
+        if slot_complete is None:
+            m.d.comb += complete.eq(compared)
+        else:
+            m.d.comb += complete.eq(Cat(*slot_complete))
+            if platform == "formal":   # the registers say what the comparison would
+                m.d.comb += Assert(complete == compared)
         busy, eng_slot, eng_idx = st.busy, st.eng_slot, st.eng_idx
         eng_slot_members = st.eng_slot_members     # members of the slot being read
         pick, pick_ok, pick_members = st.pick, st.pick_ok, st.pick_members  # the next slot
