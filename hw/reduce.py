@@ -909,14 +909,18 @@ class ReductionUnit(wiring.Component):
             # among comparisons made from it: with the sum and its comparison after them,
             # the routed 4 x 8 x 16 switch's critical path ran from a result FIFO's level
             # across the die through the adder and a carry chain to `room_k` (11.81 ns).
+            # The occupancy itself is chosen the same way, among `settled` and `settled` ± 1,
+            # so the issue reaches each counter's multiplexer, not its carry chain (the issue
+            # → `eng_read` across the die → result FIFO 0's occupancy adder was the routed 4 x
+            # 8 x 16 switch's critical path at 2f893da, seed 1).
             settled = Signal.like(occupancy[k], name=f"result{k}_occupancy_settled")
             m.d.comb += settled.eq(occupancy[k] + q.w_en - leaving)
             read = q.r_en & q.r_rdy
-            m.d.sync += occupancy[k].eq(settled + entering - read)
             with m.Switch(Cat(read, entering)):
                 for code, delta in ((0b00, 0), (0b01, -1), (0b10, 1), (0b11, 0)):
                     with m.Case(code):   # room: settled + delta < D - 1
-                        m.d.sync += room_k[k].eq(below(settled, D - 1 - delta))
+                        m.d.sync += [occupancy[k].eq(settled + delta),
+                                     room_k[k].eq(below(settled, D - 1 - delta))]
 
         # Adder trees over the bank words (registered at stage bank_read_latency - 1), one
         # level per stage.
