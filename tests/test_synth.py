@@ -121,6 +121,7 @@ def test_synth_place_only():
     """--no-route reports nextpnr's post-placement estimate, marked as such."""
     result = _synth("arbiter", "--ports", "4", "--lanes", "1", "--no-route")
     assert result["routed"] is False and result["critical_path"] is None
+    assert result["met"] is None   # an estimate neither meets nor misses the request
     assert 50 < result["fmax_mhz"] < 1000 and result["luts"] > 0
     assert (result["placer"], result["router"]) == ("heap", "router1")
     path = result["longest_logic_path"]   # register to register in the mapped netlist

@@ -235,15 +235,16 @@ def _cmd_synth(args):
               + ", ".join(f"{block} {n:,}"
                           for block, n in list(result["luts_by_block"].items())[:6]))
         return
-    estimate = "" if result["routed"] else " (placement estimate)"
     _emit(args, result,
           f"{meta['module']} on {result['device']}:\n"
           f"  LUT4 {result.get('luts')}/{result.get('luts_available')}, FF {result.get('ffs')}, "
           f"DP16KD {result.get('bram_dp16kd')}, MULT18X18D {result.get('dsp_mult18')}, "
           f"LUT-RAM {result.get('lutram')}\n"
-          f"  Fmax {result['fmax_mhz']:.1f} MHz{estimate} "
-          f"({'meets' if result['met'] else 'misses'} "
-          f"{args.freq:g} MHz); synthesis {result['synth_s']} s, place and route "
+          f"  Fmax {result['fmax_mhz']:.1f} MHz "
+          + (f"(placement estimate: not routed, so whether it meets {args.freq:g} MHz is "
+             "not known)" if result['met'] is None else
+             f"({'meets' if result['met'] else 'misses'} {args.freq:g} MHz)")
+          + f"; synthesis {result['synth_s']} s, place and route "
           f"{result['pnr_s']} s (Yosys {result['yosys_version']}, {result['yosys_mapping']}; "
           f"nextpnr {result['placer']} placer, {result['router']}, seed {result['seed']})"
           + _critical_path_line(result.get("critical_path"))
