@@ -816,30 +816,29 @@ class ReductionUnit(wiring.Component):
         last_issue = Signal()
         m.d.comb += last_issue.eq(issue & Mux(busy, eng_idx == P - 1, P == 1))
         m.d.sync += finished.eq(last_issue)
-        with m.If(issue):
-            m.d.comb += [read_en.eq(1), read_addr.eq(cur * P + Mux(busy, eng_idx, 0))]
-            m.d.sync += eng_slot.eq(cur)
-            with m.If(last_issue):
-                m.d.sync += [busy.eq(0), eng_idx.eq(0)]
-            with m.Else():
-                m.d.sync += [busy.eq(1), eng_slot_members.eq(eng_members),
-                             eng_idx.eq(Mux(busy, eng_idx + 1, 1))]
         # The slot the engine frees. With chunks of two flits or more a chunk's last flit is
         # always read while busy, so which slot an issue would free is known from registers:
-        # `free_at`, one-hot, loaded at each issue from the state the engine moves to (the
+        # `free_at`, one-hot, loaded at each issue beside the state the engine moves to (the
         # slot it reads, if that issue leaves it one flit from the end). The free is then
         # `issue` AND a register at each slot, not `issue` → `last_issue` → a decode of `cur`
         # (the routed 4 x 8 x 16 switch's critical path at 82b7ee8, seed 1: docs/hw.md).
-        if P == 1:
+        free_at = Signal(S, name="eng_free_at") if P > 1 else None
+        with m.If(issue):
+            m.d.comb += [read_en.eq(1), read_addr.eq(cur * P + Mux(busy, eng_idx, 0))]
+            m.d.sync += eng_slot.eq(cur)
+            idx_next = Mux(busy, eng_idx + 1, 1)
             with m.If(last_issue):
-                m.d.comb += slot_free_now.eq(Const(1, S) << cur)
-        else:
-            free_at = Signal(S, name="eng_free_at")
-            ends_next = Signal(name="eng_ends_next")   # the next issue reads a last flit
-            m.d.comb += ends_next.eq(~(busy & (eng_idx == P - 1)) &
-                                     Mux(busy, eng_idx == P - 2, P == 2))
-            with m.If(issue):
-                m.d.sync += free_at.eq(Mux(ends_next, Const(1, S) << cur, 0))
+                m.d.sync += [busy.eq(0), eng_idx.eq(0)]
+                if free_at is None:
+                    m.d.comb += slot_free_now.eq(Const(1, S) << cur)
+                else:
+                    m.d.sync += free_at.eq(0)
+            with m.Else():
+                m.d.sync += [busy.eq(1), eng_slot_members.eq(eng_members),
+                             eng_idx.eq(idx_next)]
+                if free_at is not None:
+                    m.d.sync += free_at.eq(Mux(idx_next == P - 1, Const(1, S) << cur, 0))
+        if free_at is not None:
             m.d.comb += slot_free_now.eq(Mux(issue, free_at, 0))
             if platform == "formal":   # the register says what the decode would
                 m.d.comb += Assert(free_at == Mux(busy & (eng_idx == P - 1),
@@ -852,10 +851,7 @@ class ReductionUnit(wiring.Component):
         m.d.comb += aslot.eq(gathered.slot)
         freed = Signal(name="judge_fwd_free")
         claimed_here = Signal(name="judge_fwd_claim")
-        # With P >= 2 the free is `issue` AND a register (`eng_free_at`, above), and so is
-        # its forwarding here: the bit of the next header's slot.
-        m.d.comb += [freed.eq(last_issue & (cur == aslot) if P == 1 else
-                              slot_free_now.bit_select(aslot, 1)),
+        m.d.comb += [freed.eq(slot_free_now.bit_select(aslot, 1)),
                      claimed_here.eq(jclaim & (jslot == aslot))]
         # Step B looks only at the arrived bit of the port it judges, so step A reads one bit:
         # each slot's bit for the next turn's port (chosen early: turn_next is the turn
