@@ -180,6 +180,10 @@ class LinkArbiter(wiring.Component):
     ----------
     grant : Signal(ports)
         One-hot: the requester whose flits the output carries (held through a packet), or zero.
+    choice : Signal(ports)
+        One-hot: the choice register decoded, ungated: ``grant`` whenever the output is valid
+        or a choice is held, otherwise any requester. From flip-flops alone, for logic whose
+        result is read only while the output is valid.
     busy : Signal
         A choice is held: mid-packet, or a presented flit not yet accepted.
     pointer : Signal(range(ports))
@@ -217,6 +221,7 @@ class LinkArbiter(wiring.Component):
         super().__init__(members)
 
         self.grant = Signal(ports)
+        self.choice = Signal(ports)
         self.busy = Signal()
         self.pointer = Signal(range(ports))
         self.select_next = Signal(ports)
@@ -288,6 +293,7 @@ class LinkArbiter(wiring.Component):
                                         (self.busy | valid[k])) for k in range(n)]
         with m.If(self.busy | self.o.valid):
             m.d.comb += self.grant.eq(sel_hot)
+        m.d.comb += self.choice.eq(sel_hot)
 
         if "last" in self.signature.members:   # from the requesters' own `last` registers
             o_last = (self.last & sel_hot).any()

@@ -190,7 +190,11 @@ class Switch(wiring.Component):
             # carries is addressed to d (memory traffic is routed by dst, results are d's),
             # a constant given the stage (the link register's dst bits have no loads). Whether
             # the flit is a tail is read from registers beside the arbiter: its choice as it
-            # stands (its `grant`, from its choice register) and the requesters' `req_tail`.
+            # stands (its `choice`, decoded from its choice register) and the requesters'
+            # `req_tail`. The choice is not gated by `valid` as the `grant` is: the zeroed data
+            # is read only when the link register takes a flit, and then the two agree, so the
+            # 256 data bits' select starts at flip-flops beside the arbiter, not at the
+            # arbiter's `valid` and `busy` (docs/timing-closure.md).
             m.submodules[f"egress{d}_link"] = link = LinkRegister(layout)
             m.submodules[f"egress{d}_out"] = out = CreditSlice(layout, write_slices=L + 1)
             outs.append(link)
@@ -198,7 +202,7 @@ class Switch(wiring.Component):
             # (Each a whole flit in one assignment: field by field, a constant field would be a
             # process that reads nothing, Verilator's ALWNEVER.)
             offers_tail = Signal(name=f"egress{d}_offers_tail")
-            m.d.comb += offers_tail.eq((arb.grant & req_tail[d]).any())
+            m.d.comb += offers_tail.eq((arb.choice & req_tail[d]).any())
             flit = arb.o.payload
             zeroed = {"data": Mux(offers_tail, 0, flit.data)}
             m.d.comb += [link.i.valid.eq(arb.o.valid), arb.o.ready.eq(link.i.ready),
