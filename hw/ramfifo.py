@@ -190,8 +190,14 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
             r_port = ahead.read_port(domain="comb")
             head = Signal(self.lookahead, name="head", reset_less=True)
             after = Signal(self.lookahead, name="after", reset_less=True)
-            following = Signal.like(consume, name="following")   # consume + 1, wrapped
-            m.d.comb += following.eq(_wrap(consume, inner_depth))
+            # `consume + 1`, wrapped, as a register of its own (advanced with `consume`), so
+            # the asynchronous read's address is a flip-flop, not an incrementer behind one:
+            # in the routed 4 x 8 x 16 switch a hold FIFO's `consume` -> the increment -> a
+            # wire across the die to this memory -> the judge's gather was one seed's critical
+            # path (docs/timing-closure.md).
+            following = Signal.like(consume, name="following", init=1 % inner_depth)
+            with m.If(do_inner_read):
+                m.d.sync += following.eq(_wrap(following, inner_depth))
             m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data[plain:]),
                          w_port.en.eq(write_ahead), r_port.addr.eq(following),
                          self.r_data_next.eq(Mux(do_inner_read, after, head)),
@@ -239,8 +245,8 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                 m.d.sync += after.eq(second)
         with m.If(do_write):
             m.d.sync += produce.eq(_wrap(produce, inner_depth))
-        with m.If(do_inner_read):
-            m.d.sync += consume.eq(_wrap(consume, inner_depth))
+        with m.If(do_inner_read):   # (with a lookahead, `following` is the increment)
+            m.d.sync += consume.eq(following if self.lookahead else _wrap(consume, inner_depth))
         with m.If(do_write & ~do_inner_read):
             m.d.sync += inner_level.eq(inner_level + 1)
         with m.If(do_inner_read & ~do_write):
@@ -263,6 +269,8 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                           (inner_level == inner_depth + produce - consume),
                           inner_r_rdy == (inner_level != 0),
                           not_full == (inner_level != inner_depth)]
+            if self.lookahead:
+                invariants.append(following == _wrap(consume, inner_depth))
             with m.If(Initial()):
                 m.d.comb += [Assume(inv) for inv in invariants]
             with m.Else():
