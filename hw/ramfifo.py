@@ -33,10 +33,9 @@ side by side, each with its own read port whose enable comes from copies of the 
 driven by one net, its clock enables were a net of a fan-out of hundreds spread wherever the
 placer put the head's bits, at the end of the consumer's ``ready`` (at 8 × 8 × 64 the switch's
 critical path, docs/timing-closure.md, "The head's read enable replicated"). With the copies
-the consumer's ``ready`` reaches ``n`` LUTs, each beside its slice. The write side is cut the
-same way: each slice's write enable, and the lookahead's, is the producer's ``w_en`` ANDed with
-a copy of its own of the "not full" register that ``w_rdy`` is. ``keep`` stops Yosys merging
-the copies.
+the consumer's ``ready`` reaches ``n`` LUTs, each beside its slice. ``keep`` stops Yosys
+merging the copies. (The write side is not sliced: a write enable per slice, each from a copy
+of the "not full" register, cost about 300 LUT4s at 4 × 8 × 16, docs/timing-closure.md.)
 
 Every FIFO tells ``r_rdy_next``, whether it will have a head next cycle given this cycle's
 ``r_en`` (from its own registers: no memory read): the switch sends it a cycle ahead to the
@@ -142,15 +141,13 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
         m.d.comb += nonempty_next.eq(
             Mux(do_write, 1, Mux(do_inner_read, inner_level != 1, inner_r_rdy)))
         m.d.sync += inner_r_rdy.eq(nonempty_next)
-        copies = []   # (r_rdy, not empty, not full) kept per slice, when there are several
+        copies = []   # (r_rdy, not empty) kept per read slice, when there are several
         if self.read_slices > 1:
             for j in range(self.read_slices):
                 rdy = Signal(name=f"r_rdy_{j}", attrs={"keep": 1})
                 nonempty = Signal(name=f"nonempty_{j}", attrs={"keep": 1})
-                room = Signal(init=1, name=f"not_full_{j}", attrs={"keep": 1})
-                m.d.sync += [rdy.eq(self.r_rdy_next), nonempty.eq(nonempty_next),
-                             room.eq(not_full_next)]
-                copies.append((rdy, nonempty, room))
+                m.d.sync += [rdy.eq(self.r_rdy_next), nonempty.eq(nonempty_next)]
+                copies.append((rdy, nonempty))
         if plain:
             bounds = [plain * j // self.read_slices for j in range(self.read_slices + 1)]
             for j, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
@@ -160,21 +157,13 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                 w_port = storage.write_port()
                 r_port = storage.read_port(domain="sync")
                 if copies:
-                    rdy, nonempty, room = copies[j]
+                    rdy, nonempty = copies[j]
                     read_here = nonempty & (~rdy | self.r_en)   # do_inner_read, from copies
-                    write_here = room & self.w_en               # do_write, from a copy
                 else:
-                    read_here, write_here = do_inner_read, do_write
+                    read_here = do_inner_read
                 m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data[lo:hi]),
-                             w_port.en.eq(write_here), r_port.addr.eq(consume),
+                             w_port.en.eq(do_write), r_port.addr.eq(consume),
                              r_port.en.eq(read_here), self.r_data[lo:hi].eq(r_port.data)]
-        # the lookahead's write (its memory and `after`) from a copy of its own too
-        write_ahead, room_copies = do_write, [room for _, _, room in copies]
-        if copies:
-            room_ahead = Signal(init=1, name="not_full_ahead", attrs={"keep": 1})
-            m.d.sync += room_ahead.eq(not_full_next)
-            write_ahead = room_ahead & self.w_en
-            room_copies.append(room_ahead)
         if self.lookahead:
             # The same read as the synchronous port's, written out, and a word ahead: `after`
             # is a register that holds the inner FIFO's oldest word (the memory at `consume`)
@@ -199,7 +188,7 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
             with m.If(do_inner_read):
                 m.d.sync += following.eq(_wrap(following, inner_depth))
             m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data[plain:]),
-                         w_port.en.eq(write_ahead), r_port.addr.eq(following),
+                         w_port.en.eq(do_write), r_port.addr.eq(following),
                          self.r_data_next.eq(Mux(do_inner_read, after, head)),
                          self.r_data[plain:].eq(head),
                          # the same, for each value of r_en (do_inner_read is
@@ -239,7 +228,7 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
             meets_following = Signal(name="produce_meets_following")
             m.d.comb += [meets_now.eq(produce == consume),
                          meets_following.eq(produce == following)]
-            with m.If(write_ahead & Mux(do_inner_read, meets_following, meets_now)):
+            with m.If(do_write & Mux(do_inner_read, meets_following, meets_now)):
                 m.d.sync += after.eq(written)
             with m.Elif(do_inner_read):
                 m.d.sync += after.eq(second)
@@ -277,8 +266,7 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                 m.d.comb += [Assert(inv) for inv in invariants]
             m.d.comb += Assert(~(do_write & do_inner_read & (produce == consume)))
             # each read slice's copies are the registers they copy
-            same = ([(rdy == self.r_rdy) & (nonempty == inner_r_rdy) for rdy, nonempty, _ in copies]
-                    + [room == not_full for room in room_copies])
+            same = [(rdy == self.r_rdy) & (nonempty == inner_r_rdy) for rdy, nonempty in copies]
             with m.If(Initial()):
                 m.d.comb += [Assume(eq) for eq in same]
             with m.Else():
