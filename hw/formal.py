@@ -20,7 +20,8 @@ __all__ = ["ArbiterProperties", "ReductionProperties", "harness_rtlil"]
 class ArbiterProperties(Elaboratable):
     """The link arbiter with its inputs free but for the stream rules, and these properties:
 
-    1. ``grant`` is one-hot or zero.
+    1. ``grant`` is one-hot or zero, and whenever the output is valid or a choice is held it
+       is ``choice`` (the ungated decode the switch zeroes a tail's data by).
     2. No grant without a request: a fresh grant (not mid-packet) goes to a requester whose
        ``valid`` is high, and the output is valid only when the granted requester's is.
     3. The grant is stable from the first presented flit until the last flit is accepted.
@@ -94,6 +95,8 @@ class ArbiterProperties(Elaboratable):
         m.d.comb += Assert((grant & (grant - 1)) == 0)
         with m.If(dut.busy):
             m.d.comb += Assert(grant.any())
+        with m.If(dut.busy | dut.o.valid):
+            m.d.comb += Assert(grant == dut.choice)
         m.d.comb += Assert(dut.pointer < n)
         # 2. no grant without request
         with m.If(~dut.busy & grant.any()):
