@@ -230,8 +230,10 @@ def fix_initial_values(text):
     return _INIT_RE.sub(repl, text)
 
 
+# (a name with a `$`, as Amaranth gives a second signal of one name, is an escaped
+# identifier: a backslash before it and a space after)
 _KEEP_REG_RE = re.compile(r"\(\* keep = 32'd1 \*\)\n\s*reg (?:signed )?(?:\[[^\]]+\] )?"
-                          r"([A-Za-z_][\w$]*);")
+                          r"([A-Za-z_][\w$]*|\\\S+ );")
 
 
 def keep_registers(text):
@@ -243,14 +245,19 @@ def keep_registers(text):
     block carries none, and ``opt_merge`` merges the copies back into one. On the ``always``
     block the attribute reaches the flip-flop (and other tools read ``keep`` on the ``reg``).
     """
-    names = _KEEP_REG_RE.findall(text)   # one per module declaring it
-    for name in sorted(set(names)):
-        text, count = re.subn(rf"^(\s*)(always @\(posedge clk\)\n\s*{re.escape(name)} <= )",
-                              r"\1(* keep *)\n\1\2", text, flags=re.M)
-        if count != names.count(name):
-            raise AssertionError(f"keep register {name}: {names.count(name)} declared, "
-                                 f"{count} always blocks found")
-    return text
+    # module by module: another module may have a register of the same name, not kept
+    modules = re.split(r"(?<=\nendmodule\n)", text)
+    for i, module in enumerate(modules):
+        names = _KEEP_REG_RE.findall(module)
+        for name in sorted(set(names)):
+            module, count = re.subn(
+                rf"^(\s*)(always @\(posedge clk\)\n\s*{re.escape(name.rstrip())} +<= )",
+                r"\1(* keep *)\n\1\2", module, flags=re.M)
+            if count != names.count(name):
+                raise AssertionError(f"keep register {name}: {names.count(name)} declared, "
+                                     f"{count} always blocks found")
+        modules[i] = module
+    return "".join(modules)
 
 
 #: Verilator lint rules waived in exported files, each for a reason in the generator, not the

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from hw.export import LINT_WAIVERS, export_arbiter, export_reduce, export_switch, fix_initial_values
+from hw.export import (LINT_WAIVERS, export_arbiter, export_reduce, export_switch,
+                       fix_initial_values, keep_registers)
 from hw.packet import USER_LAYOUT, flit_layout
 from hw.spec import Policy, SwitchSpec
 from sim.cli.main import main
@@ -211,3 +212,20 @@ def test_export_switch_cli(tmp_path):
     assert meta["parameters"]["ingress_fifo_storage"] == "lut"
     assert (tmp_path / "s.v").read_text().count('ram_style = "distributed"') == (
         2 * 3 + 2 * 3 + 2 * 2 + 1)
+
+
+def test_keep_reaches_escaped_names_and_only_the_kept_modules_registers():
+    """A kept register whose Verilog name is escaped (Amaranth's second signal of one name,
+    `\\name$N`) gets `keep` on its `always` block too, and a register of the same name in a
+    module that does not keep it is left alone (before, such copies lost `keep` and Yosys
+    merged them: the RamFIFO's pointer copies, the banks' read-address copies)."""
+    kept = ("  (* keep = 32'd1 *)\n  reg [3:0] \\r_port__addr$29 ;\n"
+            "  (* keep = 32'd1 *)\n  reg r_rdy_1;\n")
+    blocks = ("  always @(posedge clk)\n    \\r_port__addr$29  <= a;\n"
+              "  always @(posedge clk)\n    r_rdy_1 <= b;\n")
+    plain = "  reg [3:0] \\r_port__addr$29 ;\n  reg r_rdy_1;\n"
+    text = f"module a(clk);\n{kept}{blocks}endmodule\nmodule b(clk);\n{plain}{blocks}endmodule\n"
+    out = keep_registers(text)
+    first, second = out.split("endmodule\n")[:2]
+    assert first.count("(* keep *)\n  always @(posedge clk)") == 2
+    assert "(* keep *)" not in second
