@@ -233,7 +233,7 @@ def fix_initial_values(text):
 # (a name with a `$`, as Amaranth gives a second signal of one name, is an escaped
 # identifier: a backslash before it and a space after)
 _KEEP_REG_RE = re.compile(r"\(\* keep = 32'd1 \*\)\n\s*reg (?:signed )?(?:\[[^\]]+\] )?"
-                          r"([A-Za-z_][\w$]*|\\\S+ );")
+                          r"([A-Za-z_][\w$]*|\\\S+) ?;")
 
 
 def keep_registers(text):
@@ -251,7 +251,7 @@ def keep_registers(text):
         names = _KEEP_REG_RE.findall(module)
         for name in sorted(set(names)):
             module, count = re.subn(
-                rf"^(\s*)(always @\(posedge clk\)\n\s*{re.escape(name.rstrip())} +<= )",
+                rf"^(\s*)(always @\(posedge clk\)\n\s*{re.escape(name)} +<= )",
                 r"\1(* keep *)\n\1\2", module, flags=re.M)
             if count != names.count(name):
                 raise AssertionError(f"keep register {name}: {names.count(name)} declared, "

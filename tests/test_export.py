@@ -218,7 +218,7 @@ def test_keep_reaches_escaped_names_and_only_the_kept_modules_registers():
     """A kept register whose Verilog name is escaped (Amaranth's second signal of one name,
     `\\name$N`) gets `keep` on its `always` block too, and a register of the same name in a
     module that does not keep it is left alone (before, such copies lost `keep` and Yosys
-    merged them: the RamFIFO's pointer copies, the banks' read-address copies)."""
+    merged them: the banks' read-address copies, `rp__addr$N`)."""
     kept = ("  (* keep = 32'd1 *)\n  reg [3:0] \\r_port__addr$29 ;\n"
             "  (* keep = 32'd1 *)\n  reg r_rdy_1;\n")
     blocks = ("  always @(posedge clk)\n    \\r_port__addr$29  <= a;\n"
