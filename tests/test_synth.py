@@ -8,6 +8,7 @@ import pytest
 
 import sim.flow.synth as synth_flow
 from sim.flow.congestion import ROUTER2_START, congestion_report, run_with_route_budget
+from sim.flow.slices import slice_use
 from sim.flow.synth import (SynthError, _nextpnr_failure, _run, cell_counts, critical_path,
                             longest_path, lut_breakdown, routed_fmax, timed_out)
 
@@ -114,6 +115,45 @@ def test_synth_small_arbiter():
     assert 0.5 * result["luts"] < sum(result["luts_by_block"].values()) < 2 * result["luts"]
     assert result["critical_path"]["total_ns"] == pytest.approx(1000 / result["fmax_mhz"],
                                                                 rel=0.01)
+
+
+def _placed_cell(kind, bel, q=None):
+    return {"type": kind, "attributes": {"NEXTPNR_BEL": bel},
+            "connections": {"Q": [q]} if q is not None else {}}
+
+
+def test_slice_use_on_a_hand_placed_netlist():
+    """Counted by hand: tile (3,4) slice A holds two LUT4s and a flip-flop, slice B a flip-flop
+    alone; tile (5,6) slice C holds one LUT4; tile (5,6) slice D two flip-flops of one bus and
+    nothing else; a block RAM is no slice."""
+    module = {"attributes": {"top": 1}, "netnames": {
+        "eg0_out.data": {"bits": [10, 11]}, "eg1_out.data": {"bits": [12]},
+        "$auto$x": {"bits": [12]}, "bank3_word[5]": {"bits": [13]}}, "cells": {
+        "a0": _placed_cell("TRELLIS_COMB", "X3/Y4/SLICEA.K0"),
+        "a1": _placed_cell("TRELLIS_COMB", "X3/Y4/SLICEA.K1"),
+        "a2": _placed_cell("TRELLIS_FF", "X3/Y4/SLICEA.FF0", 10),
+        "b0": _placed_cell("TRELLIS_FF", "X3/Y4/SLICEB.FF1", 13),
+        "c0": _placed_cell("TRELLIS_COMB", "X5/Y6/SLICEC.K0"),
+        "d0": _placed_cell("TRELLIS_FF", "X5/Y6/SLICED.FF0", 11),
+        "d1": _placed_cell("TRELLIS_FF", "X5/Y6/SLICED.FF1", 12),
+        "ram": _placed_cell("DP16KD", "X7/Y8/EBR")}}
+    use = slice_use({"modules": {"top": module}}, 100)
+    assert use == {"slices": 4, "slices_available": 100, "flip_flop_only": 2, "one_lut": 1,
+                   "idle_lut_sites": 5,   # 0 + 2 + 1 + 2
+                   "flip_flop_only_by_bus": {"eg*_out.data": 2, "bank*_word": 1}}
+
+
+@pytest.mark.slow
+def test_synth_reports_slices_when_timing_fails():
+    """nextpnr writes the routed netlist even when the design misses the requested frequency
+    (--timing-allow-fail), so the slices it occupies are reported: at least half its LUT4s'
+    count, at most one per LUT4 and flip-flop."""
+    result = _synth("arbiter", "--ports", "4", "--lanes", "1", "--freq", "1500")
+    assert result["routed"] and result["met"] is False
+    slices = result["slices"]
+    assert slices["slices_available"] * 2 == result["luts_available"]
+    assert result["luts"] / 2 <= slices["slices"] <= result["luts"] + result["ffs"]
+    assert slices["idle_lut_sites"] == 2 * slices["slices"] - result["luts"]
 
 
 @pytest.mark.slow

