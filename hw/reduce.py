@@ -395,10 +395,12 @@ class ReductionUnit(wiring.Component):
             m.d.comb += [bank_wp.en.eq(st.bank_write[k]), bank_wp.addr.eq(wreq_addr),
                          bank_wp.data.eq(wreq_data), st.bank_write_addr[k].eq(wreq_addr)]
             write_ports.append(wp)
-            # The engine's read reaches the bank through registers of the bank's own (kept
-            # apart: Yosys would merge the equal copies), and the word read is registered
-            # again before the adder tree (SwitchSpec.bank_read_latency).
-            raddr = Signal.like(read_addr, name=f"bank{k}_raddr", attrs={"keep": 1})
+            # The engine's read reaches the bank through registers, and the word read is
+            # registered again before the adder tree (SwitchSpec.bank_read_latency). The read
+            # enable is a copy per bank (kept apart: Yosys would merge the equal copies); the
+            # address copies are left for Yosys to merge into one register, which placed faster
+            # than a copy per bank (docs/timing-closure.md, "The banks' read address").
+            raddr = Signal.like(read_addr, name=f"bank{k}_raddr")
             ren = Signal(name=f"bank{k}_ren", attrs={"keep": 1})
             m.d.sync += [raddr.eq(read_addr), ren.eq(read_en)]
             rp = bank.read_port()
