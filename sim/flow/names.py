@@ -21,6 +21,7 @@ def block_of(name):
 
 
 def net_group(name):
-    """A net's name with its bit index dropped and numbers as ``*``: the eight egresses' copies
-    of one bus are one group."""
-    return re.sub(r"\d+", "*", re.sub(r"\[\d+\]$", "", name.lstrip("\\")))
+    """A net's name with its trailing indices dropped (a bit's, and an array element's before
+    it: ``bank3_word[5][12]``) and numbers as ``*``: the eight egresses' copies of one bus are
+    one group."""
+    return re.sub(r"\d+", "*", re.sub(r"(\[\d+\])+$", "", name.lstrip("\\")))

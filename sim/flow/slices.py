@@ -41,8 +41,7 @@ def slice_use(netlist, slices_available, groups=8):
     LUT4s / 2); and ``flip_flop_only_by_bus``, the flip-flops in slices of their own by the
     bus they drive (:func:`sim.flow.names.net_group`), the largest ``groups``."""
     module = _top(netlist)
-    luts, ffs, occupied = {}, {}, set()
-    ff_nets = {}
+    luts, ff_nets, occupied = {}, {}, set()
     for cell in module["cells"].values():
         match = _SLICE_BEL.match(cell.get("attributes", {}).get("NEXTPNR_BEL", ""))
         if not match:
@@ -52,15 +51,13 @@ def slice_use(netlist, slices_available, groups=8):
         if cell["type"] == "TRELLIS_COMB":
             luts[key] = luts.get(key, 0) + 1
         elif cell["type"] == "TRELLIS_FF":
-            ffs[key] = ffs.get(key, 0) + 1
             ff_nets.setdefault(key, []).extend(cell["connections"].get("Q", []))
     names = _q_names(module)
-    ff_only = [key for key in ffs if key not in luts and key in occupied]
+    ff_only = [key for key in ff_nets if key not in luts]
     by_bus = {}
     for key in ff_only:
         for bit in ff_nets[key]:
-            # (an array element's net is named with its index: ``bank3_word[5]``)
-            bus = net_group(re.sub(r"(\[\d+\])+$", "", names.get(bit, "(unnamed)")))
+            bus = net_group(names.get(bit, "(unnamed)"))
             by_bus[bus] = by_bus.get(bus, 0) + 1
     ranked = sorted(by_bus.items(), key=lambda kv: (-kv[1], kv[0]))[:groups]
     return {"slices": len(occupied), "slices_available": slices_available,

