@@ -353,10 +353,8 @@ def _size_params(spec):
     stem = f"p{spec.ports}_l{spec.lanes}_s{spec.slots}_c{spec.chunk_flits}"
     params = {"ports": spec.ports, "lanes": spec.lanes, "slots": spec.slots,
               "chunk_flits": spec.chunk_flits, "jobs": spec.jobs, "dtypes": list(spec.dtypes),
-              # where Yosys is told to put the result FIFOs and the hold FIFOs' flit data
-              # (LUT-RAM or block RAM)
-              "result_fifo_storage": spec.result_fifo_storage,
-              "hold_fifo_storage": spec.hold_fifo_storage}
+              # where Yosys is told to put the result FIFOs (LUT-RAM or block RAM)
+              "result_fifo_storage": spec.result_fifo_storage}
     return params, stem, tag
 
 

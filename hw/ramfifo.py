@@ -37,11 +37,6 @@ the consumer's ``ready`` reaches ``n`` LUTs, each beside its slice. ``keep`` sto
 merging the copies. (The write side is not sliced: a write enable per slice, each from a copy
 of the "not full" register, cost about 300 LUT4s at 4 × 8 × 16, docs/timing-closure.md.)
 
-Every FIFO tells ``head_load``: high in a cycle at whose end the head is loaded with the
-oldest word in memory, the next word in the FIFO's order. A consumer that keeps part of each
-word in a memory of its own, written and read by its own counters (the reduction unit's hold
-FIFOs keep the flits' data that way: docs/hw.md), reads it on these cycles.
-
 Every FIFO tells ``r_rdy_next``, whether it will have a head next cycle given this cycle's
 ``r_en`` (from its own registers: no memory read): the switch sends it a cycle ahead to the
 egress arbiters, which then see each requester's ``valid`` from a register of their own.
@@ -97,7 +92,6 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
         self.read_slices = read_slices
         self.level = Signal(range(depth + 1))
         self.r_rdy_next = Signal()
-        self.head_load = Signal()
         if lookahead:
             self.r_data_next = Signal(lookahead)
             self.r_rdy_if_read, self.r_rdy_if_kept = Signal(), Signal()
@@ -122,7 +116,6 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
         # the level -> the compare -> a wire across the die to the judge).
         inner_r_rdy = Signal(name="inner_r_rdy")
         do_inner_read = inner_r_rdy & (~self.r_rdy | self.r_en)
-        m.d.comb += self.head_load.eq(do_inner_read)
         # Whether the memory has room: a register kept equal to `inner_level != inner_depth`,
         # so `w_rdy` is a flip-flop and the write enable (`w_en & w_rdy`, the storage's whole
         # width) does not start at the level's compare (in the routed 4 x 8 x 16 switch an

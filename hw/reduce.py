@@ -49,8 +49,7 @@ before their causes are ranked, so a counter shows a drop two cycles after the j
 
 from types import SimpleNamespace
 
-from amaranth.asserts import Initial
-from amaranth.hdl import Assert, Assume, Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Assert, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -59,7 +58,7 @@ from .arbiter import below, select_tree
 from .errors import ParameterTypeError
 from .fpadd import BF16, FP32, delay_by, tree_node
 from .packet import JOB_BITS, LANE_BITS, SEQ_BITS, SLOT_BITS, DType, Kind, flit_layout
-from .ramfifo import STORAGE_STYLES, RamFIFO
+from .ramfifo import RamFIFO
 from .spec import SwitchSpec
 
 __all__ = [
@@ -383,18 +382,18 @@ class ReductionUnit(wiring.Component):
             # registers, so the first-flit checks end at a flip-flop instead of at the bank's
             # write enable (far away, with a long setup in LUT-RAM). The engine cannot miss the
             # delayed write: it reads a chunk no earlier than three cycles after its last arrival
-            # (the arrival and both steps of the pick are registered). The data comes a cycle
-            # late by itself, read from the hold FIFO's data memory (below), with no register
-            # of the fabric on its way.
+            # (the arrival and both steps of the pick are registered).
             bank_wp = bank.write_port()
             wp = SimpleNamespace(en=Signal(name=f"bank{k}_wreq"),
                                  addr=Signal(range(addr_depth), name=f"bank{k}_wreq_addr"),
-                                 data=Signal(lane_shape, name=f"bank{k}_wdata"))
-            # The address needs no reset: nothing is written while the enable is low.
+                                 data=Signal(lane_shape, name=f"bank{k}_wreq_data"))
+            # Address and data need no reset: nothing is written while the enable is low.
             wreq_addr = Signal.like(wp.addr, name=f"bank{k}_waddr", reset_less=True)
-            m.d.sync += [st.bank_write[k].eq(wp.en), wreq_addr.eq(wp.addr)]
+            wreq_data = Signal.like(wp.data, name=f"bank{k}_wdata", reset_less=True)
+            m.d.sync += [st.bank_write[k].eq(wp.en), wreq_addr.eq(wp.addr),
+                         wreq_data.eq(wp.data)]
             m.d.comb += [bank_wp.en.eq(st.bank_write[k]), bank_wp.addr.eq(wreq_addr),
-                         bank_wp.data.eq(wp.data), st.bank_write_addr[k].eq(wreq_addr)]
+                         bank_wp.data.eq(wreq_data), st.bank_write_addr[k].eq(wreq_addr)]
             write_ports.append(wp)
             # The engine's read reaches the bank through registers, and the word read is
             # registered again before the adder tree (SwitchSpec.bank_read_latency). The read
@@ -457,42 +456,15 @@ class ReductionUnit(wiring.Component):
                 # flit cannot say two different things about it)
                 hdr.user.dtype.as_value() != select_tree(m, job_id, job_dtype, 2, f"p{k}_jdtype"),
             ]
-            # A write register, then a buffered FIFO (HOLD_READ_LATENCY in all), telling its
-            # next head: the judge reads the slot table for a header the cycle
+            # A write register, then a buffered FIFO (HOLD_READ_LATENCY in all), in LUT-RAM
+            # and telling its next head: the judge reads the slot table for a header the cycle
             # before it judges it (below). The register ends stage 0's checks at flip-flops
             # beside the port (the routed 4 x 8 x 16 switch had an ingress's head -> the
             # foreign-slot comparison -> the FIFO's write data -> its lookahead register as a
             # critical path; docs/timing-closure.md). The two hold `judge_hold_flits` words.
-            # The FIFO holds all but the flit's data, in LUT-RAM, all of it told a cycle ahead.
-            m.submodules[f"hold{k}"] = hold = RamFIFO(width=ahead_bits, depth=H - 1,
+            m.submodules[f"hold{k}"] = hold = RamFIFO(width=hold_layout.size, depth=H - 1,
                                                       storage="lut", lookahead=ahead_bits)
             holds.append(hold)
-            # The flit's data goes only into the bank, so it takes neither register: it is
-            # written into a memory of its own as it arrives (SwitchSpec.hold_fifo_storage:
-            # block RAM, like the bank), the n-th flit taken at index n mod its depth, and the
-            # flit that
-            # loads the FIFO's head is read from it a cycle after the load, when its bank
-            # write is due. The read port's output is the bank's write data, so from the
-            # ingress to the bank the data passes no flip-flop of the fabric (three in a row
-            # before: docs/timing-closure.md, "The flits' data from ingress to bank"). A flit
-            # is held from when it is taken until the cycle after its load: at most the
-            # FIFO's words, the write register's, and the one being read, `judge_hold_flits`
-            # in all, plus the one being taken; so a power of two above that never meets a
-            # held word (formal asserts it).
-            data_depth = 1 << (H + 1).bit_length()
-            m.submodules[f"hold{k}_data"] = data_mem = Memory(
-                shape=lane_shape, depth=data_depth, init=[],
-                attrs={"ram_style": STORAGE_STYLES[self._spec.hold_fifo_storage],
-                       "no_rw_check": 1})
-            data_in, data_out = data_mem.write_port(), data_mem.read_port()
-            taken = Signal(range(data_depth), name=f"p{k}_data_taken")
-            loaded = Signal(range(data_depth), name=f"p{k}_data_loaded")
-            load_q = Signal(name=f"p{k}_data_load_q")
-            m.d.sync += load_q.eq(hold.head_load)
-            with m.If(load_q):
-                m.d.sync += loaded.eq(loaded + 1)
-            m.d.comb += [data_out.addr.eq(loaded), data_out.en.eq(load_q),
-                         write_ports[k].data.eq(data_out.data)]
             entry = Signal(hold_layout, name=f"p{k}_hold_in")
             m.d.comb += [entry.flit.eq(hdr), entry.static.eq(Cat(*checks)), entry.slot.eq(slot),
                          entry.members.eq(members),
@@ -512,17 +484,13 @@ class ReductionUnit(wiring.Component):
             ready = Signal(init=1, name=f"p{k}_in_ready")   # empty FIFO, between packets
             took = port.valid & ready
             popped = hold.r_rdy & hold.r_en
-            with m.If(took):
-                m.d.sync += taken.eq(taken + 1)
-            m.d.comb += [data_in.addr.eq(taken), data_in.data.eq(hdr.data),
-                         data_in.en.eq(took)]
             # The write register passes its word on whenever the FIFO has room; it waits only
             # when the two hold `judge_hold_flits` words, and then `ready` is low.
-            staged = Signal(ahead_bits, name=f"p{k}_hold_staged", reset_less=True)
+            staged = Signal(hold_layout, name=f"p{k}_hold_staged", reset_less=True)
             staged_valid = Signal(name=f"p{k}_hold_staged_valid")
             stuck = staged_valid & ~hold.w_rdy
             with m.If(took):
-                m.d.sync += staged.eq(entry.as_value()[data_bits:])
+                m.d.sync += staged.eq(entry)
             m.d.sync += staged_valid.eq(took | stuck)
             m.d.comb += [hold.w_data.eq(staged), hold.w_en.eq(staged_valid)]
             occupancy = Signal(range(H + 1), name=f"p{k}_hold_occupancy")
@@ -538,21 +506,11 @@ class ReductionUnit(wiring.Component):
             if platform == "formal":   # the registers say what the sums and comparison would
                 m.d.comb += [Assert(occupancy == hold.level + staged_valid),
                              Assert(ready == Mux(opened, occupancy < H, occupancy <= H - P))]
-                # the data memory holds the flits taken and not yet read: the write
-                # register's, the FIFO's below its head, and the one loaded last cycle
-                held = (taken - loaded)[:len(taken)]
-                in_memory = staged_valid + hold.level - hold.r_rdy + load_q
-                with m.If(Initial()):
-                    m.d.comb += Assume(held == in_memory)
-                with m.Else():
-                    m.d.comb += Assert(held == in_memory)
-                m.d.comb += Assert(~(took & load_q & (taken == loaded)))
             m.d.comb += [port.ready.eq(ready),
                          st.hold_level[k].eq(occupancy),
                          st.hold_lost[k].eq(took & stuck)]
-            head = st.hold_head[k]   # (its data bits stay 0: the data goes round the FIFO)
-            m.d.comb += [head.as_value()[data_bits:].eq(hold.r_data),
-                         st.in_flit[k].eq(head.flit)]
+            head = st.hold_head[k]
+            m.d.comb += [head.eq(hold.r_data), st.in_flit[k].eq(head.flit)]
             heads.append(head)
             head_valid.append(hold.r_rdy)
             m.d.comb += st.hold_head_valid[k].eq(hold.r_rdy)
@@ -687,7 +645,9 @@ class ReductionUnit(wiring.Component):
 
             wp = write_ports[k]
             idx = cur_idx[k]
-            m.d.comb += st.write[k].eq(wp.en)
+            # The data whatever the enable: held at 0 when nothing is written, it would cost
+            # an AND per bit in front of the write register (nothing reads it then).
+            m.d.comb += [st.write[k].eq(wp.en), wp.data.eq(hdr.data)]
             with m.If(valid):
                 with m.If(first):
                     m.d.sync += [in_pkt[k].eq(~hdr.last), good[k].eq(~bad & ~hdr.last),

@@ -280,20 +280,6 @@ class SwitchSpec:
         return one_column_storage(self.result_fifo_flits)
 
     @property
-    def hold_fifo_storage(self):
-        """Where the reduction unit keeps the flits' data while their headers wait for the
-        judge: ``"block"`` (DP16KD), at every size. The data goes from the ingress only into
-        the port's bank, itself block RAM; written into a block RAM of its own as it arrives
-        and read from it when its bank write is due, it passes no flip-flop of the fabric on
-        the way. Held in the hold FIFO's word instead, it passed three: the FIFO's write
-        register, its head register and the bank's write register, 6,144 flip-flops at
-        8 × 8 × 64, most in slices of their own beside the block RAMs (docs/timing-closure.md,
-        "The flits' data from ingress to bank"). The rest of the hold FIFO's word (what the
-        judge reads a cycle ahead) stays in LUT-RAM, which reads asynchronously. No cycle
-        depends on it."""
-        return "block"
-
-    @property
     def ingress_fifo_storage(self):
         """Where each ingress FIFO's memory goes, by :func:`one_column_storage` (LUT-RAM at
         every default up to ``chunk_flits`` 8). It is a :class:`hw.ramfifo.RamFIFO` (no

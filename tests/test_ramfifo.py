@@ -39,7 +39,6 @@ def test_matches_sync_fifo_buffered(depth, lookahead, slices):
     rng = random.Random(depth)
 
     async def bench(ctx):
-        accepted, loads = [], 0   # the words written, and how many loaded the head so far
         promised = None
         in_two = {}   # cycle -> (the promises for two cycles on, by read count)
         reads = {}    # cycle -> whether the FIFO was read
@@ -61,10 +60,6 @@ def test_matches_sync_fifo_buffered(depth, lookahead, slices):
                 ctx.set(q.w_data, word)
             for name in ("level", "w_rdy", "r_rdy"):
                 assert ctx.get(getattr(dut, name)) == ctx.get(getattr(ref, name)), (t, name)
-            if w_en and ctx.get(ref.w_rdy):
-                accepted.append(word)
-            # the n-th load of the head brings the n-th word written (checked a cycle on)
-            loaded = ctx.get(dut.head_load)
             if ctx.get(ref.r_rdy):
                 assert ctx.get(dut.r_data) == ctx.get(ref.r_data), t
             promised = (ctx.get(dut.r_rdy_next),
@@ -79,9 +74,6 @@ def test_matches_sync_fifo_buffered(depth, lookahead, slices):
                 if promised[0]:
                     assert ctx.get(getattr(dut, f"r_data_if_{which}")) == promised[1], t
             await ctx.tick()
-            if loaded:
-                assert ctx.get(ref.r_rdy) and ctx.get(ref.r_data) == accepted[loads], t
-                loads += 1
     sim = Simulator(m)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
@@ -138,14 +130,10 @@ def test_result_fifos_take_lut_ram_while_one_column_holds_them(ports, dtype, dep
     slices = spec.lanes + 1 if style == "distributed" else 1   # a memory per read slice
     # ... and `last`, which the egress reads a cycle ahead, in LUT-RAM whatever the rest is
     assert result == [[style] * slices + ["distributed"]] * spec.ports
-    # the hold FIFOs whatever the result FIFOs are: in LUT-RAM (the judge reads their words
-    # a cycle ahead, asynchronously), and the flits' data beside them in block RAM (it goes
-    # only into a bank)
-    assert _memory_styles(text, ".hold") == [["distributed"]] * spec.ports
-    assert spec.hold_fifo_storage == "block"
-    data = re.findall(r'attribute \\ram_style "(\w+)"\n(?:\s*attribute .*\n)*'
-                      r'\s*memory .* \\hold(\d+)_data\n', text)
-    assert data == [("block", str(k)) for k in range(spec.ports)]
+    # the hold FIFOs are LUT-RAM whatever the result FIFOs are: the judge's lookahead part
+    # needs an asynchronous read
+    hold = _memory_styles(text, ".hold")
+    assert hold == [["distributed", "distributed"]] * spec.ports
 
 
 @pytest.mark.parametrize("depth, style", [(None, "distributed"),   # 16 deep: 15 stored words
