@@ -262,6 +262,21 @@ def test_synth_yosys_only():
 
 
 @pytest.mark.slow
+def test_synth_folds_the_bank_read_registers_into_the_block_rams():
+    """Each bank's read register (lanes x 32 bits per port) goes into its block RAMs' output
+    registers (sim.flow.outreg; tests/test_outreg.py simulates a folded netlist), unless
+    --no-bram-outreg says to leave it in the fabric."""
+    args = ("reduce", "--ports", "2", "--lanes", "8", "--slots", "16", "--dtype", "int32",
+            "--no-pnr")
+    folded, kept = _synth(*args), _synth(*args, "--no-bram-outreg")
+    assert folded["bram_output_registers"] == {"block_rams": 16, "flip_flops": 2 * 8 * 32}
+    assert kept["bram_output_registers"] is None
+    assert (kept["yosys_cells"]["TRELLIS_FF"] - folded["yosys_cells"]["TRELLIS_FF"] ==
+            2 * 8 * 32)
+    assert kept["yosys_cells"]["DP16KD"] == folded["yosys_cells"]["DP16KD"] == 16
+
+
+@pytest.mark.slow
 def test_the_arbiters_select_copies_survive_yosys(tmp_path):
     """Each slice of the arbiter's output multiplexer has its own copy of the choice register
     (`keep`); Yosys maps every copy to flip-flops of its own rather than merging them into

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from sim.flow.congestion import HEATMAP_PREFIX, congestion_report, run_with_route_budget
 from sim.flow.names import block_of
+from sim.flow.outreg import fold_output_registers
 from sim.flow.slices import PLACED_NETLIST, slice_use
 from sim.flow.tools import tool_env, yowasp_compiled
 
@@ -137,7 +138,7 @@ def _nextpnr_failure(log, rc):
 
 def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progress=None,
                route=True, place=True, congestion_s=None, placer="heap", router="router1",
-               seed=1, more_seeds=()):
+               seed=1, more_seeds=(), bram_outreg=True):
     """Synthesize and place-and-route ``top``; returns a dict of area, Fmax, the critical path
     and times. ``route=False`` stops after placement: the Fmax is nextpnr's post-placement
     estimate (``routed`` says which), there is no critical-path report, and the mapped
@@ -158,6 +159,9 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     ``seed_sweep``: a row per seed (``seed`` first) and the spread of their Fmax
     (:func:`_sweep_summary`); a seed that fails or runs past ``timeout`` is a row with its
     ``error``, and the rest of the result is the first seed's that placed (``seed``).
+    ``bram_outreg`` folds the registers that only take a block RAM's word into its output
+    register before nextpnr reads the netlist (:func:`sim.flow.outreg.fold_output_registers`;
+    ``bram_output_registers`` says how many block RAMs and flip-flops).
 
     Raises
     ------
@@ -169,6 +173,12 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     netlist = workdir / f"{top}.json"
     yowasp_compiled("yosys")
     mapping = map_netlist(top, workdir, timeout)
+    folded = None
+    if bram_outreg:
+        parsed = json.loads(netlist.read_text())
+        folded = fold_output_registers(parsed, top)
+        if folded["block_rams"]:
+            netlist.write_text(json.dumps(parsed))
     synth_s = time.monotonic() - began
     if not place:
         parsed = json.loads(netlist.read_text())
@@ -176,7 +186,8 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
                   "yosys_version": _yosys_version(), "yosys_mapping": mapping,
                   "requested_mhz": freq_mhz, "fmax_mhz": None, "met": None, "routed": False,
                   "placed": False, "critical_path": None, "synth_s": round(synth_s, 1),
-                  "pnr_s": 0.0, "yosys_cells": cell_counts(parsed, top),
+                  "pnr_s": 0.0, "bram_output_registers": folded,
+                  "yosys_cells": cell_counts(parsed, top),
                   "luts_by_block": lut_breakdown(parsed, top)}
         result["longest_logic_path"] = _longest_logic_path(top, workdir, timeout)
         return result
@@ -234,7 +245,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
               "routed": routed, "placed": True, "placer": placer,
               "router": "router2" if congestion_s is not None else router, "seed": seed,
               "critical_path": critical_path(log) if routed else None,
-              "synth_s": round(synth_s, 1), "pnr_s": pnr_s}
+              "synth_s": round(synth_s, 1), "pnr_s": pnr_s, "bram_output_registers": folded}
     for name, (used, available) in _utilisation(log).items():
         result[name] = used
         result[f"{name}_available"] = available
