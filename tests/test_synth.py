@@ -264,11 +264,11 @@ def test_synth_yosys_only():
 @pytest.mark.slow
 def test_synth_folds_the_bank_read_registers_into_the_block_rams():
     """Each bank's read register (lanes x 32 bits per port) goes into its block RAMs' output
-    registers (sim.flow.outreg; tests/test_outreg.py simulates a folded netlist), unless
-    --no-bram-outreg says to leave it in the fabric."""
+    registers with --bram-outreg (sim.flow.outreg; tests/test_outreg.py simulates a folded
+    netlist); without it, it stays in the fabric as Yosys maps it."""
     args = ("reduce", "--ports", "2", "--lanes", "8", "--slots", "16", "--dtype", "int32",
             "--no-pnr")
-    folded, kept = _synth(*args), _synth(*args, "--no-bram-outreg")
+    folded, kept = _synth(*args, "--bram-outreg"), _synth(*args)
     assert folded["bram_output_registers"] == {"block_rams": 16, "flip_flops": 2 * 8 * 32}
     assert kept["bram_output_registers"] is None
     assert (kept["yosys_cells"]["TRELLIS_FF"] - folded["yosys_cells"]["TRELLIS_FF"] ==

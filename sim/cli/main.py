@@ -161,9 +161,9 @@ def _cmd_synth(args):
     if args.seeds is not None and first_seed + args.seeds - 1 > 2**31 - 1:
         raise UsageError(f"--seed {first_seed} with --seeds {args.seeds} runs past nextpnr's "
                          f"largest seed, {2**31 - 1}")
-    if args.no_bram_outreg and args.flow != "ecp5":
-        raise UsageError("--no-bram-outreg is about the ECP5's block RAMs: it does not go "
-                         "with --flow gates")
+    if args.bram_outreg and args.flow != "ecp5":
+        raise UsageError("--bram-outreg is about the ECP5's block RAMs: it does not go with "
+                         "--flow gates")
     if args.router != ROUTERS[0] and (args.no_route or args.no_pnr or args.flow != "ecp5"):
         raise UsageError("--router chooses nextpnr's router: it does not go with --no-route, "
                          "--no-pnr or --flow gates")
@@ -207,7 +207,7 @@ def _cmd_synth(args):
         return
     flow = {"route": not args.no_route, "place": not args.no_pnr, "timeout": args.timeout,
             "congestion_s": args.congestion, "placer": args.placer, "router": args.router,
-            "seed": first_seed, "bram_outreg": not args.no_bram_outreg,
+            "seed": first_seed, "bram_outreg": args.bram_outreg,
             "more_seeds": tuple(range(first_seed + 1, first_seed + (args.seeds or 1)))}
 
     def run(workdir):
@@ -706,10 +706,10 @@ def build_parser():
                        help="stop each tool run (Yosys, nextpnr) after SECONDS (default "
                             "3600; the 8 x 8 x 64 switch's place and route takes 30-60 min "
                             "on two shared cores)")
-    synth.add_argument("--no-bram-outreg", action="store_true",
-                       help="leave the registers that only take a block RAM's word in the "
-                            "fabric, as Yosys maps them (default: folded into the DP16KD's "
-                            "output register, 0.97 ns from the clock instead of 5.61)")
+    synth.add_argument("--bram-outreg", action="store_true",
+                       help="fold the registers that only take a block RAM's word into the "
+                            "DP16KD's output register (0.97 ns from the clock instead of "
+                            "5.61), as a vendor flow would; default: as Yosys maps them")
     synth.add_argument("--json", action="store_true")
     synth.set_defaults(func=_cmd_synth)
 

@@ -5,8 +5,8 @@ that takes the RAM's word every cycle (the reduction unit's bank read register,
 ``bank{k}_word``) in the fabric: a flip-flop per bit, in a slice with no LUT beside it, fed
 by an output that comes 5.61 ns after the clock. The DP16KD has that register inside
 (``REGMODE OUTREG``, 0.97 ns from the clock in nextpnr's timing). A vendor flow folds it in;
-this pass does it on Yosys's JSON netlist before nextpnr reads it (docs/timing-closure.md,
-"The bank read register inside the block RAM").
+this pass does it on Yosys's JSON netlist before nextpnr reads it, when ``innet synth
+--bram-outreg`` asks (docs/timing-closure.md, "The bank read register inside the block RAM").
 
 A block RAM is folded only when nothing changes a cycle: it is in the pseudo-dual-port 36-bit
 mode Yosys maps wide memories to (write on port A, read on port B, both clocks the same net,

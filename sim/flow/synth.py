@@ -138,7 +138,7 @@ def _nextpnr_failure(log, rc):
 
 def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progress=None,
                route=True, place=True, congestion_s=None, placer="heap", router="router1",
-               seed=1, more_seeds=(), bram_outreg=True):
+               seed=1, more_seeds=(), bram_outreg=False):
     """Synthesize and place-and-route ``top``; returns a dict of area, Fmax, the critical path
     and times. ``route=False`` stops after placement: the Fmax is nextpnr's post-placement
     estimate (``routed`` says which), there is no critical-path report, and the mapped
