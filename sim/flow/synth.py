@@ -173,7 +173,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     netlist = workdir / f"{top}.json"
     yowasp_compiled("yosys")
     mapping = map_netlist(top, workdir, timeout)
-    folded = None
+    folded = parsed = None
     if bram_outreg:
         parsed = json.loads(netlist.read_text())
         folded = fold_output_registers(parsed, top)
@@ -181,7 +181,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
             netlist.write_text(json.dumps(parsed))
     synth_s = time.monotonic() - began
     if not place:
-        parsed = json.loads(netlist.read_text())
+        parsed = parsed or json.loads(netlist.read_text())
         result = {"top": top, "device": "ECP5-85 (LFE5U-85F, CABGA381), out of context",
                   "yosys_version": _yosys_version(), "yosys_mapping": mapping,
                   "requested_mhz": freq_mhz, "fmax_mhz": None, "met": None, "routed": False,

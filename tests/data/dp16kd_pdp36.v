@@ -3,7 +3,7 @@
 // data DIB17..0 above DIA17..0), port B reads (address ADB13..5) into the output latch, and
 // with REGMODE OUTREG the latch passes through the output register, loaded while OCEB (or
 // OCEA) is high. Yosys's own DP16KD model has no behaviour; this one is for the tests of
-// sim.flow.outreg only (tests/test_synth.py), and stops the simulation in any other mode.
+// sim.flow.outreg only (tests/test_outreg.py), and stops the simulation in any other mode.
 module DP16KD(
   input DIA17, DIA16, DIA15, DIA14, DIA13, DIA12, DIA11, DIA10, DIA9, DIA8, DIA7, DIA6, DIA5, DIA4, DIA3, DIA2, DIA1, DIA0,
   input ADA13, ADA12, ADA11, ADA10, ADA9, ADA8, ADA7, ADA6, ADA5, ADA4, ADA3, ADA2, ADA1, ADA0,
