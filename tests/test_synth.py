@@ -206,6 +206,19 @@ def test_synth_seed_is_nextpnrs(tmp_path):
 
 
 @pytest.mark.slow
+def test_synth_speed_grade_is_nextpnrs():
+    """--speed reaches nextpnr: the same design routes faster on the fastest grade, by the
+    margin Lattice's delay tables give (an 8 x 8 arbiter: 179.18 MHz at grade 6, 237.93 at
+    grade 8), and the report names the grade."""
+    args = ("arbiter", "--ports", "4", "--lanes", "1")
+    slow, fast = _synth(*args), _synth(*args, "--speed", "8")
+    assert (slow["speed_grade"], fast["speed_grade"]) == (6, 8)
+    assert "speed grade 8" in fast["device"] and "speed grade 6" in slow["device"]
+    assert slow["routed"] and fast["routed"]
+    assert 1.1 < fast["fmax_mhz"] / slow["fmax_mhz"] < 1.6
+
+
+@pytest.mark.slow
 def test_synth_seed_sweep_goes_past_a_seed_that_runs_out_of_time(tmp_path, monkeypatch):
     """A seed whose nextpnr fails or times out is a row with its error; the sweep still runs
     the others and reports the first that placed. If none placed, one error names each."""
@@ -482,13 +495,14 @@ def test_synth_bad_arguments():
                   ["--seed", "2", "--no-pnr"], ["--seed", "2", "--flow", "gates"],
                   ["--seeds", "0"], ["--seeds", "65"], ["--seeds", "2", "--no-pnr"],
                   ["--seeds", "2", "--congestion", "60"],
-                  ["--seeds", "3", "--seed", str(2**31 - 2)]):
+                  ["--seeds", "3", "--seed", str(2**31 - 2)], ["--speed", "9"],
+                  ["--speed", "8", "--no-pnr"], ["--speed", "7", "--flow", "gates"]):
         proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "switch", *extra],
                               capture_output=True, text=True)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert any(flag in proc.stderr
                    for flag in ("--congestion", "--plot", "--placer", "--router", "--timeout",
-                                "--seed"))
+                                "--seed", "--speed"))
     for dtypes in (["--dtype", "int32"], ["--dtype", "fp32", "--dtype", "bf16"]):
         proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "fpadd", *dtypes],
                               capture_output=True, text=True)

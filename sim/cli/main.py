@@ -25,7 +25,7 @@ from hw.spec import ELEMENT_TYPES, MAX_JOBS, MAX_SLOTS, MIN_PORTS, Policy, Switc
 from sim.cli.output import UsageError, real_number, show_progress
 from sim.errors import InputError
 from sim.files import atomic_writes
-from sim.flow.synth import PLACERS, ROUTERS, SynthError
+from sim.flow.synth import PLACERS, ROUTERS, SPEED_GRADES, SynthError
 
 __all__ = ["main"]
 
@@ -164,6 +164,9 @@ def _cmd_synth(args):
     if args.bram_outreg and args.flow != "ecp5":
         raise UsageError("--bram-outreg is about the ECP5's block RAMs: it does not go with "
                          "--flow gates")
+    if args.speed != SPEED_GRADES[0] and (args.no_pnr or args.flow != "ecp5"):
+        raise UsageError("--speed is the device's speed grade, which only nextpnr times: it "
+                         "does not go with --no-pnr or --flow gates")
     if args.router != ROUTERS[0] and (args.no_route or args.no_pnr or args.flow != "ecp5"):
         raise UsageError("--router chooses nextpnr's router: it does not go with --no-route, "
                          "--no-pnr or --flow gates")
@@ -207,7 +210,7 @@ def _cmd_synth(args):
         return
     flow = {"route": not args.no_route, "place": not args.no_pnr, "timeout": args.timeout,
             "congestion_s": args.congestion, "placer": args.placer, "router": args.router,
-            "seed": first_seed, "bram_outreg": args.bram_outreg,
+            "seed": first_seed, "bram_outreg": args.bram_outreg, "speed": args.speed,
             "more_seeds": tuple(range(first_seed + 1, first_seed + (args.seeds or 1)))}
 
     def run(workdir):
@@ -710,6 +713,9 @@ def build_parser():
                        help="fold the registers that only take a block RAM's word into the "
                             "DP16KD's output register (0.97 ns from the clock instead of "
                             "5.61), as a vendor flow would; default: as Yosys maps them")
+    synth.add_argument("--speed", type=int, choices=SPEED_GRADES, default=SPEED_GRADES[0],
+                       help="the LFE5U-85F's speed grade nextpnr times: 6 (default, the "
+                            "slowest, every figure in docs/hw.md), 7 or 8")
     synth.add_argument("--json", action="store_true")
     synth.set_defaults(func=_cmd_synth)
 

