@@ -1,65 +1,19 @@
-"""Why a design does not route: nextpnr's router2 run under a time budget, and its per-iteration
-heatmaps (``--router2-heatmap``) summed by block, by bus, by wire type and by tile
-(``innet synth --congestion``, docs/hw.md, Synthesis)."""
+"""Why a design does not route: router2's per-iteration heatmaps (``--router2-heatmap``) summed
+by block, by bus, by wire type and by tile (``innet synth --congestion``, docs/hw.md,
+Synthesis; :func:`sim.flow.watch.run_nextpnr` runs router2 under the time budget)."""
 
 import re
-import subprocess
-import time
 from pathlib import Path
 
 from sim.flow.names import block_of, net_group
-from sim.flow.tools import tool_env
 
-__all__ = ["ROUTER2_START", "HEATMAP_PREFIX", "run_with_route_budget", "congestion_report",
-           "congestion_summary", "congestion_grid", "wires_by_type"]
+__all__ = ["HEATMAP_PREFIX", "congestion_report", "congestion_summary", "congestion_grid",
+           "wires_by_type"]
 
 
-#: What nextpnr prints when router2 starts: a routing budget counts from here.
-ROUTER2_START = "Running router2"
 #: The prefix of router2's heatmap files in the work directory (``--router2-heatmap``): one
 #: ``{prefix}_congestion_by_net_{iteration}.csv`` per routing iteration, among others.
 HEATMAP_PREFIX = "heatmap"
-
-
-def run_with_route_budget(cmd, cwd, log, timeout, budget_s, poll_s=1.0):
-    """Run ``cmd`` (nextpnr) like ``sim.flow.synth._run``, but stop it once it has been routing for
-    ``budget_s`` seconds (from :data:`ROUTER2_START` in its log). Returns ``(exit status,
-    stopped)``; a stopped run's status is None.
-
-    Raises
-    ------
-    subprocess.TimeoutExpired
-        If the whole run outlasts ``timeout`` seconds (the process is killed)."""
-    log = Path(log)
-    began, routing_since, offset, carry = time.monotonic(), None, 0, ""
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=tool_env(), stdout=out,
-                                stderr=subprocess.STDOUT)
-        try:
-            while proc.poll() is None:
-                time.sleep(poll_s)
-                now = time.monotonic()
-                if now - began > timeout:
-                    raise subprocess.TimeoutExpired(cmd, timeout)
-                if routing_since is None:
-                    # Read only what the log gained, keeping a marker's length of the old
-                    # text in case the marker straddles two reads.
-                    with open(log, errors="replace") as text:
-                        text.seek(offset)
-                        window = carry + text.read()
-                        offset = text.tell()
-                    if ROUTER2_START in window:
-                        routing_since = now
-                    carry = window[-len(ROUTER2_START):]
-                elif now - routing_since > budget_s:
-                    proc.terminate()
-                    proc.wait()
-                    return None, True
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return proc.returncode, False
 
 
 def congestion_by_net(csv_text):

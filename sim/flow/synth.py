@@ -16,11 +16,12 @@ import subprocess
 import time
 from pathlib import Path
 
-from sim.flow.congestion import HEATMAP_PREFIX, congestion_report, run_with_route_budget
+from sim.flow.congestion import HEATMAP_PREFIX, congestion_report
 from sim.flow.names import block_of
 from sim.flow.outreg import fold_output_registers
 from sim.flow.slices import PLACED_NETLIST, slice_use
 from sim.flow.tools import tool_env, yowasp_compiled
+from sim.flow.watch import run_nextpnr
 
 __all__ = ["synthesize", "critical_path", "routed_fmax", "cell_counts", "device_name", "CELLS",
            "SPEED_GRADES", "SynthError"]
@@ -222,7 +223,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
             rows.append(_place_and_route_seed(
                 _nextpnr_cmd(top, freq_mhz, each, placer, speed, _placed_name(each, True))
                 + _route_args(route, router), each,
-                route, workdir, timeout))
+                route, workdir, timeout, progress))
         shown = next((row for row in rows if row["fmax_mhz"] is not None), None)
         if shown is None:
             raise SynthError("no seed placed the design: " + "; ".join(
@@ -230,19 +231,15 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
         seed = shown["seed"]
         log = _seed_log(workdir, seed).read_text()
         fmax, routed = shown["fmax_mhz"], shown["routed"]
-    elif not route:
-        rc = _run(cmd + _route_args(route, router), workdir, workdir / "nextpnr.log", timeout)
-    elif congestion_s is not None:
-        for old in workdir.glob(f"{HEATMAP_PREFIX}_*.csv"):
-            old.unlink()   # a kept directory's earlier run must not count
-        try:
-            rc, stopped = run_with_route_budget(
-                cmd + ["--router", "router2", "--router2-heatmap", HEATMAP_PREFIX], workdir,
-                workdir / "nextpnr.log", timeout, congestion_s)
-        except subprocess.TimeoutExpired:
-            raise SynthError(timed_out(cmd[0], timeout, workdir / "nextpnr.log")) from None
     else:
-        rc = _run(cmd + _route_args(route, router), workdir, workdir / "nextpnr.log", timeout)
+        if congestion_s is not None and route:
+            for old in workdir.glob(f"{HEATMAP_PREFIX}_*.csv"):
+                old.unlink()   # a kept directory's earlier run must not count
+            cmd = cmd + ["--router", "router2", "--router2-heatmap", HEATMAP_PREFIX]
+        else:
+            cmd = cmd + _route_args(route, router)
+        rc, stopped = _run_nextpnr(cmd, workdir, workdir / "nextpnr.log", timeout, progress,
+                                   congestion_s if route else None)
     if rows is None:
         log = (workdir / "nextpnr.log").read_text()
         fmax, routed = routed_fmax(log)
@@ -312,19 +309,28 @@ def _seed_row(seed, fmax, routed, path, pnr_s, error=None):
             "critical_path": path, "error": error}
 
 
+def _run_nextpnr(cmd, workdir, log, timeout, progress, route_budget_s=None):
+    """:func:`sim.flow.watch.run_nextpnr`, a run past ``timeout`` one :class:`SynthError`
+    line."""
+    try:
+        return run_nextpnr(cmd, workdir, log, timeout, route_budget_s, progress)
+    except subprocess.TimeoutExpired:
+        raise SynthError(timed_out(cmd[0], timeout, log)) from None
+
+
 def _seed_log(workdir, seed):
     """Where a sweep keeps seed ``seed``'s nextpnr log."""
     return workdir / f"nextpnr-seed{seed}.log"
 
 
-def _place_and_route_seed(cmd, seed, route, workdir, timeout):
+def _place_and_route_seed(cmd, seed, route, workdir, timeout, progress=None):
     """Run ``cmd``, nextpnr with seed ``seed``, on the mapped netlist; its log is
     ``nextpnr-seed{seed}.log``. A run that fails or times out is a row with ``error`` (the
     sweep goes on: one seed not routing is what a sweep is for)."""
     log_path = _seed_log(workdir, seed)
     began = time.monotonic()
     try:
-        rc = _run(cmd, workdir, log_path, timeout)
+        rc, _ = _run_nextpnr(cmd, workdir, log_path, timeout, progress)
     except SynthError as exc:
         return _seed_row(seed, None, False, None, round(time.monotonic() - began, 1),
                          str(exc))
