@@ -21,7 +21,7 @@ from sim.flow.names import block_of
 from sim.flow.outreg import fold_output_registers
 from sim.flow.slices import PLACED_NETLIST, slice_use
 from sim.flow.tools import tool_env, yowasp_compiled
-from sim.flow.watch import run_nextpnr
+from sim.flow.watch import FMAX_LINE, run_nextpnr
 
 __all__ = ["synthesize", "critical_path", "routed_fmax", "cell_counts", "device_name", "CELLS",
            "SPEED_GRADES", "SynthError"]
@@ -40,10 +40,6 @@ SPEED_GRADES = (6, 7, 8)
 #: nextpnr cell → reported name
 CELLS = {"TRELLIS_COMB": "luts", "TRELLIS_FF": "ffs", "DP16KD": "bram_dp16kd",
          "MULT18X18D": "dsp_mult18", "TRELLIS_RAMW": "lutram", "ALU54B": "dsp_alu54"}
-
-
-#: nextpnr's frequency report (after placement, and again after routing)
-_FMAX = re.compile(r"Max frequency for clock '[^']*': ([0-9.]+) MHz")
 
 
 class SynthError(RuntimeError):
@@ -68,7 +64,7 @@ def timed_out(tool, timeout, log):
         text = Path(log).read_text(errors="replace")
     except OSError:
         text = ""
-    fmax = _FMAX.findall(text)
+    fmax = FMAX_LINE.findall(text)
     placed = f"; it had placed the design, estimate {fmax[-1]} MHz" if fmax else ""
     return (f"{tool} did not finish in {timeout:g} s (innet synth --timeout SECONDS raises "
             f"the limit){placed}")
@@ -120,9 +116,9 @@ def routed_fmax(log):
     and whether that is a routed figure — nextpnr said ``Routing complete.`` and reported a
     frequency after it. A run whose routing failed or was stopped reports only the
     placement's estimate, which must not pass for a routed Fmax."""
-    fmax = _FMAX.findall(log)
+    fmax = FMAX_LINE.findall(log)
     done = log.rfind("Routing complete.")
-    routed = done >= 0 and bool(_FMAX.findall(log[done:]))
+    routed = done >= 0 and bool(FMAX_LINE.findall(log[done:]))
     return (float(fmax[-1]) if fmax else None), routed
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from sim.flow.tools import tool_env
 
-__all__ = ["ROUTER2_START", "NextpnrProgress", "run_nextpnr"]
+__all__ = ["ROUTER2_START", "FMAX_LINE", "NextpnrProgress", "run_nextpnr"]
 
 #: What nextpnr prints when router2 starts: a routing budget counts from here.
 ROUTER2_START = "Running router2"
 
-#: The first frequency nextpnr reports is the placement's estimate.
-_ESTIMATE = re.compile(r"Max frequency for clock '[^']*': ([0-9.]+) MHz")
+#: nextpnr's frequency report, after placement (the estimate) and again after routing.
+FMAX_LINE = re.compile(r"Max frequency for clock '[^']*': ([0-9.]+) MHz")
 #: router2's line per iteration: ``iter=N wires=W overused=O overuse=... archfail=...``.
 _ROUTER2_ITER = re.compile(r"iter=(\d+) wires=(\d+) overused=(\d+)")
 #: router1's line per thousand arcs: ``IterCnt | ripup ... | remaining arcs | time spent``.
@@ -45,7 +45,7 @@ class NextpnrProgress:
         for line in lines:
             if self.routing_since is None and ROUTER2_START in line:
                 self.routing_since = now
-            if not self._placed and (found := _ESTIMATE.search(line)):
+            if not self._placed and (found := FMAX_LINE.search(line)):
                 self._placed = True
                 messages.append(f"placed: estimate {float(found.group(1)):.2f} MHz")
             elif found := _ROUTER2_ITER.search(line):
