@@ -499,14 +499,16 @@ def _cmd_formal_arbiter(args):
     results = []
     for policy in policies:
         if not args.json:
-            print(f"... proving arbiter {policy}, {args.ports} ports, depth {args.depth}",
-                  file=sys.stderr, flush=True)
+            print(f"... proving arbiter {policy}, {args.ports} ports, depth {args.depth}, "
+                  f"{args.solver}", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix="innet-formal-") as workdir:
-            r = prove_arbiter(args.ports, policy, Path(workdir) / "sby", depth=args.depth)
+            r = prove_arbiter(args.ports, policy, Path(workdir) / "sby", depth=args.depth,
+                              solver=args.solver)
         results.append({k: v for k, v in r.items() if k != "log" or r["status"] != "PASS"})
     ok = all(r["status"] == "PASS" for r in results)
     text = "\n".join(f"arbiter {r['policy']:<5} ports={r['ports']} {r['mode']} depth "
-                     f"{r['depth']}: {r['status']} ({r['seconds']} s)" for r in results)
+                     f"{r['depth']}: {r['status']} ({r['solver']}, {r['seconds']} s)"
+                     for r in results)
     for r in results:
         if r["status"] != "PASS" and not args.json:
             text += "\n" + r.get("log", "")
@@ -522,18 +524,18 @@ def _cmd_formal_reduce(args):
 
     if not args.json:
         print(f"... {args.mode} reduction unit, {args.ports} ports x {args.slots} slots x "
-              f"{args.chunk_flits}-flit chunks, {args.jobs} jobs, depth {args.depth}",
-              file=sys.stderr, flush=True)
+              f"{args.chunk_flits}-flit chunks, {args.jobs} jobs, depth {args.depth}, "
+              f"{args.solver}", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="innet-formal-") as workdir:
         r = prove_reduction(Path(workdir) / "sby", ports=args.ports, slots=args.slots,
                             chunk_flits=args.chunk_flits, jobs=args.jobs, depth=args.depth,
-                            mode=args.mode)
+                            mode=args.mode, solver=args.solver)
     ok = r["status"] == "PASS"
     kind = {"prove": "k-induction", "bmc": "bounded model check",
             "cover": "cover goals (a slot freed; a bank written while the engine reads)"}
     text = (f"reduce ports={r['ports']} slots={r['slots']} chunk={r['chunk_flits']} "
             f"jobs={r['jobs']} {kind[args.mode]} depth {r['depth']}: {r['status']} "
-            f"({r['seconds']} s)")
+            f"({r['solver']}, {r['seconds']} s)")
     if args.mode == "cover" and r["reached_steps"]:
         text += f"; reached at steps {', '.join(map(str, r['reached_steps']))}"
     if not ok and not args.json:
@@ -556,6 +558,14 @@ def _block_options(parser, *, ports_default, lanes_default, dtype_default):
     parser.add_argument("--jobs", type=_JOBS, default=16)
     parser.add_argument("--dtype", action="append", choices=ELEMENT_TYPES,
                         help=f"element types to build (repeatable; default {dtype_default})")
+
+
+def _solver_option(parser):
+    """``innet formal``'s SMT solver."""
+    from sim.flow.formal import SOLVERS
+    parser.add_argument("--solver", choices=SOLVERS, default=SOLVERS[0],
+                        help=f"the SMT solver smtbmc runs (default {SOLVERS[0]}; "
+                             f"{SOLVERS[1]} for a second opinion)")
 
 
 def _output_options(parser):
@@ -638,7 +648,7 @@ def build_parser():
     from sim.cli import bench as cli_reliability
     cli_reliability.register_bench(bench_sub, _Parser, _positive, entry=main)
 
-    formal = sub.add_parser("formal", help="SymbiYosys proofs (yowasp-sby, z3)")
+    formal = sub.add_parser("formal", help="SymbiYosys proofs (yowasp-sby; yices or z3)")
     formal_sub = formal.add_subparsers(dest="block", required=True, parser_class=_Parser)
     farb = formal_sub.add_parser("arbiter", help="prove the arbiter properties (k-induction)")
     farb.add_argument("--ports", type=_PORTS, default=4)
@@ -646,6 +656,7 @@ def build_parser():
                       help="one policy (default: all four)")
     farb.add_argument("--depth", type=_positive("--depth"), default=10,
                       help="k-induction depth (default 10)")
+    _solver_option(farb)
     farb.add_argument("--json", action="store_true")
     farb.set_defaults(func=_cmd_formal_arbiter)
     fred = formal_sub.add_parser("reduce", help="prove the reduction unit's properties: "
@@ -661,6 +672,7 @@ def build_parser():
     fred.add_argument("--depth", type=_positive("--depth"), default=None,
                       help="induction depth (prove; default 2) or cycles (bmc, cover; "
                            "default 12)")
+    _solver_option(fred)
     fred.add_argument("--json", action="store_true")
     fred.set_defaults(func=_cmd_formal_reduce)
 
