@@ -38,7 +38,7 @@ top.il
 """
 
 
-def run_sby(rtlil_text, workdir, *, mode="prove", depth=12, solver="yices", timeout=900):
+def run_sby(rtlil_text, workdir, *, mode="prove", depth=12, solver=SOLVERS[0], timeout=900):
     """Run SymbiYosys on ``rtlil_text`` in ``workdir`` with ``solver`` (one of
     :data:`SOLVERS`).
 
@@ -68,7 +68,7 @@ def run_sby(rtlil_text, workdir, *, mode="prove", depth=12, solver="yices", time
 
 
 def prove_arbiter(ports, policy, workdir, *, depth=12, mode="prove", starvation_bound=None,
-                  solver="yices"):
+                  solver=SOLVERS[0]):
     """Prove :class:`hw.formal.ArbiterProperties` for one arbiter configuration."""
     harness = ArbiterProperties(ports, policy, starvation_bound=starvation_bound)
     result = run_sby(harness_rtlil(harness), workdir, mode=mode, depth=depth, solver=solver)
@@ -77,7 +77,7 @@ def prove_arbiter(ports, policy, workdir, *, depth=12, mode="prove", starvation_
 
 
 def prove_reduction(workdir, *, ports=3, lanes=1, slots=2, chunk_flits=2, jobs=2, depth=12,
-                    mode="prove", solver="yices"):
+                    mode="prove", solver=SOLVERS[0]):
     """Prove :class:`hw.formal.ReductionProperties` for one reduction-unit size; with
     ``mode="cover"``, reach its cover goals instead (:attr:`ReductionProperties.REACHABLE`;
     status ``PASS`` when every one is reached, ``reached_steps`` the steps they were)."""
