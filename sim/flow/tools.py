@@ -10,6 +10,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from sim.files import cache_root
+
 __all__ = ["verilator_root", "tool_env", "have_icarus", "have_verilator", "yowasp_shim_dir",
            "yowasp_compiled"]
 
@@ -25,8 +27,10 @@ def verilator_root():
 
 def yowasp_shim_dir():
     """A directory of ``yosys``, ``yosys-smtbmc``, ``yosys-witness`` shims that run the YoWASP
-    builds, for tools (SymbiYosys) that call them by those names."""
-    shim_dir = Path(os.environ.get("INNET_CACHE", Path.home() / ".cache" / "innet")) / "shims"
+    builds, for tools (SymbiYosys) that call them by those names. They live beside innet's
+    caches (:func:`sim.files.cache_root`), and are rewritten whenever they are missing or
+    point elsewhere, so they are not a cache ``innet cache clean`` needs to know of."""
+    shim_dir = cache_root() / "shims"
     shim_dir.mkdir(parents=True, exist_ok=True)
     bin_dir = Path(sys.executable).parent
     for name in ("yosys", "yosys-smtbmc", "yosys-witness", "yosys-abc", "sby"):
