@@ -482,6 +482,19 @@ TREE = [
 ]
 
 
+def test_grad_takes_its_dependencies_at_construction():
+    """``grad(dependencies=...)`` is the record ``with_dependencies`` makes, in one step; one
+    dependency may be given either way, and both at once is refused."""
+    kw = dict(gpu=1, peer=3, id=3, time_ns=7, bytes=64, algo="tree", bucket=2, chunk=5, job=1,
+              route="pcie-nic-leaf-nic-pcie")
+    assert TraceRecord.grad(**kw, dependencies=(0, 1, 2)) == \
+        TraceRecord.grad(**kw).with_dependencies((0, 1, 2))
+    assert TraceRecord.grad(**kw, dependencies=[4]) == TraceRecord.grad(**kw, dependency=4)
+    assert TraceRecord.grad(**kw, dependencies=()).dependencies == ()
+    with pytest.raises(ValueError, match="not both"):
+        TraceRecord.grad(**kw, dependency=0, dependencies=(1,))
+
+
 def test_v4_layout_is_the_documented_one(tmp_path):
     """A record with several dependencies is written as itself (its first dependency in
     ``b``) and a wait record per further one (type 4, its gpu and id, the dependency in

@@ -144,10 +144,11 @@ def _build_plan(meta, records, config, path):
     for r in records:
         if r.rtype not in (MEM, GRAD):
             continue
-        for d in r.dependencies:
-            if d not in by_record:
-                raise PlanError(f"{path}: record {r.id}: dependency {d} is not a message")
-        deps = tuple(by_record[d] for d in r.dependencies)
+        try:
+            deps = tuple([by_record[d] for d in r.dependencies])
+        except KeyError as missing:
+            raise PlanError(f"{path}: record {r.id}: dependency {missing.args[0]} is not a "
+                            "message") from None
         if r.peer == r.gpu:
             # The switch drops a packet to its sender's own port (hw/switch.py).
             raise PlanError(f"{path}: record {r.id}: GPU {r.gpu} sends to itself")

@@ -228,19 +228,19 @@ def collective_records(messages, chunk_bytes, begin_s, end_s, first_id, algo, bu
         count = max(1, -(-m.nbytes // chunk_bytes))
         _check_piece(min(chunk_bytes, m.nbytes))   # the first piece is the largest
         issue_ns = int(round((begin_s + (end_s - begin_s) * m.step / steps) * 1e9))
+        peer = {SWITCH: SWITCH_PORT, IB_SWITCH: IB_SWITCH_PORT}.get(m.dst, m.dst)
+        route = route_of(links)
         ids = []
         for k in range(count):
             size = min(chunk_bytes, m.nbytes - k * chunk_bytes) if m.nbytes else 0
             if size <= 0:
                 continue
             ids.append(next_id)
-            peer = {SWITCH: SWITCH_PORT, IB_SWITCH: IB_SWITCH_PORT}.get(m.dst, m.dst)
             records.append(TraceRecord.grad(gpu=m.src, peer=peer, id=next_id, time_ns=issue_ns,
                                             bytes=size, algo=algo, bucket=bucket & 0xFFFF,
                                             chunk=(m.chunk * 4096 + k) & 0xFFFF,
-                                            job=job, route=route_of(links),
-                                            ).with_dependencies(
-                                                piece_dependencies(m, k, piece_ids)))
+                                            job=job, route=route,
+                                            dependencies=piece_dependencies(m, k, piece_ids)))
             next_id += 1
         piece_ids.append(ids)
     return records
