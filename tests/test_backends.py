@@ -20,14 +20,19 @@ def test_backend_is_abstract():
 
 
 @pytest.mark.slow
-def test_every_backend_replays_the_same(sim, build_dir):
+def test_every_backend_replays_the_same(sim, replay_build_dir):
+    """On the 4-port prio switch that the co-simulation tests and `innet bench cosim --quick`
+    replay, so both RTL builds come from the shared build cache."""
     require_simulator(sim)
-    cfg = ReplayConfig(ports=3, lanes=2, slots=4, chunk_flits=2, link_gbps=16.0, mtu_flits=8)
-    meta, records = stress_trace(gpus=3, seed=5, messages=12, pieces=3, span_ns=3_000)
+    cfg = ReplayConfig(ports=4, lanes=2, slots=8, chunk_flits=4, policy="prio",
+                       link_gbps=16.0, mtu_flits=8)
+    meta, records = stress_trace(gpus=4, seed=5, messages=12, pieces=3, span_ns=3_000)
     plan = build_plan(meta, records, cfg)
+    place = (lambda name: None) if replay_build_dir is None else (
+        lambda name: replay_build_dir / name)
     backends = [PythonModel(), CompiledModel(),
-                RtlPlayer(sim, build_dir=build_dir / "player", quiet=True, optimize=False),
-                RtlDriver(sim, build_dir=build_dir / "driver", quiet=True, optimize=False)]
+                RtlPlayer(sim, build_dir=place("player"), quiet=True, optimize=False),
+                RtlDriver(sim, build_dir=place("driver"), quiet=True, optimize=False)]
     results = {}
     for backend in backends:
         assert isinstance(backend, ReplayBackend)

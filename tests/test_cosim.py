@@ -117,13 +117,13 @@ def test_equal_priorities_are_round_robin(sim, replay_build_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sim", one_simulator("verilator"))
+@pytest.mark.parametrize("sim", one_simulator("verilator"))   # the 4-port prio build again
 def test_switch_under_backpressure(sim, replay_build_dir):
     """Random backpressure on every egress (30 %): every memory packet intact and every
     reduction exact (the scoreboard fails the cocotb test otherwise), nothing dropped."""
     require_simulator(sim)
     meta, records = stress_trace(gpus=4, seed=11, messages=30, span_ns=20_000)
-    plan = build_plan(meta, records, ReplayConfig(ports=4, policy="wrr", **SMALL))
+    plan = build_plan(meta, records, ReplayConfig(ports=4, policy="prio", **SMALL))
     rtl = replay_rtl(plan, sim, build_dir=replay_build_dir, seed=5, stall=0.3, **QUICK)
     assert rtl.mismatches == 0 and not any(rtl.errors.values())
     summary = rtl.summary()

@@ -179,9 +179,11 @@ def test_run_rtl_windows_share_one_build(tmp_path, capsys):
                       .replace('algorithms = ["ring", "inswitch"]', 'algorithms = ["inswitch"]')
                       .replace("bucket_mb = [25, 100]", "bucket_mb = [25]")
                       # A small switch: the default 8 x 256 one takes minutes to compile,
-                      # and the window checks the shared build, not the switch's size.
+                      # and the window checks the shared build, not the switch's size. This
+                      # one is the 4-port prio switch tests/test_cosim.py replays, so its
+                      # build comes from the shared build cache.
                       .replace("target_flits = 4000",
-                               "target_flits = 40000\nlanes = 2\nslots = 16"))
+                               "target_flits = 40000\nlanes = 2\nslots = 8\nchunk_flits = 4"))
     assert main(["run", str(config), "-o", str(tmp_path / "out"), "--name", "r", "--quiet",
                  "--json"]) == 0
     points = {p["policy"]: p for p in json.loads(capsys.readouterr().out)["points"]}
