@@ -186,8 +186,8 @@ class AxisSwitch(wiring.Component):
     inputs (``cfg_mem_priority`` … by policy), and status outputs ``drop_<cause>``,
     ``err_<cause>``, ``overflow``, ``reductions``."""
 
-    def __init__(self, spec):
-        self.switch = Switch(spec)
+    def __init__(self, spec, reduction=True):
+        self.switch = Switch(spec, reduction)
         members = {**_stream_members(spec.ports, spec.lanes),
                    **_reduce_control_members(spec.ports, spec.jobs)}
         for name, member in self.switch.signature.members.items():
@@ -368,13 +368,15 @@ def export_reduce(spec, name=None):
     return to_verilog(top, name), sidecar(top, name, "reduce", params)
 
 
-def export_switch(spec, name=None):
+def export_switch(spec, name=None, reduction=True):
     """``(verilog_text, sidecar_dict)`` for an AXI-named switch of :class:`hw.spec.SwitchSpec`
-    ``spec``."""
-    top = AxisSwitch(spec)
+    ``spec``. ``reduction=False``: the what-if with a :class:`hw.switch.ContributionSink` in
+    the reduction unit's place (module name ``..._noreduce``), for synthesis only."""
+    top = AxisSwitch(spec, reduction)
     params, stem, tag = _size_params(spec)
-    name = name or f"innet_switch_{stem}_{spec.policy.value}_{tag}"
-    params.update(policy=spec.policy.value, drop_causes=list(DROP_CAUSES),
+    name = name or (f"innet_switch_{stem}_{spec.policy.value}_{tag}"
+                    + ("" if reduction else "_noreduce"))
+    params.update(reduction=reduction, policy=spec.policy.value, drop_causes=list(DROP_CAUSES),
                   error_causes=list(ERROR_CAUSES),
                   # where Yosys is told to put the ingress FIFOs
                   ingress_fifo_storage=spec.ingress_fifo_storage)

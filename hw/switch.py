@@ -57,7 +57,7 @@ from .reduce import ReductionUnit, config_signature, count_events
 from .regslice import CreditSlice, LinkRegister
 from .spec import Policy
 
-__all__ = ["Switch", "DROP_CAUSES"]
+__all__ = ["Switch", "ContributionSink", "DROP_CAUSES"]
 
 #: Switch-level drop causes (the reduction unit counts its own, see hw.reduce.ERROR_CAUSES).
 DROP_CAUSES = ("bad_kind", "bad_dest", "config_packet", "truncated")
@@ -79,6 +79,24 @@ def _dest_ok(flit, port, ports):
     return below(flit.dst, ports) & (flit.dst != port)
 
 
+class ContributionSink(ReductionUnit):
+    """A what-if for synthesis, not a unit to build: the reduction unit's ports with nothing
+    behind them. Every contribution is taken and forgotten, no result is ever offered and
+    every counter stays 0, so a switch built with it (``Switch(spec, reduction=False)``,
+    ``innet synth switch --without-reduction``) is its ingress FIFOs, crossbar and egress
+    stages alone: place and route then says what the crossbar costs apart from the unit
+    (docs/timing-closure.md)."""
+
+    def _state_signals(self):
+        return None   # no slot table (and no memory left unelaborated)
+
+    def elaborate(self, platform):
+        m = Module()
+        for port in self.i:
+            m.d.comb += port.ready.eq(1)
+        return m
+
+
 class Switch(wiring.Component):
     """An N-port switch with an in-switch reduction unit.
 
@@ -87,6 +105,9 @@ class Switch(wiring.Component):
     spec : hw.spec.SwitchSpec
         Ports, lanes, the reduction unit's parameters, the egress arbitration policy and the
         ingress FIFO depth.
+    reduction : bool
+        ``False`` puts a :class:`ContributionSink` where the reduction unit goes: a what-if
+        for measuring the crossbar alone in synthesis (contributions vanish uncounted).
 
     Members
     -------
@@ -108,8 +129,9 @@ class Switch(wiring.Component):
         The reduction unit's counters and flags.
     """
 
-    def __init__(self, spec):
-        self.reduce = ReductionUnit(spec)   # checks that spec is a SwitchSpec
+    def __init__(self, spec, reduction=True):
+        # (either checks that spec is a SwitchSpec)
+        self.reduce = ReductionUnit(spec) if reduction else ContributionSink(spec)
         self._spec = spec
         self._policy = spec.policy
         self._ports, self._lanes, jobs = spec.ports, spec.lanes, spec.jobs

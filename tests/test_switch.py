@@ -200,6 +200,36 @@ def test_memory_and_reductions_share_the_links(policy, class_cfg):
             np.testing.assert_array_equal(np.array(got[0].flits, dtype=np.uint32), want)
 
 
+def test_the_crossbar_alone_what_if_carries_memory_and_swallows_contributions():
+    """``Switch(spec, reduction=False)`` (``innet synth switch --without-reduction``): the
+    same ingresses, crossbar and egresses, with a sink where the reduction unit was. Memory
+    packets arrive intact and in order among contributions, which are all taken and never
+    answered; nothing is counted."""
+    rng = random.Random(4)
+    nrng = np.random.default_rng(4)
+    N, L = 4, 2
+    sw = Switch(SwitchSpec(ports=N, lanes=L, slots=4, chunk_flits=2, jobs=4,
+                           ingress_depth=4), reduction=False)
+    mem = {k: memory_packets(rng, N, L, 8, k) for k in range(N)}
+    traffic = {}
+    for k in range(N):
+        contribs = [contribution(k, 1, seq % 4, seq, random_words(nrng, DType.INT32, (2, L)),
+                                 DType.INT32) for seq in range(4)]
+        items = mem[k] + contribs
+        rng.shuffle(items)
+        # (memory packets keep their order among themselves)
+        order = iter(mem[k])
+        traffic[k] = [next(order) if p.header.kind != Kind.REDUCE_CONTRIB else p for p in items]
+    packets, res = run_switch(sw, {}, traffic, seed=3, idle=0.1, stall=0.3)
+    assert res["sent_all"]
+    assert not any(res["drops"].values()) and not any(res["reduce_errors"])
+    for d in range(N):
+        assert all(p.header.kind != Kind.REDUCE_RESULT for p in packets[d])
+        for src in range(N):
+            want = [p for p in mem[src] if p.header.dst == d]
+            assert [p for p in packets[d] if p.header.src == src] == want
+
+
 def test_bad_packets_are_dropped_at_ingress():
     N, L = 3, 1
     sw = Switch(SwitchSpec(ports=N, lanes=L, slots=2, chunk_flits=1, jobs=2))

@@ -290,6 +290,23 @@ def test_synth_folds_the_bank_read_registers_into_the_block_rams():
 
 
 @pytest.mark.slow
+def test_synth_the_crossbar_alone():
+    """--without-reduction maps the switch with a sink in the reduction unit's place: no
+    unit logic left, the crossbar's multiplexers there less their result input (which never
+    offers a flit), and the sidecar and module name say it is the what-if."""
+    args = ("switch", "--ports", "3", "--lanes", "2", "--slots", "4", "--dtype", "int32",
+            "--no-pnr")
+    alone, whole = _synth(*args, "--without-reduction"), _synth(*args)
+    assert alone["parameters"]["reduction"] is False and whole["parameters"]["reduction"]
+    assert alone["top"].endswith("_noreduce") and not whole["top"].endswith("_noreduce")
+    assert "switch.reduce" not in alone["luts_by_block"]
+    assert whole["luts_by_block"]["switch.reduce"] > 1000
+    egress = [run["luts_by_block"]["switch.egress*"] for run in (alone, whole)]
+    assert 0.5 * egress[1] < egress[0] < egress[1]
+    assert alone["yosys_cells"]["LUT4"] < whole["yosys_cells"]["LUT4"] - 1000
+
+
+@pytest.mark.slow
 def test_the_arbiters_select_copies_survive_yosys(tmp_path):
     """Each slice of the arbiter's output multiplexer has its own copy of the choice register
     (`keep`); Yosys maps every copy to flip-flops of its own rather than merging them into
@@ -483,6 +500,11 @@ def test_synth_bad_arguments():
         assert any(flag in proc.stderr
                    for flag in ("--congestion", "--plot", "--placer", "--router", "--timeout",
                                 "--seed", "--speed"))
+    proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "reduce", "--ports", "4",
+                           "--without-reduction"], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "innet: error: --without-reduction takes the reduction unit out of the switch: it "
+        "goes with innet synth switch only"]
     for dtypes in (["--dtype", "int32"], ["--dtype", "fp32", "--dtype", "bf16"]):
         proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "fpadd", *dtypes],
                               capture_output=True, text=True)

@@ -161,6 +161,9 @@ def _cmd_synth(args):
     if args.seeds is not None and first_seed + args.seeds - 1 > 2**31 - 1:
         raise UsageError(f"--seed {first_seed} with --seeds {args.seeds} runs past nextpnr's "
                          f"largest seed, {2**31 - 1}")
+    if args.without_reduction and args.block != "switch":
+        raise UsageError("--without-reduction takes the reduction unit out of the switch: "
+                         "it goes with innet synth switch only")
     if args.bram_outreg and args.flow != "ecp5":
         raise UsageError("--bram-outreg is about the ECP5's block RAMs: it does not go with "
                          "--flow gates")
@@ -188,7 +191,8 @@ def _cmd_synth(args):
     elif args.block == "reduce":
         verilog, meta = export_reduce(_switch_spec(args, default_dtypes=("int32",)))
     else:
-        verilog, meta = export_switch(_switch_spec(args, args.policy, ("int32",)))
+        verilog, meta = export_switch(_switch_spec(args, args.policy, ("int32",)),
+                                      reduction=not args.without_reduction)
     progress = _progress(args)
     if args.flow == "gates":
         with tempfile.TemporaryDirectory(prefix="innet-gates-") as tmp:
@@ -725,6 +729,10 @@ def build_parser():
                        help="fold the registers that only take a block RAM's word into the "
                             "DP16KD's output register (0.97 ns from the clock instead of "
                             "5.61), as a vendor flow would; default: as Yosys maps them")
+    synth.add_argument("--without-reduction", action="store_true",
+                       help="switch only, a what-if: the reduction unit replaced by a sink "
+                            "that takes every contribution and sends nothing, so the figures "
+                            "are the ingress FIFOs', crossbar's and egresses' alone")
     synth.add_argument("--speed", type=int, choices=SPEED_GRADES, default=SPEED_GRADES[0],
                        help="the LFE5U-85F's speed grade nextpnr times: 6 (default, the "
                             "slowest, every figure in docs/hw.md), 7 or 8")
