@@ -294,7 +294,7 @@ def test_synth_the_crossbar_alone():
     """--without-reduction maps the switch with a sink in the reduction unit's place: no
     unit logic left, the crossbar's multiplexers there less their result input (which never
     offers a flit), and the sidecar and module name say it is the what-if."""
-    args = ("switch", "--ports", "3", "--lanes", "2", "--slots", "4", "--dtype", "int32",
+    args = ("switch", "--ports", "2", "--lanes", "1", "--slots", "2", "--dtype", "int32",
             "--no-pnr")
     alone, whole = _synth(*args, "--without-reduction"), _synth(*args)
     assert alone["parameters"]["reduction"] is False and whole["parameters"]["reduction"]
