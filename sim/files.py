@@ -9,7 +9,8 @@ from pathlib import Path
 
 from sim.errors import OutputPathError
 
-__all__ = ["atomic_writes", "current_umask", "CACHES", "cache_root", "cache_dir", "cache_usage", "clean_cache"]
+__all__ = ["atomic_writes", "current_umask", "CACHES", "cache_root", "cache_dir", "cache_usage",
+           "clean_cache"]
 
 
 def current_umask():

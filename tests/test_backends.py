@@ -28,11 +28,10 @@ def test_every_backend_replays_the_same(sim, replay_build_dir):
                        link_gbps=16.0, mtu_flits=8)
     meta, records = stress_trace(gpus=4, seed=5, messages=12, pieces=3, span_ns=3_000)
     plan = build_plan(meta, records, cfg)
-    place = (lambda name: None) if replay_build_dir is None else (
-        lambda name: replay_build_dir / name)
+    place = replay_build_dir   # None (the shared cache), or the test's own with WAVES=1
     backends = [PythonModel(), CompiledModel(),
-                RtlPlayer(sim, build_dir=place("player"), quiet=True, optimize=False),
-                RtlDriver(sim, build_dir=place("driver"), quiet=True, optimize=False)]
+                RtlPlayer(sim, build_dir=place and place / "player", quiet=True, optimize=False),
+                RtlDriver(sim, build_dir=place and place / "driver", quiet=True, optimize=False)]
     results = {}
     for backend in backends:
         assert isinstance(backend, ReplayBackend)

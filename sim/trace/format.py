@@ -160,6 +160,11 @@ def _dep_field(dependency):
     return NO_DEP if dependency is None else dependency
 
 
+def _dep_fields(dependencies):
+    """A mem or grad record's ``b`` and ``waits`` for a tuple of record ids."""
+    return (dependencies[0] if dependencies else NO_DEP), dependencies[1:]
+
+
 def _route_bits(route):
     return _enum_index(ROUTES, "route", route) << _ROUTE_SHIFT
 
@@ -269,9 +274,10 @@ class TraceRecord:
         generator makes millions of these: one construction, not one and a copy.)"""
         if dependency is not None and dependencies:
             raise ValueError("give dependency or dependencies, not both")
-        deps = (dependency,) if dependency is not None else tuple(dependencies)
-        return cls(GRAD, _enum_index(ALGOS, "algo", algo) | _route_bits(route), gpu, peer, job,
-                   bucket, chunk, id, time_ns, bytes, deps[0] if deps else NO_DEP, deps[1:])
+        b, waits = _dep_fields((dependency,) if dependency is not None else tuple(dependencies))
+        return cls(GRAD, op=_enum_index(ALGOS, "algo", algo) | _route_bits(route), gpu=gpu,
+                   peer=peer, id=id, time_ns=time_ns, a=bytes, slot=bucket, aux=chunk, b=b,
+                   waits=waits, job=job)
 
     def with_dependency(self, dependency):
         """This mem or grad record waiting for record ``dependency`` instead (``None``:
@@ -282,12 +288,12 @@ class TraceRecord:
         """This mem or grad record waiting for every record of ``dependencies`` (record ids;
         empty: nothing) instead."""
         self._require((MEM, GRAD), "dependencies")
-        deps = tuple(dependencies)
-        # (field by field: dataclasses.replace takes twice as long, and the trace generator
-        # and the replay's window cut call this for every piece)
-        return TraceRecord(self.rtype, self.op, self.gpu, self.peer, self.job, self.slot,
-                           self.aux, self.id, self.time_ns, self.a,
-                           deps[0] if deps else NO_DEP, deps[1:])
+        b, waits = _dep_fields(tuple(dependencies))
+        # (field by field: dataclasses.replace takes twice as long, and the replay's window
+        # cut calls this for every piece it keeps)
+        return TraceRecord(self.rtype, op=self.op, gpu=self.gpu, peer=self.peer, job=self.job,
+                           slot=self.slot, aux=self.aux, id=self.id, time_ns=self.time_ns,
+                           a=self.a, b=b, waits=waits)
 
     # -- accessors named by meaning ---------------------------------------------------------
 
