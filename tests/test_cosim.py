@@ -46,8 +46,9 @@ def test_model_matches_rtl(sim, ports, policy, seed, arbitration, replay_build_d
     every delivery cycle of the model equals the RTL's, and every packet and result is exact;
     the replay's weights and quantum (``arbitration``) reach the RTL's pins and the model."""
     require_simulator(sim)
+    # (in 15 us the ports contend more than in 30 us, and the replay is a third shorter)
     meta, records = stress_trace(gpus=ports, seed=seed, messages=25 if ports > 4 else 40,
-                                 span_ns=30_000)
+                                 span_ns=15_000)
     plan = build_plan(meta, records, ReplayConfig(ports=ports, policy=policy, **arbitration,
                                                   **SMALL))
     rtl = replay_rtl(plan, sim, build_dir=replay_build_dir, seed=seed, **QUICK)
@@ -102,7 +103,7 @@ def test_equal_priorities_are_round_robin(sim, replay_build_dir):
     from sim.experiment.point import rtl_config
 
     require_simulator(sim)
-    meta, records = stress_trace(gpus=4, seed=2, messages=40, span_ns=30_000)
+    meta, records = stress_trace(gpus=4, seed=2, messages=40, span_ns=15_000)
     rr = ReplayConfig(ports=4, policy="rr", **SMALL)
     shared = rtl_config(rr, ("rr", "prio"))
     assert shared.policy == "prio" and shared.mem_priority == shared.result_priority
@@ -170,15 +171,16 @@ def test_player_matches_per_cycle_driver():
 
 @pytest.mark.slow
 def test_player_sleeps_through_a_long_gap():
-    """A message issued longer after the last one than the watchdog (100,000 cycles): the
-    player must wake for it (it once waited forever) and deliver it when the model does."""
+    """A message issued longer after the last one than the watchdog (here 3,000 cycles; by
+    default WATCHDOG_CYCLES): the player must wake for it (it once waited forever) and
+    deliver it when the model does."""
     require_simulator("verilator")
     cfg = ReplayConfig(ports=4, policy="prio", **SMALL)   # the 4-port prio build again
-    later = int(150_000 * cfg.cycle_ns)
+    later = int(4_500 * cfg.cycle_ns)
     plan = build_plan({"gpus": 2}, [write(0, 0, 1, 64), write(1, 1, 0, 64, t=later)], cfg)
-    rtl = replay_rtl(plan, "verilator", **QUICK)
+    rtl = replay_rtl(plan, "verilator", watchdog=3_000, **QUICK)
     model = replay_model(plan)
-    assert rtl.mismatches == 0 and rtl.cycles > 150_000
+    assert rtl.mismatches == 0 and rtl.cycles > 4_500
     assert compare(rtl, model)["exact"] == 2
 
 

@@ -158,7 +158,9 @@ grad_accum = 2
 def test_elastic_device_set_changes_in_the_rtl(tmp_path):
     """The one RTL run of this file: job A's group 2 -> 4 -> 3 on one switch without a reset;
     each phase's results are checked against numpy by the scoreboard and are cycle-exact with
-    the model's cold replay, and the job-table write takes one cycle."""
+    the model's cold replay, and the job-table write takes one cycle. (The switch is the
+    smallest holding 4 GPUs, with the scenario's first policy: here the 4-port prio build of
+    tests/test_backends.py, 8 slots of 4-flit chunks.)"""
     from sim.cosim.runner import available_simulators
     if "verilator" not in available_simulators():
         pytest.skip("verilator not installed")
@@ -168,7 +170,11 @@ kind = "elastic"
 workload = "resnet50"
 batch = 32
 algorithms = ["inswitch"]
+policies = ["prio"]
 rtl = true
+[switch]
+slots = 8
+chunk_flits = 4
 [elastic]
 phases = [2, 4, 3]
 rtl_chunks = 4
@@ -176,6 +182,7 @@ other_job = false
 """)
     windows = payload["rtl_windows"]
     assert [w["members"] for w in windows] == [2, 4, 3]
+    assert {w["rtl_switch"] for w in windows} == {"4-port prio build"}
     for w in windows:
         assert w["exact"] == w["deliveries"] > 0 and w["mismatches"] == 0
         assert not any(w["errors"].values())

@@ -46,7 +46,7 @@ from sim.cosim.stimulus import (
     wrap_seq,
 )
 from sim.model.reduce import reduce_words
-from sim.replay.config import MAX_REPLAY_CYCLES, REPLAY_JOB
+from sim.replay.config import MAX_REPLAY_CYCLES, REPLAY_JOB, WATCHDOG_CYCLES
 from sim.replay.loop import ClosedLoop
 from sim.replay.result import ReplayResult
 
@@ -472,7 +472,7 @@ class ReplayDriver:
             wall_s=wall_s)
 
 
-async def replay_dut(dut, driver, max_cycles=MAX_REPLAY_CYCLES, watchdog=100_000,
+async def replay_dut(dut, driver, max_cycles=MAX_REPLAY_CYCLES, watchdog=WATCHDOG_CYCLES,
                      progress=None, configure=True):
     """Run ``driver`` against an exported switch ``dut`` (``innet export switch``) until every
     message is delivered. Raises AssertionError if nothing leaves the switch for ``watchdog``

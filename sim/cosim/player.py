@@ -27,7 +27,7 @@ from sim.cosim.stimulus import (
     wrap_seq,
 )
 from sim.model.reduce import reduce_words
-from sim.replay.config import MAX_REPLAY_CYCLES, REPLAY_JOB
+from sim.replay.config import MAX_REPLAY_CYCLES, REPLAY_JOB, WATCHDOG_CYCLES
 from sim.replay.loop import ClosedLoop
 from sim.replay.result import ReplayResult
 
@@ -147,7 +147,8 @@ class Player:
     def done(self):
         return self.loop.finished() and not any(self.busy)
 
-    async def play(self, dut, max_cycles=MAX_REPLAY_CYCLES, watchdog=100_000, progress=None):
+    async def play(self, dut, max_cycles=MAX_REPLAY_CYCLES, watchdog=WATCHDOG_CYCLES,
+                   progress=None):
         """Run the replay on a player harness ``dut`` (reset and job configuration first, as
         :func:`sim.cosim.pins.configure_replay` does). Raises AssertionError on a deadlock
         (no packet ended for ``watchdog`` cycles with packets outstanding), a plan that can

@@ -13,6 +13,7 @@ import time
 from sim.cosim.build import switch_build
 from sim.cosim.runner import run_cocotb
 from sim.replay.backend import ReplayBackend
+from sim.replay.config import WATCHDOG_CYCLES
 
 __all__ = ["RtlPlayer", "RtlDriver", "replay_rtl", "replay_rtl_phases", "bare_clock_rate",
            "position_writer", "report_position"]
@@ -47,7 +48,8 @@ class RtlDriver(RtlPlayer):
 
 
 def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall=0.0,
-               quiet=False, optimize=True, player=True, expected_cycles=None):
+               quiet=False, optimize=True, player=True, expected_cycles=None,
+               watchdog=WATCHDOG_CYCLES):
     """Replay ``plan`` through the exported RTL switch under cocotb; returns a
     :class:`ReplayResult` (backend ``rtl-<sim>``). The build is cached in ``build_dir``
     (default: the user cache), keyed by the switch parameters. ``stall`` puts random
@@ -60,7 +62,9 @@ def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall
     against). While the simulation runs, its position (cycles, and of ``expected_cycles`` when
     given, e.g. by the cycle-exact fast model, with an ETA) is logged on the ``innet.cosim``
     logger every :data:`REPORT_EVERY_S` seconds, with a warning and a coarser flit scale to try
-    when the replay looks like taking more than :data:`LONG_REPLAY_S`."""
+    when the replay looks like taking more than :data:`LONG_REPLAY_S`. ``watchdog``: cycles
+    with packets outstanding and none ending (the player) or no flit leaving (the driver)
+    after which the replay stops as a deadlock."""
     began = time.perf_counter()
     with switch_build(plan.config.switch, sim, build_dir, optimize, player, waves) as (
             verilog, module, build_dir, scratch):
@@ -69,7 +73,7 @@ def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall
         plan_file.write_bytes(pickle.dumps(plan))
         bench = "sim.cosim.tb_player" if player else "sim.cosim.tb_replay"
         env = {"INNET_PLAN": plan_file, "INNET_RESULT": result_file, "INNET_SEED": seed,
-               "INNET_STALL": stall, "INNET_LOG": log}
+               "INNET_STALL": stall, "INNET_LOG": log, "INNET_WATCHDOG": watchdog}
         watcher = None
         if _log.isEnabledFor(logging.INFO):
             env["INNET_POSITION"] = scratch / "position.txt"

@@ -5,6 +5,8 @@ player (:mod:`sim.cosim.player`): replays a pickled plan and pickles the
 Environment: ``INNET_PLAN`` (input pickle), ``INNET_RESULT`` (output pickle), ``INNET_LOG``
 (the harness's packet log, also passed as the ``+innet_log`` plusarg), ``INNET_SEED``,
 ``INNET_STALL`` (probability that an egress holds ``tready`` low in a cycle; default 0),
+``INNET_WATCHDOG`` (deadlock limit, cycles; default
+:data:`sim.replay.config.WATCHDOG_CYCLES`),
 ``INNET_POSITION`` (optional: where to write the replay's position for the parent's progress
 report, :func:`sim.cosim.replay.position_writer`).
 """
@@ -19,6 +21,7 @@ import cocotb
 from sim.cosim.pins import read_counters
 from sim.cosim.player import Player
 from sim.cosim.replay import position_writer, report_position
+from sim.replay.config import WATCHDOG_CYCLES
 
 
 def _split(value, n):
@@ -34,7 +37,7 @@ async def play(dut):
     write = position_writer(os.environ.get("INNET_POSITION"))
     if write:
         cocotb.start_soon(report_position(dut, player.loop, write))
-    await player.play(dut)
+    await player.play(dut, watchdog=int(os.environ.get("INNET_WATCHDOG", WATCHDOG_CYCLES)))
     inject = player.check(Path(os.environ["INNET_LOG"]).read_text())
     wall = time.perf_counter() - began   # the simulation and the scoreboard
     n = player.N

@@ -5,6 +5,8 @@ back.
 
 Environment: ``INNET_PLAN`` (input pickle), ``INNET_RESULT`` (output pickle), ``INNET_SEED``,
 ``INNET_STALL`` (probability that an egress holds ``tready`` low in a cycle; default 0),
+``INNET_WATCHDOG`` (deadlock limit, cycles; default
+:data:`sim.replay.config.WATCHDOG_CYCLES`),
 ``INNET_POSITION`` (optional: see :func:`sim.cosim.replay.position_writer`).
 """
 
@@ -19,6 +21,7 @@ import cocotb
 from sim.cosim.driver import ReplayDriver, replay_dut
 from sim.cosim.pins import read_counters
 from sim.cosim.replay import position_writer, report_position
+from sim.replay.config import WATCHDOG_CYCLES
 
 
 @cocotb.test()
@@ -33,7 +36,8 @@ async def replay(dut):
     write = position_writer(os.environ.get("INNET_POSITION"))
     if write:
         cocotb.start_soon(report_position(dut, driver.loop, write))
-    await replay_dut(dut, driver)
+    await replay_dut(dut, driver,
+                     watchdog=int(os.environ.get("INNET_WATCHDOG", WATCHDOG_CYCLES)))
     wall = time.perf_counter() - began
     errors = read_counters(dut)
     result = driver.result("rtl", errors, wall)

@@ -7,7 +7,7 @@ from hw.errors import ParameterError, check_int
 from hw.packet import LANE_BITS
 from hw.spec import SwitchSpec, element_type
 
-__all__ = ["ReplayConfig", "REPLAY_JOB"]
+__all__ = ["ReplayConfig", "REPLAY_JOB", "MAX_REPLAY_CYCLES", "WATCHDOG_CYCLES"]
 
 
 #: The reduction job every in-switch contribution of a replay belongs to.
@@ -16,6 +16,9 @@ REPLAY_JOB = 1
 #: caught long before by the backends' watchdogs; this only bounds the RTL's 32-bit cycle
 #: counters (a trace at flit scale 1 can run for tens of millions of cycles).
 MAX_REPLAY_CYCLES = 1 << 31
+#: An RTL replay with packets outstanding stops as a deadlock when no packet has ended (the
+#: player) or no flit has left the switch (the per-cycle driver) for this many cycles.
+WATCHDOG_CYCLES = 100_000
 #: Longest link hop a replay accepts, ns (1 ms: a thousand times NVLink's).
 MAX_LINK_LATENCY_NS = 1e6
 #: Job-table entries of the switch a replay runs on: job 0 (unused) and :data:`REPLAY_JOB`.

@@ -126,32 +126,37 @@ def _phase_trace(ctx, n, algo):
 def _rtl_phases(ctx, sizes):
     """Job A's in-switch all-reduce of ``rtl_chunks`` chunks per phase, the phases one after
     the other through one RTL switch with a job-table write between them; each phase against
-    the fast model's cold replay of the same plan."""
+    the fast model's cold replay of the same plan. Job B is not in the RTL run, so its switch
+    is the smallest that holds A's largest device set (the scenario's radix rule, a power of
+    two), with the scenario's first arbitration policy."""
     from sim.cosim.replay import replay_rtl_phases
     from sim.model.switch import replay_model
     from sim.replay.plan import build_plan
     from sim.replay.result import compare
     from sim.scenarios.common import TraceBuilder
-    rcfg = ctx.replay_config(PORTS, 1)   # flit scale 1: the real switch
+    # flit scale 1: the real switch
+    rcfg = ctx.replay_config(max(sizes), 1, policy=ctx.config.policies[0])
     plans = []
     for n in sizes:
-        b = TraceBuilder(PORTS, rcfg.chunk_bytes)
+        b = TraceBuilder(rcfg.ports, rcfg.chunk_bytes)
         b.collective("inswitch", "allreduce", list(range(n)), ctx.config.rtl_chunks
                      * rcfg.chunk_bytes, 0, bucket=0)
-        plans.append(build_plan({"gpus": PORTS}, b.records, rcfg, path=f"elastic rtl {n}"))
-    ctx.progress(f"RTL: job A's device set {' -> '.join(map(str, sizes))} on one switch "
-                 f"({ctx.config.sim})")
+        plans.append(build_plan({"gpus": rcfg.ports}, b.records, rcfg,
+                                path=f"elastic rtl {n}"))
+    ctx.progress(f"RTL: job A's device set {' -> '.join(map(str, sizes))} on one "
+                 f"{rcfg.ports}-port switch ({ctx.config.sim})")
     out = replay_rtl_phases(plans, ctx.config.sim)
     windows = []
     for n, plan, (rtl, write_cycles) in zip(sizes, plans, out):
         model = replay_model(plan, judge_phase=rtl.extra["judge_phase"])
         agreement = compare(rtl, model)
         windows.append({"trace": f"elastic phase {n} GPUs", "window": "whole phase",
-                        "rtl_switch": f"{rcfg.policy} build", "packets": plan.packets,
+                        "rtl_switch": f"{rcfg.ports}-port {rcfg.policy} build",
+                        "packets": plan.packets,
                         "rtl_cycles": rtl.cycles, "model_cycles": model.cycles,
                         "job_table_write_cycles": write_cycles, "errors": rtl.errors,
                         "mismatches": rtl.mismatches, "members": n, **agreement})
-    return windows, rcfg.cycle_ns
+    return windows, rcfg
 
 
 def run(ctx):
@@ -161,7 +166,8 @@ def run(ctx):
     rtl_cycle_ns = ctx.replay_config(PORTS, 1).cycle_ns   # one cycle of the real switch
     windows = []
     if c.rtl and any(a in ("inswitch",) for a in c.algorithms):
-        windows, rtl_cycle_ns = _rtl_phases(ctx, c.phases)
+        windows, rtl_rcfg = _rtl_phases(ctx, c.phases)
+        rtl_cycle_ns = rtl_rcfg.cycle_ns
         ctx.windows.extend(windows)
     # -- phases and changes ----------------------------------------------------------------
     rows, change_rows, data = [], [], {}
@@ -248,7 +254,8 @@ def run(ctx):
                             {"headline": headline, "phases": data,
                              "rtl_phases": windows}, [("elastic_throughput.png", fig)]))
     if windows:
-        sections[-1].lines += ["", "**In the RTL** (one switch, no reset; job A's in-switch "
+        sections[-1].lines += ["", f"**In the RTL** (one {rtl_rcfg.ports}-port switch, "
+                               f"{rtl_rcfg.policy} arbitration, no reset; job A's in-switch "
                                "all-reduce of " f"{c.rtl_chunks} chunks per phase, the job table "
                                "written between phases, each phase checked against the numpy "
                                "sum of its members and against the fast model's cold replay):",
