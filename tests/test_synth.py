@@ -538,11 +538,11 @@ def test_multiply_driven_names_the_first_net_driven_twice():
     assert multiply_driven(_netlist([7, 8], [8]), "top") == "y[1]"
 
 
-def test_silent_yosys_death_falls_back_to_dff(tmp_path, monkeypatch):
+def test_silent_yosys_death_falls_back(tmp_path, monkeypatch):
     """Yosys's abc9 sometimes exits 1 without a message, and once wrote a netlist with a net
-    driven twice; the flow retries with ``synth_ecp5 -dff`` and says which mapping produced
-    the netlist. A failure with an ``ERROR:`` line is not retried, and two failed mappings
-    give one line naming both."""
+    driven twice; the flow retries module by module (flattened after), then with
+    ``synth_ecp5 -dff``, and says which mapping produced the netlist. A failure with an
+    ``ERROR:`` line is not retried, and failed mappings give one line naming each."""
     from sim.flow import synth
 
     def run_with(outcomes):
@@ -561,8 +561,14 @@ def test_silent_yosys_death_falls_back_to_dff(tmp_path, monkeypatch):
         return scripts
 
     scripts = run_with([(1, "Running ABC command: ...\n"), (0, "")])
+    assert synth.map_netlist("top", tmp_path) == "synth_ecp5 -noflatten"
+    assert "-noflatten" not in scripts[0] and "flatten;" not in scripts[0]
+    assert "synth_ecp5 -noflatten -top top; flatten;" in scripts[1]
+    assert scripts[1].endswith("write_json top.json")
+
+    scripts = run_with([(1, ""), (1, ""), (0, "")])
     assert synth.map_netlist("top", tmp_path) == "synth_ecp5 -dff"
-    assert "-dff" not in scripts[0] and "synth_ecp5 -dff -top top" in scripts[1]
+    assert "synth_ecp5 -dff -top top" in scripts[2]
 
     scripts = run_with([(0, "")])
     assert synth.map_netlist("top", tmp_path) == "synth_ecp5"
@@ -573,18 +579,19 @@ def test_silent_yosys_death_falls_back_to_dff(tmp_path, monkeypatch):
         synth.map_netlist("top", tmp_path)
     assert len(scripts) == 1
 
-    run_with([(1, ""), (1, "")])
+    run_with([(1, ""), (1, ""), (1, "")])
     with pytest.raises(synth.SynthError) as failure:
         synth.map_netlist("top", tmp_path)
     assert "\n" not in str(failure.value)
-    assert "'synth_ecp5' exited with status 1" in str(failure.value)
-    assert "'synth_ecp5 -dff' exited with status 1" in str(failure.value)
+    for mapping in ("synth_ecp5", "synth_ecp5 -noflatten", "synth_ecp5 -dff"):
+        assert f"'{mapping}' exited with status 1" in str(failure.value)
 
     twice = _netlist([7], [7])
     scripts = run_with([(0, "", twice), (0, "")])
-    assert synth.map_netlist("top", tmp_path) == "synth_ecp5 -dff"
-    run_with([(0, "", twice), (0, "", twice)])
+    assert synth.map_netlist("top", tmp_path) == "synth_ecp5 -noflatten"
+    run_with([(0, "", twice), (0, "", twice), (0, "", twice)])
     with pytest.raises(synth.SynthError, match="'synth_ecp5' drove y\\[0\\] twice; "
+                                               "'synth_ecp5 -noflatten' drove y\\[0\\] twice; "
                                                "'synth_ecp5 -dff' drove y\\[0\\] twice"):
         synth.map_netlist("top", tmp_path)
     assert not (tmp_path / "top.json").exists()   # nothing half-written is left as a result

