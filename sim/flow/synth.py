@@ -399,7 +399,8 @@ def multiply_driven(netlist, top):
 #: logged after "Running ABC command"), and once wrote a netlist with a net driven twice.
 #: The fallbacks for both: the same mapping module by module (``-noflatten``; the netlist is
 #: flattened after ABC, for nextpnr and the per-block counts), which mapped the bf16
-#: 8 x 8 x 64 reduction unit in 12 minutes where the first died; then flip-flops inside
+#: 8 x 8 x 64 reduction unit in 12 minutes where the first died (and dies where the first
+#: maps on a 2-port switch: ABC's death depends on the netlist); then flip-flops inside
 #: ABC's view (``-dff``), which has run past an hour on every 8 x 8 x 64 design it was given
 #: (docs/hw.md, Synthesis).
 YOSYS_MAPPINGS = ("synth_ecp5", "synth_ecp5 -noflatten", "synth_ecp5 -dff")
