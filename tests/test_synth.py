@@ -568,7 +568,7 @@ def test_silent_yosys_death_falls_back(tmp_path, monkeypatch):
 
     scripts = run_with([(1, ""), (1, ""), (0, "")])
     assert synth.map_netlist("top", tmp_path) == "synth_ecp5 -dff"
-    assert "synth_ecp5 -dff -top top" in scripts[2]
+    assert "-dff" not in scripts[0] + scripts[1] and "synth_ecp5 -dff -top top" in scripts[2]
 
     scripts = run_with([(0, "")])
     assert synth.map_netlist("top", tmp_path) == "synth_ecp5"
@@ -589,6 +589,8 @@ def test_silent_yosys_death_falls_back(tmp_path, monkeypatch):
     twice = _netlist([7], [7])
     scripts = run_with([(0, "", twice), (0, "")])
     assert synth.map_netlist("top", tmp_path) == "synth_ecp5 -noflatten"
+    scripts = run_with([(0, "", twice), (0, "", twice), (0, "")])
+    assert synth.map_netlist("top", tmp_path) == "synth_ecp5 -dff"
     run_with([(0, "", twice), (0, "", twice), (0, "", twice)])
     with pytest.raises(synth.SynthError, match="'synth_ecp5' drove y\\[0\\] twice; "
                                                "'synth_ecp5 -noflatten' drove y\\[0\\] twice; "

