@@ -14,13 +14,14 @@ from .conftest import require_simulator
 
 @pytest.mark.slow
 def test_soak_with_faults_and_reset_is_clean():
-    """20,000 cycles on the 8-port switch (Verilator): three jobs (int32 saturating, fp32,
+    """12,000 cycles on the 8-port switch (Verilator): three jobs (int32 saturating, fp32,
     bf16; two of them changing groups), memory traffic, idle gaps, egress backpressure, every
     malformed-packet class, one reset. Nothing lost, duplicated or corrupted; every counter
-    equals the faults injected since the reset."""
+    equals the faults injected since the reset. (At 8c4c30d: 1,387 reductions, 1,965 memory
+    packets, 71 reconfigurations, each fault class one to seven times.)"""
     require_simulator("verilator")
     from sim.bench.soak import soak_rtl
-    stats = soak_rtl(20_000, seed=3, resets=1, optimize=False)
+    stats = soak_rtl(12_000, seed=3, resets=1, optimize=False)
     assert stats["failures"] == []
     assert stats["lost"] == stats["duplicated"] == stats["mismatches"] == 0
     assert stats["resets"] == 1 and stats["reconfigurations"] > 0
