@@ -402,8 +402,8 @@ def multiply_driven(netlist, top):
 #: 8 x 8 x 64 reduction unit in 12 minutes where the first died (and dies where the first
 #: maps on a 2-port switch: ABC's death depends on the netlist); then flip-flops inside
 #: ABC's view (``-dff``), which was stopped after 30 minutes on the 8 x 8 x 64 switch and an
-#: hour on its bf16 unit (docs/hw.md, Synthesis). Each is named as ``yosys_mapping`` reports it, with the commands that follow
-#: ``read_verilog {top}.v`` and write ``{top}.json``.
+#: hour on its bf16 unit (docs/hw.md, Synthesis). Each is named as ``yosys_mapping`` reports
+#: it, with the commands that follow ``read_verilog {top}.v`` and write ``{top}.json``.
 YOSYS_MAPPINGS = {
     "synth_ecp5": "synth_ecp5 -top {top} -json {top}.json",
     "synth_ecp5 -noflatten": "synth_ecp5 -noflatten -top {top}; flatten; opt_clean; "
