@@ -48,17 +48,9 @@ def _results(xml_path):
     return cases
 
 
-#: What a Verilator build shows to cocotb. cocotb's runner passes ``--public-flat-rw``, which
-#: keeps every signal of the design for VPI: at 8 ports that is 31 MB of C++ (a quarter of it
-#: the VPI symbol table) where the design needs 6.6 MB, and about twice the build time. The
-#: benches read and drive only the top module's ports, so the build turns the flag off again
-#: and makes the top module's signals public by a control file. (A waveform, ``--trace``,
-#: still records every signal.)
-_VERILATOR_PUBLIC = "top-ports"
-
-
 def _build_key(verilog_text, optimize):
-    return hashlib.sha256(f"{optimize}\n{_VERILATOR_PUBLIC}\n{verilog_text}".encode()).hexdigest()
+    # ("top-ports": a build that kept every signal public, before, is not this one)
+    return hashlib.sha256(f"{optimize}\ntop-ports\n{verilog_text}".encode()).hexdigest()
 
 
 def _top_ports_public(build_dir, toplevel):
@@ -142,7 +134,10 @@ def run_cocotb(verilog_text, toplevel, test_module, *, sim, build_dir, env=None,
     if sim == "verilator":
         # The exported files carry their own lint waivers; anything else is fatal, as users see.
         build_args = ["-Wall"] + ([] if optimize else ["-CFLAGS", "-O0"])
-        # (after cocotb's own --public-flat-rw: the later option wins)
+        # cocotb's runner passes --public-flat-rw, which keeps every signal for VPI (at 8
+        # ports 31 MB of C++ where the design needs 6.6 MB, twice the build time). The
+        # benches touch only the top module's ports: turn it off again (the later option
+        # wins) and make those public by a control file. A waveform still has every signal.
         build_args += ["--no-public-flat-rw", str(_top_ports_public(build_dir, toplevel))]
     runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir,
                  timescale=("1ns", "1ps"), waves=waves, build_args=build_args, always=False,
