@@ -113,10 +113,26 @@ def flit_layout(lanes):
 
 # -- Generic layout codec (Python ints) -------------------------------------------------------
 
+# Layouts are immutable, so their widths and fields are worked out once: the co-simulation
+# encodes a tuser per packet, and Shape.cast on every field was most of that cost.
+_WIDTHS = {}
+_FIELDS = {}
+
+
 def _width(shape):
-    if isinstance(shape, data.Layout):
-        return shape.size
-    return Shape.cast(shape).width
+    width = _WIDTHS.get(shape)
+    if width is None:
+        width = shape.size if isinstance(shape, data.Layout) else Shape.cast(shape).width
+        _WIDTHS[shape] = width
+    return width
+
+
+def _fields(layout):
+    """``{name: (shape, offset)}`` of a struct layout."""
+    fields = _FIELDS.get(layout)
+    if fields is None:
+        fields = _FIELDS[layout] = {name: (f.shape, f.offset) for name, f in layout}
+    return fields
 
 
 def encode(layout, value):
@@ -129,13 +145,14 @@ def encode(layout, value):
         If a leaf value does not fit its field.
     """
     if isinstance(layout, data.StructLayout):
-        bits = 0
-        unknown = set(value) - {name for name, _ in layout}
+        fields = _fields(layout)
+        unknown = value.keys() - fields.keys()
         if unknown:
             raise ValueError(f"Unknown field(s) {sorted(unknown)}")
-        for name, field in layout:
-            if name in value:
-                bits |= encode(field.shape, value[name]) << field.offset
+        bits = 0
+        for name, field_value in value.items():
+            shape, offset = fields[name]
+            bits |= encode(shape, field_value) << offset
         return bits
     if isinstance(layout, data.ArrayLayout):
         if len(value) != layout.length:
