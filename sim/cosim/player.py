@@ -169,7 +169,7 @@ class Player:
             h.value = 0
         await configure_replay(dut, self.cfg, self.plan.members, self.dtype)
 
-        ev, ev_user, attn, wake = dut.ev, dut.ev_user, dut.attn, dut.wake_at
+        ev, ev_user, wake = dut.ev, dut.ev_user, dut.wake_at
         mask = (1 << N) - 1
         uw = USER_LAYOUT.size
         umask = (1 << uw) - 1
@@ -190,7 +190,10 @@ class Player:
             if any(self.busy) or self.inflight:   # the watchdog counts only with work out
                 limits.append(last_event + watchdog + 1)
             target = max(cycle, min(wakes + limits) - 1)
-            if target != woke_at:
+            # Rewritten only when it must come earlier or has passed: a later one (the
+            # watchdog's limit moves with every event) costs one spare wake-up, not a write
+            # per wake-up.
+            if target < woke_at or woke_at < cycle:
                 wake.value = woke_at = target
             if not any(self.busy) and not self.inflight and not wakes:
                 raise AssertionError(f"cycle {cycle}: the plan cannot go on: nothing in flight "
@@ -199,9 +202,9 @@ class Player:
                 await rising_attn
             await falling
             value = int(ev.value)
-            high = bool(attn.value)
+            high = value >> 2 * N + 32
             ended_in, ended_out = value & mask, value >> N & mask
-            c = value >> 2 * N
+            c = value >> 2 * N & _M32
             if ended_out:
                 users = int(ev_user.value)
                 for d in _bits(ended_out):
