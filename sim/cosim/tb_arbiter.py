@@ -15,13 +15,13 @@ import os
 import random
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from hw.spec import EGRESS_PICK_LATENCY, Policy
 from hw.packet import DType, Header, Kind, Packet
 from sim.model.arbiter import ArbiterModel
 from sim.cosim.axis import AxisSink, AxisSource, axis_beats
+from sim.cosim.pins import start_clock
 
 PORTS = int(os.environ.get("INNET_PORTS", "4"))
 LANES = int(os.environ.get("INNET_LANES", "1"))
@@ -80,7 +80,7 @@ class Bench:
 
     async def reset(self):
         dut = self.dut
-        cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+        start_clock(dut)
         dut.rst.value = 1
         for source in self.sources:
             source.tvalid.value = 0

@@ -14,11 +14,10 @@ import time
 from pathlib import Path
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from hw.packet import DType
-from sim.cosim.pins import SwitchPins, arbiter_defaults, read_counters
+from sim.cosim.pins import SwitchPins, arbiter_defaults, read_counters, start_clock
 from sim.cosim.stimulus import contribution_user, tdata
 from sim.reliability.numerics import edge_contributions
 from sim.model.reduce import add_words, reduce_words
@@ -31,7 +30,7 @@ async def permutations(dut):
     p = pickle.loads(Path(os.environ["INNET_NUMERICS"]).read_bytes())
     N, L, P, count = p["ports"], p["lanes"], p["chunk_flits"], p["permutations"]
     rng = random.Random(p["seed"])
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    start_clock(dut)
     pins = SwitchPins(dut, N)
     rising, read_only = RisingEdge(dut.clk), ReadOnly()
     arbiter_defaults(dut)

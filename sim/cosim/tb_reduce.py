@@ -12,12 +12,12 @@ import random
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from hw.packet import DType, Header, Kind, Packet, USER_LAYOUT, decode
 from hw.reduce import ERROR_CAUSES
 from sim.cosim.axis import AxisSink, AxisSource
+from sim.cosim.pins import start_clock
 from sim.model.reduce import reduce_words
 
 PORTS = int(os.environ.get("INNET_PORTS", "4"))
@@ -42,7 +42,7 @@ def words(rng, dtype):
 async def test_reduce(dut, noise):
     rng = np.random.default_rng(SEED + int(noise))
     prng = random.Random(SEED + int(noise))
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    start_clock(dut)
     sources = [AxisSource(dut, f"s{k}_axis", prng, 0.3 if noise else 0.0) for k in range(PORTS)]
     sinks = [AxisSink(dut, f"m{k}_axis", prng, 0.3 if noise else 0.0) for k in range(PORTS)]
     dut.rst.value = 1

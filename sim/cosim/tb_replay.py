@@ -19,7 +19,7 @@ from pathlib import Path
 import cocotb
 
 from sim.cosim.driver import ReplayDriver, replay_dut
-from sim.cosim.pins import read_counters
+from sim.cosim.pins import read_counters, start_clock
 from sim.cosim.replay import position_writer, report_position
 from sim.replay.config import WATCHDOG_CYCLES
 
@@ -50,11 +50,10 @@ async def replay(dut):
 async def bare_clock(dut):
     """The reference of ``innet bench cosim``: the same design with only the clock toggling
     and one Python wake-up per cycle, for INNET_BARE_CYCLES cycles."""
-    from cocotb.clock import Clock
     from cocotb.triggers import RisingEdge
 
     cycles = int(os.environ.get("INNET_BARE_CYCLES", "0"))
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    start_clock(dut)
     dut.rst.value = 1
     began = time.perf_counter()
     edge = RisingEdge(dut.clk)

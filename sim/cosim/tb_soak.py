@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from sim.cosim.pins import SwitchPins, arbiter_defaults, counter_pins, read_counters
+from sim.cosim.pins import (SwitchPins, arbiter_defaults, counter_pins, read_counters,
+                             start_clock)
 from sim.reliability.soak import SoakDriver
 
 _PROGRESS_EVERY = 100_000
@@ -26,7 +26,7 @@ async def soak(dut):
     cfg, cycles, watchdog = params["config"], params["cycles"], params["watchdog"]
     driver = SoakDriver(cfg, params["seed"])
     N = cfg.ports
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    start_clock(dut)
     pins = SwitchPins(dut, N)
     counters = {name: getattr(dut, name) for name in counter_pins()}
     rising, read_only = RisingEdge(dut.clk), ReadOnly()
