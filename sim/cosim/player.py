@@ -173,14 +173,17 @@ class Player:
         mask = (1 << N) - 1
         uw = USER_LAYOUT.size
         umask = (1 << uw) - 1
-        falling, rising_attn = FallingEdge(dut.clk), RisingEdge(dut.attn)
+        # `wake_n` falls with the clock in the cycles after an event (or at `wake_at`) and
+        # in no other: one trigger, one resumption a wake-up. (Waiting for `attn` to rise
+        # and then for the falling edge took two, and, since `attn` may stay high into the
+        # next cycle, a look at every cycle after an event too: a third of the wake-ups.)
+        falling, waking = FallingEdge(dut.clk), FallingEdge(dut.wake_n)
         began = time.perf_counter()
         await falling
         for k in range(N):
             self._start(k, 0, desc)
         dut.run.value = 1
         cycle, progress_at, last_event, woke_at = 0, 20_000, 0, _M32
-        high = False
         while not self.done():
             # The next cycle anything can change for an idle port by time alone.
             wakes = [self.loop.wake_time(k) for k in range(N) if not self.busy[k]]
@@ -198,11 +201,8 @@ class Player:
             if not any(self.busy) and not self.inflight and not wakes:
                 raise AssertionError(f"cycle {cycle}: the plan cannot go on: nothing in flight "
                                      f"and no message will become ready")
-            if not high:
-                await rising_attn
-            await falling
+            await waking
             value = int(ev.value)
-            high = value >> 2 * N + 32
             ended_in, ended_out = value & mask, value >> N & mask
             c = value >> 2 * N & _M32
             if ended_out:

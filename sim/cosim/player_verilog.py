@@ -150,7 +150,7 @@ def render_player(switch_meta):
     ports = ["input clk", "input rst", "input run", "input flush", "input [1:0] dtype",
              "input [31:0] seed", "input [15:0] stall_threshold", "input [31:0] wake_at"]
     ports += [f"input [{D - 1}:0] desc{k}" for k in range(N)]
-    ports += ["output reg attn", f"output [{32 + 2 * N}:0] ev",
+    ports += ["output reg attn", "output wake_n", f"output [{31 + 2 * N}:0] ev",
               f"output [{N * UW - 1}:0] ev_user",
               f"output [{32 * N - 1}:0] ingress_flits", f"output [{32 * N - 1}:0] egress_flits",
               f"output [{32 * N - 1}:0] stall_cycles"]
@@ -172,7 +172,9 @@ def render_player(switch_meta):
          "  reg [31:0] cycle, ev_cycle;",
          f"  reg [{N - 1}:0] in_end, out_end;",
          f"  wire [{N - 1}:0] in_end_now, out_end_now;",
-         "  assign ev = {attn, ev_cycle, out_end, in_end};   // attn again: one read a wake"]
+         "  assign ev = {ev_cycle, out_end, in_end};",
+         "  // falls with the clock only in a cycle Python must see: its one trigger a wake-up",
+         "  assign wake_n = clk | ~attn;"]
     conn = [".clk(clk)", ".rst(rst)"] + [f".{q['name']}({q['name']})" for q in through]
     off = {}
     pos = 0
