@@ -265,6 +265,31 @@ def test_player_contributions_are_bounded():
                               contribution_words(1, 7, 3, 4, 2, DType.FP32))
 
 
+def test_player_headers_and_chunks_in_bulk_match_one_by_one():
+    """The replay's shortcuts give what the general forms give: a memory packet's ``tuser``
+    equals the layout's full encoding of its fields (and its id reads back), and a batch of
+    chunks hashes as each chunk alone."""
+    from sim.cosim.stimulus import (PID_BITS, PID_FIELDS, hashed_contribution_words,
+                                    memory_user, user_pid)
+
+    for kind in (Kind.MEM_WRITE, Kind.MEM_READ_RESP):
+        for pid in (0, 1, 12345, (1 << PID_BITS) - 1):
+            fields = {"kind": kind, "dtype": DType.INT32, "job": 0}
+            shift = PID_BITS
+            for name, _, width in PID_FIELDS:
+                shift -= width
+                fields[name] = pid >> shift & ((1 << width) - 1)
+            assert memory_user(pid, kind) == encode(USER_LAYOUT, fields)
+            assert user_pid(memory_user(pid, kind)) == pid
+    with pytest.raises(ValueError):
+        memory_user(1 << PID_BITS)
+    seqs = [0, 9, 1 << 20, (1 << 32) - 1]
+    for dtype in (DType.INT32, DType.FP32, DType.BF16):
+        batch = hashed_contribution_words((1 << 32) - 1, np.array(seqs), 7, 3, 4, dtype)
+        one_by_one = [hashed_contribution_words((1 << 32) - 1, s, 7, 3, 4, dtype) for s in seqs]
+        assert np.array_equal(batch, np.stack(one_by_one))
+
+
 def test_model_single_packet_latency():
     cfg = ReplayConfig(ports=2, **SMALL)
     plan = build_plan({"gpus": 2}, [write(0, 0, 1, 5 * 8)], cfg)

@@ -103,9 +103,13 @@ def fp_pattern(h):
 def hashed_contribution_words(seed, seq, port, flits, lanes, dtype):
     """Member ``port``'s contribution to chunk ``seq`` as the Verilog packet player generates
     it: ``(flits, lanes)`` uint32. int32: uniform in [-2^20, 2^20); fp32: random sign and
-    mantissa, magnitude in [2^-6, 2^2) (sums round); bf16: two such values per lane."""
+    mantissa, magnitude in [2^-6, 2^2) (sums round); bf16: two such values per lane.
+
+    ``seq`` may be an array of chunks: the result is then ``seq.shape + (flits, lanes)``, the
+    chunks' words in one numpy pass (the scoreboard's goldens)."""
     s, q, p, f_mul, l_mul = CONTRIBUTION_HASH
-    base = (seed * s + seq * q + port * p) & _MASK
+    seq = np.asarray(seq, dtype=np.uint64)[..., None, None]
+    base = (((seed * s + port * p) & _MASK) + seq * q) & _MASK   # uint64 wraps: mod 2^32 holds
     f = np.arange(flits, dtype=np.uint64)[:, None]
     lane = np.arange(lanes, dtype=np.uint64)[None, :]
     h = fmix32((base + f * f_mul + lane * l_mul) & _MASK)
@@ -169,10 +173,18 @@ def memory_user(pid, kind=Kind.MEM_WRITE):
     """
     if not 0 <= pid < (1 << PID_BITS):
         raise ValueError(f"Packet id {pid} does not fit in {PID_BITS} bits")
-    fields = {"kind": kind, "dtype": DType.INT32, "job": 0}
-    for name, shift, mask, _ in _PID_SPLIT:
-        fields[name] = (pid >> shift) & mask
-    return encode(USER_LAYOUT, fields)
+    # The fields other than the id's are the same for every packet of a kind: encoded once
+    # (a replay asks for one per packet), the id's pieces shifted in as user_pid takes them out.
+    user = _MEMORY_BASE.get(kind)
+    if user is None:
+        user = _MEMORY_BASE[kind] = encode(USER_LAYOUT,
+                                           {"kind": kind, "dtype": DType.INT32, "job": 0})
+    for _, shift, mask, offset in _PID_SPLIT:
+        user |= (pid >> shift & mask) << offset
+    return user
+
+
+_MEMORY_BASE = {}     # kind -> tuser of its packets with id 0
 
 
 def user_pid(user):
