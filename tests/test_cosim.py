@@ -190,24 +190,34 @@ def test_player_sleeps_through_a_long_gap():
 
 def _played(plan, player, log):
     """Run ``player``'s online half by hand from ``log`` lines (what the harness would have
-    reported), then its scoreboard."""
+    told it: results, and memory packets that end their message), then its scoreboard."""
+    from sim.cosim.stimulus import user_pid
+
     for line in log:
         f = line.split()
         if f[0] == "o":
             user = int(f[3], 16)
+            pid = user_pid(user)
+            kind = user >> USER_LAYOUT["kind"].offset & ((1 << USER_LAYOUT["kind"].width) - 1)
+            if (kind != Kind.REDUCE_RESULT.value and pid < plan.packets
+                    and pid != plan.messages[int(plan.msg[pid])].packets[-1]):
+                continue   # not told: the log alone has it
             player._ended(int(f[2]), user, int(f[1]))
     return player.check("\n".join(log))
 
 
 def test_player_scoreboard_catches_corruption():
     """The player's scoreboard: a clean log passes; a payload flag, a digest, a source, a
-    length, a changed header or a lost packet each fail it."""
+    length, a changed header, a lost packet, or a packet of a message that Python did not see
+    online delivered twice, lost or after the message's last, each fail it."""
     from sim.cosim.player import Player
     from sim.cosim.stimulus import digest, hashed_contribution_words
 
     cfg = ReplayConfig(ports=2, **SMALL)
     plan = build_plan({"gpus": 2}, [write(0, 0, 1, 3 * 8), contrib(1, 0, 4 * 8),
-                                    contrib(2, 1, 4 * 8)], cfg)
+                                    contrib(2, 1, 4 * 8), write(3, 1, 0, 20 * 8)], cfg)
+    two = [p for p in range(plan.packets) if plan.src[p] == 1 and plan.seq[p] < 0]
+    assert [int(plan.flits[p]) for p in two] == [16, 4]   # the message of two packets
 
     def run(edit=None):
         player = Player(plan, seed=3)
@@ -224,13 +234,17 @@ def test_player_scoreboard_catches_corruption():
         words = {k: hashed_contribution_words(3, 0, k, 4, cfg.lanes, DType.FP32)
                  for k in (0, 1)}
         good = digest(reduce_words(words, [0, 1], DType.FP32)[0])
-        log = {"i0": "i 0 0", "i1": "i 1 0", "i2": "i 0 1",
+        user_two = [player._user(p)[2] for p in two]
+        log = {"i": "\n".join(f"i {n} {k}" for k in range(2)
+                              for n in range(len(player.issued[k]))),
                "m": f"o 9 1 {user_mem:x} 0 1 3 1 1 0",
+               "first": f"o 20 0 {user_two[0]:x} 1 0 16 1 1 0",
                "r0": f"o 12 0 {user_res:x} 0 0 4 0 1 {good:x}",
-               "r1": f"o 12 1 {user_res:x} 0 1 4 0 1 {good:x}"}
+               "r1": f"o 12 1 {user_res:x} 0 1 4 0 1 {good:x}",
+               "last": f"o 24 0 {user_two[1]:x} 1 0 4 1 1 0"}
         if edit:
             edit(log)
-        _played(plan, player, [v for v in log.values() if v])
+        _played(plan, player, "\n".join(v for v in log.values() if v).splitlines())
         return player.mismatches
 
     assert run() == []
@@ -242,6 +256,9 @@ def test_player_scoreboard_catches_corruption():
         "length": lambda log: log.update(m=log["m"].replace(" 0 1 3 ", " 0 1 2 ")),
         "header": lambda log: log.update(r0=log["r0"].replace(" 4 0 1 ", " 4 0 0 ")),
         "lost": lambda log: log.update(m=None),
+        "lost, not told": lambda log: log.update(first=None),
+        "twice, not told": lambda log: log.update(again=log["first"]),
+        "after the last": lambda log: log.update(first=log["first"].replace("o 20", "o 30")),
     }
     for name, edit in corruptions.items():
         assert run(edit), f"a {name} corruption passed the scoreboard"
@@ -373,6 +390,38 @@ def test_closed_loop_waits_for_every_dependency():
                 for r, m in enumerate(result.plan.messages[:2])}
         assert last[late] > last[1 - late]
         assert result.inject[result.plan.messages[2].packets[0]] == last[late] + 1
+
+
+def test_closed_loop_answers_ahead_only_what_is_certain():
+    """Asked ahead (the port still busy), the loop gives the port's next packet only when no
+    later event can change it: the packet a call at the free cycle would give, or None while
+    the port's first message waits for a slot's credit (once the port is free, a later message
+    may go first)."""
+    from sim.replay.loop import ClosedLoop
+
+    cfg = ReplayConfig(ports=2, **SMALL)
+    chunks = cfg.slots + 1     # the last chunk reuses slot 0: it waits for chunk 0's result
+    plan = build_plan({"gpus": 2}, [contrib(0, 0, chunks * 4 * 8), contrib(1, 1, chunks * 4 * 8),
+                                    write(2, 0, 1, 64, t=20)], cfg)
+    contribs = [p for p in range(plan.packets) if plan.src[p] == 0 and plan.seq[p] >= 0]
+    mem = next(p for p in range(plan.packets) if plan.seq[p] < 0)
+    due = plan.messages[int(plan.msg[mem])].issue
+    assert due > 0
+
+    # Certain: the first message is eligible; the write due later sorts behind it.
+    ahead, later = ClosedLoop(plan), ClosedLoop(plan)
+    assert ahead.next_packet(0, 0) == later.next_packet(0, 0) == contribs[0]
+    assert ahead.next_packet(0, 0, ahead=True) == contribs[1]
+    assert later.next_packet(0, due + 100) == contribs[1]
+
+    # Not certain: the next contribution waits for slot 0's credit, the write is eligible.
+    loop = ClosedLoop(plan)
+    for p in contribs[:-1]:
+        assert loop.next_packet(0, 0) == p
+    assert loop.next_packet(0, due, ahead=True) is None
+    assert loop.next_packet(0, due) == mem            # free, the port skips the waiting one
+    loop.result(0, 0, due + 1)
+    assert loop.next_packet(0, loop.credit_cycle(due + 1), ahead=True) == contribs[-1]
 
 
 def test_plan_errors():

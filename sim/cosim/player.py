@@ -1,23 +1,24 @@
 """Co-simulation with the Verilog packet player (:mod:`sim.cosim.player_verilog`): Python off
 the per-cycle path.
 
-The player harness moves every flit in Verilog; Python runs only in the cycles after a packet
-ended on some port (or at a cycle it asked for), where it does what only the GPU side can:
-the closed loop (:class:`sim.replay.loop.ClosedLoop`, the same object the fast model and the
-per-cycle :class:`sim.cosim.driver.ReplayDriver` use — so all three replays compare packet by
-packet), one descriptor write per new packet. The harness logs every packet it injected or
-delivered; after the run :meth:`Player.check` scoreboards that log: every memory packet
-intact (payload flag from the Verilog check, header constant over its flits, source,
-destination, length) exactly once, every reduction result's digest equal to the digest
-(:func:`sim.cosim.stimulus.digest`) of the numpy golden sum
-(:func:`sim.model.reduce.reduce_words`) of the contributions the players generated
+The player harness moves every flit in Verilog; Python runs only in the cycles after an event
+the closed loop needs (a port went idle, a result or a message's last packet was delivered) or
+at a cycle it asked for, where it does what only the GPU side can: the closed loop
+(:class:`sim.replay.loop.ClosedLoop`, the same object the fast model and the per-cycle
+:class:`sim.cosim.driver.ReplayDriver` use — so all three replays compare packet by packet), one
+descriptor write per new packet, queued while the port still plays one when the loop can already
+say which it will be. The harness logs every packet it injected or delivered; after the run
+:meth:`Player.check` scoreboards that log: every memory packet intact (payload flag from the
+Verilog check, header constant over its flits, source, destination, length) exactly once, every
+reduction result's digest equal to the digest (:func:`sim.cosim.stimulus.digest`) of the numpy
+golden sum (:func:`sim.model.reduce.reduce_words`) of the contributions the players generated
 (:func:`sim.cosim.stimulus.hashed_contribution_words`, the same hash the Verilog computes).
 """
 
 import time
 
 from hw.packet import USER_LAYOUT, DType, Kind
-from sim.cosim.player_verilog import DESC_FIELDS
+from sim.cosim.player_verilog import DESC_FIELDS, TELL_DEPTH
 from sim.cosim.stimulus import (
     contribution_user,
     digest,
@@ -42,6 +43,8 @@ for _name, _width in DESC_FIELDS:
     _DESC[_name] = _at
     _at += _width
 _DESC["user"] = _at
+_DESC["width"] = _at + USER_LAYOUT.size     # one slot's; the harness takes two
+_DESC["mask"] = (1 << _DESC["width"]) - 1
 
 
 def _bits(mask):
@@ -75,11 +78,21 @@ class Player:
         self.seed, self.stall = seed, stall
         self.dtype = _DTYPES[cfg.dtype]
         self.members = [k for k in range(self.N) if plan.members >> k & 1]
+        # Each port's two descriptor slots (sim.cosim.player_verilog): the tags last written
+        # (bit j: slot j), the slot to write next, both slots' value, and whether any holds
+        # a packet not yet played out.
         self.tag = [0] * self.N
+        self.slot = [0] * self.N
+        self.desc = [0] * self.N
         self.busy = [False] * self.N
+        # 1: the port's last look ahead found nothing certain; 2: it is free and found nothing
+        # to start. Either holds until the port's messages change (a delivery or result that
+        # concerns it, a message due by time, a credit usable): asking again finds the same.
+        self.quiet = [0] * self.N
         self.issued = [[] for _ in range(self.N)]   # pids in the order each port started them
         self.outstanding = [{} for _ in range(self.N)]   # wrap_seq(seq) -> seq, per member
         self.deliver, self.results = {}, {}
+        self.unknown = set()                       # (cycle, egress) of unknown packets seen
         self.chunk_user = {}                       # seq -> its contributions' tuser
         self.inflight = 0
         self.credits = []    # cycles a returned slot credit becomes usable (link round trip)
@@ -101,22 +114,46 @@ class Player:
             return seq, 1, user
         return pid, 0, memory_user(pid, kind)
 
-    def _start(self, k, cycle, desc):
-        pid = self.loop.next_packet(k, cycle)
+    def _start(self, k, cycle, desc, ahead=False):
+        """Give port ``k`` its next packet, to start at ``cycle`` or (``ahead``) when the
+        packet it plays now has ended, if that one is certain already
+        (:meth:`sim.replay.loop.ClosedLoop.next_packet`). Returns whether it gave one."""
+        pid = self.loop.next_packet(k, cycle, ahead)
         if pid is None:
-            return
+            self.quiet[k] = 1 if ahead else 2
+            return False
+        self.quiet[k] = 0
         plan = self.plan
         key, contrib, user = self._user(pid)
         if contrib:
             self.outstanding[k][wrap_seq(key)] = key
         self.inflight += 1
-        self.tag[k] ^= 1
+        j = self.slot[k]
+        self.slot[k] ^= 1
+        self.tag[k] ^= 1 << j
         self.busy[k] = True
         self.issued[k].append(pid)
         dst = 0 if contrib else int(plan.dst[pid])
-        desc[k].value = (self.tag[k] | contrib << _DESC["contrib"]
-                         | (int(plan.flits[pid]) - 1) << _DESC["last"] | dst << _DESC["dst"]
-                         | key << _DESC["key"] | user << _DESC["user"])
+        # Python sees a memory packet's delivery online only if it ends its message: what the
+        # closed loop waits for. The ones before it are in the log (see check).
+        tell = not contrib and pid == self.plan.messages[int(plan.msg[pid])].packets[-1]
+        value = (self.tag[k] >> j & 1 | contrib << _DESC["contrib"] | tell << _DESC["tell"]
+                 | (int(plan.flits[pid]) - 1) << _DESC["last"] | dst << _DESC["dst"]
+                 | key << _DESC["key"] | user << _DESC["user"])
+        shift = _DESC["width"] * j
+        self.desc[k] = value << shift | self.desc[k] & ~(_DESC["mask"] << shift)
+        desc[k].value = self.desc[k]
+        return True
+
+    def _give(self, k, cycle, desc, pending):
+        """Port ``k`` has ``pending`` descriptors not played out (0, 1 or 2): start one if it
+        is free, and queue the one after when it is certain."""
+        quiet = self.quiet[k]
+        if pending == 0 and quiet != 2:
+            pending = self._start(k, cycle, desc)
+            quiet = self.quiet[k]
+        if pending == 1 and not quiet:
+            self._start(k, cycle, desc, ahead=True)
 
     def _ended(self, d, user, cycle):
         kind = user >> _USER["kind"][0] & _USER["kind"][1]
@@ -128,22 +165,36 @@ class Player:
                 self._fail(f"cycle {cycle}: egress {d}: unexpected result seq {seq16}")
                 return
             self.results[(d, seq)] = cycle
-            self.loop.result(d, seq, cycle)
+            self._wake_ports(self.loop.result(d, seq, cycle))
             # The credit reaches the GPU and its next contribution the switch a link round
             # trip later: a cycle Python must wake at even if no packet ends then.
             if self.loop.round_trip:
-                self.credits.append(self.loop.credit_cycle(cycle))
+                self.credits.append((self.loop.credit_cycle(cycle), d))
             return
         pid = user_pid(user)
         plan = self.plan
         if pid >= plan.packets or int(plan.kind[pid]) != kind:
             self._fail(f"cycle {cycle}: egress {d}: unknown {Kind(kind).name} packet {pid}")
+            self.unknown.add((cycle, d))
+            return
+        packets = plan.messages[int(plan.msg[pid])].packets
+        if pid != packets[-1]:
+            self._fail(f"cycle {cycle}: egress {d}: packet {pid} told, not its message's last")
             return
         if pid in self.deliver:
             self._fail(f"cycle {cycle}: egress {d}: packet {pid} delivered twice")
             return
         self.deliver[pid] = cycle
-        self.loop.delivered(pid, cycle)
+        # The message's earlier packets left the same ingress for the same egress before it,
+        # so they were delivered before it (check() confirms it from the log).
+        for earlier in packets[:-1]:
+            self.loop.delivered(earlier, cycle)
+        self.inflight -= len(packets) - 1
+        self._wake_ports(self.loop.delivered(pid, cycle))
+
+    def _wake_ports(self, ports):
+        for k in ports:
+            self.quiet[k] = 0
 
     def _fail(self, text):
         self.mismatches.append(text)
@@ -185,14 +236,15 @@ class Player:
         began = time.perf_counter()
         await falling
         for k in range(N):
-            self._start(k, 0, desc)
+            self._give(k, 0, desc, 0)
         dut.run.value = 1
         cycle, progress_at, last_event, woke_at = 0, 20_000, 0, _M32
         while not self.done():
             # The next cycle anything can change for an idle port by time alone.
             wakes = [self.loop.wake_time(k) for k in range(N) if not self.busy[k]]
-            self.credits = [c for c in self.credits if c > cycle]
-            wakes = [w for w in wakes if w is not None and w > cycle] + self.credits
+            self.credits = [c for c in self.credits if c[0] > cycle]
+            wakes = [w for w in wakes if w is not None and w > cycle]
+            wakes += [c for c, _ in self.credits]
             limits = [max_cycles + 1]
             if any(self.busy) or self.inflight:   # the watchdog counts only with work out
                 limits.append(last_event + watchdog + 1)
@@ -208,20 +260,30 @@ class Player:
             await waking
             value = int(ev.value)
             ended_in, ended_out = value & mask, value >> N & mask
-            c = value >> 2 * N & _M32
+            done = value >> 2 * N
+            c = value >> 4 * N & _M32
             if ended_out:
                 users = int(ev_user.value)
                 for d in _bits(ended_out):
                     self._ended(d, users >> uw * d & umask, c)
-            for k in _bits(ended_in):
-                self.busy[k] = False
             if ended_in or ended_out:
                 last_event = c
             cycle = c + 1
+            for usable, k in self.credits:
+                if usable <= cycle:
+                    self.quiet[k] = 0
             started = self.loop.started
             for k in range(N):
-                if not self.busy[k]:
-                    self._start(k, cycle, desc)
+                if self.quiet[k]:   # a message of k's due by time now
+                    due = self.loop.wake_time(k)
+                    if due is not None and due <= cycle:
+                        self.quiet[k] = 0
+                # the slots whose tag differs from the harness's `done` still hold a packet
+                waiting = (self.tag[k] ^ done >> 2 * k) & 3
+                pending = (waiting & 1) + (waiting >> 1)
+                self.busy[k] = pending > 0
+                if pending < 2:
+                    self._give(k, cycle, desc, pending)
             if self.loop.started != started:
                 last_event = cycle     # a packet started: progress, for the watchdog too
             if self.mismatches:
@@ -234,6 +296,9 @@ class Player:
             if progress and cycle >= progress_at:
                 progress_at += 20_000
                 progress(cycle, self.loop.started, self.loop.total)
+        if int(dut.tell_lost.value):
+            raise AssertionError(f"a tell queue of the harness overflowed (more than "
+                                 f"{TELL_DEPTH} memory packets in flight between two ports)")
         dut.flush.value = 1
         await RisingEdge(dut.clk)
         await falling
@@ -268,7 +333,7 @@ class Player:
         chunk_flits = {int(plan.seq[p]): int(plan.flits[p]) for p in range(plan.packets)
                        if plan.seq[p] >= 0}
         golden = self._goldens(chunk_flits)
-        seen = set()
+        seen, logged = set(), set()
         by_arrival = {(port, wrap_seq(s), c): s for (port, s), c in self.results.items()}
         for line in log_text.splitlines():
             f = line.split()
@@ -300,8 +365,23 @@ class Player:
                     self._fail(f"{where}: result of chunk {seq} differs from the golden sum")
                 continue
             pid = user_pid(user)
-            if pid >= plan.packets:
-                continue   # reported online
+            if pid >= plan.packets or int(plan.kind[pid]) != kind:
+                if (cycle, d) not in self.unknown:   # (reported online if it was told)
+                    self._fail(f"{where}: unknown {Kind(kind).name} packet {pid}")
+                continue
+            if pid in logged:
+                self._fail(f"{where}: packet {pid} delivered twice")
+                continue
+            logged.add(pid)
+            last = plan.messages[int(plan.msg[pid])].packets[-1]
+            if pid != last:   # not told: its delivery is known from here only
+                if pid in self.deliver:
+                    self._fail(f"{where}: packet {pid} seen online but not its message's last")
+                self.deliver[pid] = cycle
+                if self.deliver.get(last, cycle + 1) <= cycle:
+                    self._fail(f"{where}: packet {pid} delivered after its message's last")
+            elif self.deliver.get(pid) != cycle:
+                self._fail(f"{where}: packet {pid} not seen online at this cycle")
             want_src, want_dst = int(plan.src[pid]), int(plan.dst[pid])
             if d != want_dst or dest != want_dst or src != want_src:
                 self._fail(f"{where}: packet {pid} from {want_src} to {want_dst} arrived as "
@@ -315,6 +395,9 @@ class Player:
                    and p not in self.deliver)
         if lost:
             self._fail(f"{lost} memory packets never delivered")
+        unlogged = len(self.deliver.keys() - logged)
+        if unlogged:
+            self._fail(f"{unlogged} packets seen online missing from the log")
         if len(seen) != len(self.results):
             self._fail(f"{len(self.results) - len(seen)} results missing from the log")
         return inject

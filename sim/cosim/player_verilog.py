@@ -2,16 +2,20 @@
 every flit in Verilog, so the co-simulation's Python runs per packet event, not per cycle.
 
 Per ingress, a **player** presents the packet of a descriptor Python wrote (one write per
-packet): it generates the payload itself — memory packets from
-:func:`sim.cosim.stimulus.memory_words`'s formula, reduction contributions from
-:func:`sim.cosim.stimulus.hashed_contribution_words`'s hash — and walks its flits honouring
-``tready``. Per egress, a **monitor** checks a memory packet's payload against the same
-formula (the packet id read back from ``tuser`` as :func:`sim.cosim.stimulus.user_pid` does),
-checks that the header stays the same on every flit, folds the payload into a 64-bit digest
-(for reduction results; Python compares it with the digest of the numpy golden sum), drives
-``tready`` (optionally with pseudo-random stalls), and writes one line per packet to a log.
-Python is woken (``attn``) only in cycles after a packet ended on some port or at a cycle it
-asked for (``wake_at``).
+packet; two slots, so Python can queue the next packet while one plays): it generates the
+payload itself — memory packets from :func:`sim.cosim.stimulus.memory_words`'s formula,
+reduction contributions from :func:`sim.cosim.stimulus.hashed_contribution_words`'s hash — and
+walks its flits honouring ``tready``. Per egress, a **monitor** checks a memory packet's payload
+against the same formula (the packet id read back from ``tuser`` as
+:func:`sim.cosim.stimulus.user_pid` does), checks that the header stays the same on every flit,
+folds the payload into a 64-bit digest (for reduction results; Python compares it with the
+digest of the numpy golden sum), drives ``tready`` (optionally with pseudo-random stalls), and
+writes one line per packet to a log. Python is woken (``attn``, and ``wake_n`` falling) only in
+the cycle after an ingress went idle with nothing queued, after an egress delivered a reduction
+result or a memory packet Python must see online (``tell``: the last of its message), or at a
+cycle it asked for (``wake_at``). The monitor knows a memory packet's ``tell`` bit from a queue
+per (ingress, egress) pair, filled as the packets start: a pair's packets arrive in the order
+they left.
 
 The formulas' constants and the packet id's fields come from :mod:`sim.cosim.stimulus`, where
 the Python generators use the same ones; every replay also checks the two sides against each
@@ -22,18 +26,27 @@ is the one users export.
 
 import re
 
-from hw.packet import PORT_BITS
+from hw.packet import PORT_BITS, Kind
 from sim.cosim.stimulus import (BF16_HASH_XOR, CONTRIBUTION_HASH, FMIX32_MULTIPLIERS,
                                 FNV_INIT, FNV_PRIME, FP_EXPONENT_BASE, FP_EXPONENT_SPAN_BITS,
                                 INT_SPAN_BITS, MEMORY_HASH, PID_BITS, PID_FIELDS)
 
-__all__ = ["DESC_FIELDS", "desc_width", "render_player"]
+__all__ = ["DESC_FIELDS", "TELL_DEPTH", "desc_width", "render_player"]
+
+RESULT = Kind.REDUCE_RESULT.value
 
 #: The descriptor a player takes, low bit first: ``(name, width)``; ``user`` is the switch's
 #: tuser width. ``tag`` toggles with every new descriptor (a new packet to play); ``contrib``
 #: selects the contribution generator (key = chunk sequence) over the memory formula (key =
-#: packet id, :data:`sim.cosim.stimulus.PID_BITS` wide); ``last`` is the flit count minus one.
-DESC_FIELDS = (("tag", 1), ("contrib", 1), ("last", 16), ("dst", PORT_BITS), ("key", PID_BITS))
+#: packet id, :data:`sim.cosim.stimulus.PID_BITS` wide); ``last`` is the flit count minus one;
+#: ``tell``: Python must see this memory packet's delivery online (it ends its message); the
+#: others reach Python only through the log, so their deliveries wake nothing.
+DESC_FIELDS = (("tag", 1), ("contrib", 1), ("tell", 1), ("last", 16), ("dst", PORT_BITS),
+               ("key", PID_BITS))
+
+#: Memory packets each (ingress, egress) pair's tell queue holds in flight: more than the
+#: switch can buffer between an ingress and an egress (a packet is at least one flit).
+TELL_DEPTH = 256
 
 
 def desc_width(user_bits):
@@ -140,6 +153,8 @@ def render_player(switch_meta):
             raise ValueError(f"The switch's tuser field {name!r} is at "
                              f"{_field(switch_meta, name)}, not at {(offset, width)} as "
                              f"hw.packet.USER_LAYOUT has it: a stale export")
+    kind_lo, kind_w = _field(switch_meta, "kind")
+    kind_hi = kind_lo + kind_w - 1
     axis = re.compile(r"^[sm]\d+_axis_")
     through = [q for q in switch_meta["ports"]
                if q["name"] not in ("clk", "rst") and not axis.match(q["name"])]
@@ -149,8 +164,9 @@ def render_player(switch_meta):
 
     ports = ["input clk", "input rst", "input run", "input flush", "input [1:0] dtype",
              "input [31:0] seed", "input [15:0] stall_threshold", "input [31:0] wake_at"]
-    ports += [f"input [{D - 1}:0] desc{k}" for k in range(N)]
-    ports += ["output reg attn", "output wake_n", f"output [{31 + 2 * N}:0] ev",
+    ports += [f"input [{2 * D - 1}:0] desc{k}" for k in range(N)]
+    ports += ["output reg attn", "output wake_n", "output tell_lost",
+              f"output [{31 + 4 * N}:0] ev",
               f"output [{N * UW - 1}:0] ev_user",
               f"output [{32 * N - 1}:0] ingress_flits", f"output [{32 * N - 1}:0] egress_flits",
               f"output [{32 * N - 1}:0] stall_cycles"]
@@ -171,8 +187,11 @@ def render_player(switch_meta):
          "  end",
          "  reg [31:0] cycle, ev_cycle;",
          f"  reg [{N - 1}:0] in_end, out_end;",
-         f"  wire [{N - 1}:0] in_end_now, out_end_now;",
-         "  assign ev = {ev_cycle, out_end, in_end};",
+         f"  wire [{N - 1}:0] in_end_now, in_idle_now, out_end_now, lost_tell;",
+         "  assign tell_lost = |lost_tell;",
+         f"  localparam TQ = {TELL_DEPTH};",
+         f"  wire [{2 * N - 1}:0] done;",
+         "  assign ev = {ev_cycle, done, out_end, in_end};",
          "  // falls with the clock only in a cycle Python must see: its one trigger a wake-up",
          "  assign wake_n = clk | ~attn;"]
     conn = [".clk(clk)", ".rst(rst)"] + [f".{q['name']}({q['name']})" for q in through]
@@ -183,23 +202,39 @@ def render_player(switch_meta):
         pos += w
     off["user"] = (pos, UW)
 
-    def f(k, name):
+    def f(k, name, slot=None):   # a field of the descriptor playing (or of slot 0 or 1)
         o, w = off[name]
-        return f"desc{k}[{o + w - 1}:{o}]" if w > 1 else f"desc{k}[{o}]"
+        bus = f"cur{k}" if slot is None else f"desc{k}"
+        o += D * (slot or 0)
+        return f"{bus}[{o + w - 1}:{o}]" if w > 1 else f"{bus}[{o}]"
 
     for k in range(N):
         conn += [f".s{k}_axis_tvalid(act{k})", f".s{k}_axis_tready(s_ready{k})",
                  f".s{k}_axis_tdata(s_data{k})", f".s{k}_axis_tlast(s_last{k})",
                  f".s{k}_axis_tuser({f(k, 'user')})", f".s{k}_axis_tdest({f(k, 'dst')})",
                  f".s{k}_axis_tid({PW}'d{k})"]
-        v += [f"  // ingress {k}: the player",
-              f"  reg tag_done{k};", f"  reg [15:0] pos{k};",
+        v += [f"  // ingress {k}'s tell queues, one per egress: the memory packets' tell bits in",
+              "  // the order they start (a pair's packets arrive in the order they left)",
+              f"  reg lost{k};", f"  assign lost_tell[{k}] = lost{k};"]
+        for d in range(N):
+            v += [f"  reg tq{k}_{d} [0:TQ-1];", f"  reg [{TELL_DEPTH.bit_length() - 2}:0] "
+                  f"tw{k}_{d}, tr{k}_{d};"]
+        v += [f"  // ingress {k}: the player. Two descriptor slots, played in turn (`sel`): a",
+              "  // slot holds a packet to play while its tag differs from the slot's `done`, so",
+              "  // Python can queue the next packet while this one plays.",
+              f"  reg sel{k};", f"  reg [1:0] done{k};", f"  reg [15:0] pos{k};",
               f"  reg [31:0] in_flits{k}, in_stall{k};",
               f"  wire s_ready{k};", f"  wire [DW-1:0] s_data{k};",
-              f"  wire act{k} = run & ({f(k, 'tag')} != tag_done{k});",
+              f"  wire [{D - 1}:0] cur{k} = sel{k} ? desc{k}[{2 * D - 1}:{D}] : "
+              f"desc{k}[{D - 1}:0];",
+              f"  wire queued{k} = sel{k} ? {f(k, 'tag', 0)} != done{k}[0] : "
+              f"{f(k, 'tag', 1)} != done{k}[1];",
+              f"  wire act{k} = run & ({f(k, 'tag')} != done{k}[sel{k}]);",
               f"  wire s_last{k} = pos{k} == {f(k, 'last')};",
               f"  wire fire{k} = act{k} & s_ready{k};",
               f"  assign in_end_now[{k}] = fire{k} & s_last{k};",
+              f"  assign in_idle_now[{k}] = fire{k} & s_last{k} & ~queued{k};",
+              f"  assign done[{2 * k + 1}:{2 * k}] = done{k};",
               f"  assign ingress_flits[{32 * k + 31}:{32 * k}] = in_flits{k};",
               f"  assign stall_cycles[{32 * k + 31}:{32 * k}] = in_stall{k};"]
         for lane in range(L):
@@ -207,14 +242,22 @@ def render_player(switch_meta):
                      f"gen_word(seed, {f(k, 'key')}, 32'd{k}, {{16'd0, pos{k}}}, 32'd{lane}, "
                      f"dtype) : mem_word({f(k, 'key')}, {{16'd0, pos{k}}}, 32'd{lane});")
         v += ["  always @(posedge clk) begin",
-              f"    if (rst) begin tag_done{k} <= 1'b0; pos{k} <= 16'd0; in_flits{k} <= 32'd0; "
-              f"in_stall{k} <= 32'd0; end",
+              f"    if (rst) begin sel{k} <= 1'b0; done{k} <= 2'd0; pos{k} <= 16'd0; "
+              f"in_flits{k} <= 32'd0; in_stall{k} <= 32'd0; lost{k} <= 1'b0; "
+              + "".join(f"tw{k}_{d} <= 0; " for d in range(N)) + "end",
               "    else begin",
               f"      if (fire{k}) begin",
               f"        pos{k} <= s_last{k} ? 16'd0 : pos{k} + 16'd1;",
-              f"        if (s_last{k}) tag_done{k} <= {f(k, 'tag')};",
+              f"        if (s_last{k}) begin done{k}[sel{k}] <= {f(k, 'tag')}; "
+              f"sel{k} <= ~sel{k}; end",
               f"        in_flits{k} <= in_flits{k} + 32'd1;",
               f'        if (pos{k} == 16\'d0 && fd != 0) $fwrite(fd, "i %0d {k}\\n", cycle);',
+              f"        if (pos{k} == 16'd0 && !{f(k, 'contrib')}) case ({f(k, 'dst')})"]
+        for d in range(N):
+            v += [f"          {PW}'d{d}: begin tq{k}_{d}[tw{k}_{d}] <= {f(k, 'tell')}; "
+                  f"tw{k}_{d} <= tw{k}_{d} + 1'b1; "
+                  f"if (tw{k}_{d} + 1'b1 == tr{k}_{d}) lost{k} <= 1'b1; end"]
+        v += ["          default: ;", "        endcase",
               "      end",
               f"      if (act{k} & ~s_ready{k}) in_stall{k} <= in_stall{k} + 32'd1;",
               "    end", "  end"]
@@ -243,14 +286,20 @@ def render_player(switch_meta):
               f"(m_dest{d} == dest{d}) & (m_id{d} == id{d});",
               f"  wire [63:0] dig{d} = fold(first{d} ? 64'h{FNV_INIT:016X} : odig{d}, "
               f"m_data{d});",
-              f"  assign out_end_now[{d}] = ofire{d} & m_last{d};",
+              f"  reg told{d};",
+              "  always @* case (id" + str(d) + ")"]
+        v += [f"    {PW}'d{k}: told{d} = tq{k}_{d}[tr{k}_{d}];" for k in range(N)]
+        v += ["    default: told" + str(d) + " = 1'b1;", "  endcase",
+              f"  wire result{d} = user{d}[{kind_hi}:{kind_lo}] == {kind_w}'d{RESULT};",
+              f"  assign out_end_now[{d}] = ofire{d} & m_last{d} & (result{d} | told{d});",
               f"  assign ev_user[{UW * d + UW - 1}:{UW * d}] = ev_user{d};",
               f"  assign egress_flits[{32 * d + 31}:{32 * d}] = out_flits{d};",
               "  always @(posedge clk) begin",
               f"    if (rst) begin lfsr{d} <= (16'h{(0xACE1 + 0x1F35 * d) & 0xFFFF:04X} "
               f"^ seed[15:0]) "
               f"| 16'd1; ocnt{d} <= 16'd0; ook{d} <= 1'b0; ohdr{d} <= 1'b0; "
-              f"out_flits{d} <= 32'd0; ev_user{d} <= {UW}'d0; end",
+              f"out_flits{d} <= 32'd0; ev_user{d} <= {UW}'d0; "
+              + "".join(f"tr{k}_{d} <= 0; " for k in range(N)) + "end",
               "    else begin",
               f"      lfsr{d} <= {{lfsr{d}[14:0], lfsr{d}[15] ^ lfsr{d}[13] ^ lfsr{d}[12] ^ "
               f"lfsr{d}[10]}};",
@@ -258,7 +307,10 @@ def render_player(switch_meta):
               f"        out_flits{d} <= out_flits{d} + 32'd1;",
               f"        if (m_last{d}) begin",
               f"          ocnt{d} <= 16'd0;",
-              f"          ev_user{d} <= user{d};",
+              f"          if (result{d} | told{d}) ev_user{d} <= user{d};",
+              f"          if (!result{d}) case (id{d})"]
+        v += [f"            {PW}'d{k}: tr{k}_{d} <= tr{k}_{d} + 1'b1;" for k in range(N)]
+        v += ["            default: ;", "          endcase",
               f'          if (fd != 0) $fwrite(fd, "o %0d {d} %h %0d %0d %0d %0d %0d %h\\n", '
               f"cycle, user{d}, id{d}, dest{d}, {{16'd0, ocnt{d}}} + 32'd1, pay_ok{d}, "
               f"hdr_ok{d}, dig{d});",
@@ -276,7 +328,7 @@ def render_player(switch_meta):
           "      ev_cycle <= cycle;",
           "      in_end <= in_end_now;",
           "      out_end <= out_end_now;",
-          "      attn <= (|in_end_now) | (|out_end_now) | (cycle == wake_at);",
+          "      attn <= (|in_idle_now) | (|out_end_now) | (cycle == wake_at);",
           "    end",
           "    if (flush && fd != 0) $fflush(fd);",
           "  end",

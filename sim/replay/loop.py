@@ -64,8 +64,16 @@ class ClosedLoop:
 
     # -- queries ---------------------------------------------------------------------------
 
-    def next_packet(self, port, cycle):
-        """The packet ``port`` starts at ``cycle``, or None."""
+    def next_packet(self, port, cycle, ahead=False):
+        """The packet ``port`` starts at ``cycle``, or None.
+
+        ``ahead``: asked at ``cycle`` while the port is still busy, for the packet it will
+        start when next free, at a later cycle not yet known (every delivery before
+        ``cycle`` reported). Answered (and taken) only when that packet is certain already:
+        the port's first message in order is eligible, so nothing is skipped. A message
+        skipped for its credit may get it before the port is free, but whatever becomes
+        eligible after ``cycle`` sorts behind the first: its issue or ready cycle is later
+        than every eligible message's. Otherwise None, and nothing changes."""
         fut, act = self.future[port], self.active[port]
         while fut and fut[0][0] <= cycle:
             entry = heapq.heappop(fut)
@@ -79,6 +87,8 @@ class ClosedLoop:
             if s >= self.slots:
                 got = self.result_at.get((port, int(s) - self.slots))
                 if got is None or got + self.round_trip >= cycle:
+                    if ahead:
+                        return None
                     continue
             pos += 1
             self.next_index[mid] = pos
