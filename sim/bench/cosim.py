@@ -1,18 +1,24 @@
-"""``innet bench cosim``: co-simulation speed against the bare cocotb clock, the fast model
-against the RTL on the same trace, the model alone on a large trace, and ``innet run``'s wall
+"""``innet bench cosim``: co-simulation speed against the same traffic with no Python in the
+loop (and against the bare cocotb clock), the fast model against the RTL on the same trace, the model alone on a large trace, and ``innet run``'s wall
 time. Every ratio is measured in the same run on the same machine. The model is timed with
 its compiled core (the default) and with the Python model it was written from.
 
 The co-simulation is timed with both drivers: the Verilog packet player (:mod:`sim.cosim.player`,
 what ``innet run`` and ``innet replay`` use) and the per-cycle Python driver
-(:class:`sim.cosim.driver.ReplayDriver`). The bare clock is timed on the switch alone and on the
-player harness; the headline ratio divides by the faster of the two."""
+(:class:`sim.cosim.driver.ReplayDriver`). The headline ratio divides the player's speed by the
+speed of the same switch running the same traffic with no Python in the loop: the harness
+replays the descriptors the co-simulation gave, each from the cycle it was given
+(:func:`sim.cosim.replay.scheduled_rate`), and its log must equal the co-simulation's. The bare
+cocotb clock (one Python wake-up a cycle, the switch in reset; the earlier reference) is timed on
+the switch alone and on the player harness, and the faster of the two is reported too."""
 
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
-from sim.cosim.replay import bare_clock_rate, replay_rtl
+from sim.cosim.replay import bare_clock_rate, replay_rtl, scheduled_rate
 from sim.replay.config import ReplayConfig
 from sim.replay.plan import build_plan
 from sim.replay.result import compare
@@ -41,7 +47,11 @@ def bench_cosim(sim="verilator", quick=False, run_main=True, progress=None):
     # build time; its speeds and ratios are then of quick builds, not the headline's.
     optimize = not quick
     say(f"cosim: RTL replay of {plan.packets} packets on {ports} ports ({sim}, packet player)")
-    rtl = replay_rtl(plan, sim, quiet=True, optimize=optimize)
+    with tempfile.TemporaryDirectory(prefix="innet-schedule-") as recorded:
+        rtl = replay_rtl(plan, sim, quiet=True, optimize=optimize, schedule_dir=recorded)
+        say("cosim: the same traffic with no Python in the loop (the recorded schedule)")
+        no_python, log = scheduled_rate(plan, recorded, sim, optimize=optimize)
+        same_log = log == (Path(recorded) / "player.log").read_text()
     say("cosim: RTL replay, per-cycle Python driver")
     per_cycle = replay_rtl(plan, sim, quiet=True, player=False, optimize=optimize)
     say("cosim: bare clock (switch alone, then the player harness)")
@@ -80,13 +90,15 @@ def bench_cosim(sim="verilator", quick=False, run_main=True, progress=None):
                   f"{cfg.chunk_flits}-flit chunks, {cfg.policy}",
         "packets": plan.packets, "rtl_cycles": rtl.cycles,
         "egress_utilization_mean": sum(rtl.summary()["egress_utilization"]) / ports,
-        "cosim_cycles_per_s": cosim_rate, "bare_cycles_per_s": bare,
+        "cosim_cycles_per_s": cosim_rate, "no_python_cycles_per_s": no_python,
+        "no_python_log_equal": same_log, "cosim_ratio": cosim_rate / no_python,
+        "bare_cycles_per_s": bare,
         "bare_switch_cycles_per_s": bare_switch, "bare_player_cycles_per_s": bare_player,
-        "cosim_ratio": cosim_rate / bare,
+        "cosim_ratio_bare_clock": cosim_rate / bare,
         "cosim_simulation_s": rtl.extra.get("simulation_s"),
         "per_cycle_driver": {"wall_s": per_cycle.wall_s,
                              "cycles_per_s": per_cycle.cycles / per_cycle.wall_s,
-                             "ratio": per_cycle.cycles / per_cycle.wall_s / bare,
+                             "ratio": per_cycle.cycles / per_cycle.wall_s / no_python,
                              "agreement_with_player": drivers_agree},
         "rtl_wall_s": rtl.wall_s, "model_wall_s": min(model_wall),
         "model_speedup": rtl.wall_s / min(model_wall),

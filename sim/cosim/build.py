@@ -24,12 +24,13 @@ def _exported_switch(spec):
 
 
 @functools.lru_cache(maxsize=8)
-def _exported_player(spec):
-    """The player harness (:mod:`sim.cosim.player_verilog`) around the exported switch, with
-    the switch's own Verilog after it: ``(verilog, module)``."""
+def _exported_player(spec, schedule=0):
+    """The player harness (:mod:`sim.cosim.player_verilog`; with a ``schedule`` of that depth
+    if given) around the exported switch, with the switch's own Verilog after it:
+    ``(verilog, module)``."""
     from sim.cosim.player_verilog import render_player
     verilog, meta = _exported_switch(spec)
-    harness, module = render_player(meta)
+    harness, module = render_player(meta, schedule)
     return harness + "\n" + verilog, module
 
 
@@ -49,15 +50,16 @@ def toolchain_fingerprint(sim):
 
 
 @contextmanager
-def switch_build(spec, sim, build_dir=None, optimize=True, player=False, waves=False):
+def switch_build(spec, sim, build_dir=None, optimize=True, player=False, waves=False,
+                 schedule=0):
     """Export the switch :class:`hw.spec.SwitchSpec` ``spec`` — inside the Verilog packet
-    player if ``player`` — and hold its build
+    player if ``player`` (playing a schedule of depth ``schedule`` if given) — and hold its build
     directory (default: the user cache, keyed by the Verilog, the build's optimisation and
     whether it writes a waveform, ``waves`` or ``WAVES=1``: the simulator does not rebuild
     for either when the Verilog is unchanged) for one cocotb run: runs in parallel processes
     take turns. Yields ``(verilog, module, build_dir, scratch_dir)``."""
     if player:
-        verilog, module = _exported_player(spec)
+        verilog, module = _exported_player(spec, schedule)
     else:
         verilog, meta = _exported_switch(spec)
         module = meta["module"]

@@ -84,6 +84,7 @@ class Player:
         self.tag = [0] * self.N
         self.slot = [0] * self.N
         self.desc = [0] * self.N
+        self.schedule = [[] for _ in range(self.N)]   # (cycle given, descriptor), per port
         self.busy = [False] * self.N
         # 1: the port's last look ahead found nothing certain; 2: it is free and found nothing
         # to start. Either holds until the port's messages change (a delivery or result that
@@ -140,6 +141,7 @@ class Player:
         value = (self.tag[k] >> j & 1 | contrib << _DESC["contrib"] | tell << _DESC["tell"]
                  | (int(plan.flits[pid]) - 1) << _DESC["last"] | dst << _DESC["dst"]
                  | key << _DESC["key"] | user << _DESC["user"])
+        self.schedule[k].append((cycle, value))
         shift = _DESC["width"] * j
         self.desc[k] = value << shift | self.desc[k] & ~(_DESC["mask"] << shift)
         desc[k].value = self.desc[k]

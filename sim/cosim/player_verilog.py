@@ -31,7 +31,7 @@ from sim.cosim.stimulus import (BF16_HASH_XOR, CONTRIBUTION_HASH, FMIX32_MULTIPL
                                 FNV_INIT, FNV_PRIME, FP_EXPONENT_BASE, FP_EXPONENT_SPAN_BITS,
                                 INT_SPAN_BITS, MEMORY_HASH, PID_BITS, PID_FIELDS)
 
-__all__ = ["DESC_FIELDS", "TELL_DEPTH", "desc_width", "render_player"]
+__all__ = ["DESC_FIELDS", "TELL_DEPTH", "desc_width", "render_player", "schedule_lines"]
 
 RESULT = Kind.REDUCE_RESULT.value
 
@@ -51,6 +51,17 @@ TELL_DEPTH = 256
 
 def desc_width(user_bits):
     return sum(w for _, w in DESC_FIELDS) + user_bits
+
+
+def schedule_lines(entries, user_bits):
+    """The ``$readmemh`` text of one port's schedule (:func:`render_player` with
+    ``schedule``): ``entries`` are ``(cycle, descriptor)`` in the order played, the cycle in the
+    word's top 32 bits; a last word of all-ones cycle ends it."""
+    width = desc_width(user_bits)
+    digits = (width + 32 + 3) // 4
+    lines = [f"{cycle << width | desc:0{digits}x}" for cycle, desc in entries]
+    lines.append(f"{0xFFFFFFFF << width:0{digits}x}")
+    return "\n".join(lines) + "\n"
 
 
 def _field(meta, name):
@@ -135,14 +146,21 @@ _FUNCTIONS = """\
 """
 
 
-def render_player(switch_meta):
+def render_player(switch_meta, schedule=0):
     """Verilog of the player harness around the exported switch ``switch_meta`` describes
     (the sidecar of :func:`hw.export.export_switch`). Returns ``(verilog, module)``; the
-    switch's own Verilog must be compiled with it."""
+    switch's own Verilog must be compiled with it.
+
+    ``schedule`` (a depth, default 0: off) makes the players take their descriptors not from
+    Python but from a schedule per port, loaded at start (``+innet_sched<k>=FILE``,
+    ``$readmemh``; :func:`schedule_lines`): each descriptor with the cycle Python gave it in
+    a co-simulation, played from that cycle on once the one before it has ended. The same
+    traffic then runs with no Python in the loop, the reference ``innet bench cosim``
+    measures the co-simulation against."""
     p = switch_meta["parameters"]
     N, L = p["ports"], p["lanes"]
     switch = switch_meta["module"]
-    module = f"innet_player_{switch.removeprefix('innet_')}"
+    module = f"innet_{'scheduled' if schedule else 'player'}_{switch.removeprefix('innet_')}"
     widths = {q["name"]: q["width"] for q in switch_meta["ports"]}
     UW = widths["s0_axis_tuser"]
     PW = widths["s0_axis_tid"]
@@ -219,17 +237,31 @@ def render_player(switch_meta):
         for d in range(N):
             v += [f"  reg tq{k}_{d} [0:TQ-1];", f"  reg [{TELL_DEPTH.bit_length() - 2}:0] "
                   f"tw{k}_{d}, tr{k}_{d};"]
-        v += [f"  // ingress {k}: the player. Two descriptor slots, played in turn (`sel`): a",
-              "  // slot holds a packet to play while its tag differs from the slot's `done`, so",
-              "  // Python can queue the next packet while this one plays.",
-              f"  reg sel{k};", f"  reg [1:0] done{k};", f"  reg [15:0] pos{k};",
+        if schedule:
+            v += [f"  // ingress {k}: the player, its descriptors from a schedule (no Python)",
+                  f"  reg [{D + 31}:0] sched{k} [0:{schedule - 1}];",
+                  f"  reg [{max(1, (schedule - 1).bit_length()) - 1}:0] sidx{k};",
+                  f"  reg [8*512-1:0] sched_path{k};",
+                  f'  initial if ($value$plusargs("innet_sched{k}=%s", sched_path{k})) '
+                  f"$readmemh(sched_path{k}, sched{k});",
+                  f"  wire [{D + 31}:0] entry{k} = sched{k}[sidx{k}];",
+                  f"  wire [{D - 1}:0] cur{k} = entry{k}[{D - 1}:0];",
+                  f"  wire queued{k} = 1'b1;", f"  wire [1:0] done{k} = 2'd0;",
+                  f"  wire act{k} = run & (entry{k}[{D + 31}:{D}] != 32'hFFFFFFFF) & "
+                  f"(cycle >= entry{k}[{D + 31}:{D}]);"]
+        else:
+            v += [f"  // ingress {k}: the player. Two descriptor slots, played in turn (`sel`): a",
+                  "  // slot holds a packet to play while its tag differs from its `done`, so",
+                  "  // Python can queue the next packet while this one plays.",
+                  f"  reg sel{k};", f"  reg [1:0] done{k};",
+                  f"  wire [{D - 1}:0] cur{k} = sel{k} ? desc{k}[{2 * D - 1}:{D}] : "
+                  f"desc{k}[{D - 1}:0];",
+                  f"  wire queued{k} = sel{k} ? {f(k, 'tag', 0)} != done{k}[0] : "
+                  f"{f(k, 'tag', 1)} != done{k}[1];",
+                  f"  wire act{k} = run & ({f(k, 'tag')} != done{k}[sel{k}]);"]
+        v += [f"  reg [15:0] pos{k};",
               f"  reg [31:0] in_flits{k}, in_stall{k};",
               f"  wire s_ready{k};", f"  wire [DW-1:0] s_data{k};",
-              f"  wire [{D - 1}:0] cur{k} = sel{k} ? desc{k}[{2 * D - 1}:{D}] : "
-              f"desc{k}[{D - 1}:0];",
-              f"  wire queued{k} = sel{k} ? {f(k, 'tag', 0)} != done{k}[0] : "
-              f"{f(k, 'tag', 1)} != done{k}[1];",
-              f"  wire act{k} = run & ({f(k, 'tag')} != done{k}[sel{k}]);",
               f"  wire s_last{k} = pos{k} == {f(k, 'last')};",
               f"  wire fire{k} = act{k} & s_ready{k};",
               f"  assign in_end_now[{k}] = fire{k} & s_last{k};",
@@ -241,13 +273,15 @@ def render_player(switch_meta):
             v.append(f"  assign s_data{k}[{32 * lane + 31}:{32 * lane}] = {f(k, 'contrib')} ? "
                      f"gen_word(seed, {f(k, 'key')}, 32'd{k}, {{16'd0, pos{k}}}, 32'd{lane}, "
                      f"dtype) : mem_word({f(k, 'key')}, {{16'd0, pos{k}}}, 32'd{lane});")
+        restart = f"sidx{k} <= 0;" if schedule else f"sel{k} <= 1'b0; done{k} <= 2'd0;"
         v += ["  always @(posedge clk) begin",
-              f"    if (rst) begin sel{k} <= 1'b0; done{k} <= 2'd0; pos{k} <= 16'd0; "
+              f"    if (rst) begin {restart} pos{k} <= 16'd0; "
               f"in_flits{k} <= 32'd0; in_stall{k} <= 32'd0; lost{k} <= 1'b0; "
               + "".join(f"tw{k}_{d} <= 0; " for d in range(N)) + "end",
               "    else begin",
               f"      if (fire{k}) begin",
               f"        pos{k} <= s_last{k} ? 16'd0 : pos{k} + 16'd1;",
+              f"        if (s_last{k}) sidx{k} <= sidx{k} + 1'b1;" if schedule else
               f"        if (s_last{k}) begin done{k}[sel{k}] <= {f(k, 'tag')}; "
               f"sel{k} <= ~sel{k}; end",
               f"        in_flits{k} <= in_flits{k} + 32'd1;",

@@ -9,6 +9,7 @@ import os
 import pickle
 import threading
 import time
+from pathlib import Path
 
 from sim.cosim.build import switch_build
 from sim.cosim.runner import run_cocotb
@@ -49,7 +50,7 @@ class RtlDriver(RtlPlayer):
 
 def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall=0.0,
                quiet=False, optimize=True, player=True, expected_cycles=None,
-               watchdog=WATCHDOG_CYCLES):
+               watchdog=WATCHDOG_CYCLES, schedule_dir=None):
     """Replay ``plan`` through the exported RTL switch under cocotb; returns a
     :class:`ReplayResult` (backend ``rtl-<sim>``). The build is cached in ``build_dir``
     (default: the user cache), keyed by the switch parameters. ``stall`` puts random
@@ -64,7 +65,9 @@ def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall
     logger every :data:`REPORT_EVERY_S` seconds, with a warning and a coarser flit scale to try
     when the replay looks like taking more than :data:`LONG_REPLAY_S`. ``watchdog``: cycles
     with packets outstanding and none ending (the player) or no flit leaving (the driver)
-    after which the replay stops as a deadlock."""
+    after which the replay stops as a deadlock. ``schedule_dir`` (the player only): where to
+    write the schedule the players were given and the harness's log, for
+    :func:`scheduled_rate`."""
     began = time.perf_counter()
     with switch_build(plan.config.switch, sim, build_dir, optimize, player, waves) as (
             verilog, module, build_dir, scratch):
@@ -72,8 +75,12 @@ def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall
         log = scratch / "player.log"
         plan_file.write_bytes(pickle.dumps(plan))
         bench = "sim.cosim.tb_player" if player else "sim.cosim.tb_replay"
+        if schedule_dir:
+            log = Path(schedule_dir) / "player.log"
         env = {"INNET_PLAN": plan_file, "INNET_RESULT": result_file, "INNET_SEED": seed,
                "INNET_STALL": stall, "INNET_LOG": log, "INNET_WATCHDOG": watchdog}
+        if schedule_dir:
+            env["INNET_SCHEDULE"] = schedule_dir
         watcher = None
         if _log.isEnabledFor(logging.INFO):
             env["INNET_POSITION"] = scratch / "position.txt"
@@ -82,6 +89,7 @@ def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall
         try:
             run_cocotb(verilog, module, bench, sim=sim, build_dir=build_dir, waves=waves,
                        env=env, plusargs=[f"+innet_log={log}"] if player else (),
+                       testcase="play" if player else None,
                        log_file=build_dir / "replay.log" if quiet else None,
                        optimize=optimize)
         finally:
@@ -204,3 +212,30 @@ def bare_clock_rate(config, sim="verilator", cycles=200_000, build_dir=None, pla
                    testcase="bare_clock", log_file=build_dir / "bare.log", optimize=optimize)
         n, wall = out.read_text().split()
     return int(n) / float(wall)
+
+
+def scheduled_rate(plan, schedule_dir, sim="verilator", build_dir=None, optimize=True):
+    """Cycles per second of the co-simulation's own traffic with no Python in the loop: the
+    harness built with a schedule (:func:`sim.cosim.player_verilog.render_player`) replays
+    what :func:`replay_rtl` with ``schedule_dir`` recorded there, for as many cycles, Python
+    waiting for the end. Returns ``(cycles_per_s, log_text)``; the log must equal the
+    co-simulation's, packet for packet and cycle for cycle."""
+    schedule_dir = Path(schedule_dir)
+    n = plan.config.ports
+    files = [schedule_dir / f"sched{k}.hex" for k in range(n)]
+    longest = max(len(f.read_text().splitlines()) for f in files)
+    depth = 1 << max(1, (longest - 1).bit_length())
+    cycles = int((schedule_dir / "cycles.txt").read_text())
+    with switch_build(plan.config.switch, sim, build_dir, optimize, True,
+                      schedule=depth) as (verilog, module, build_dir, scratch):
+        plan_file, out, log = scratch / "plan.pkl", scratch / "scheduled.txt", scratch / "log"
+        plan_file.write_bytes(pickle.dumps(plan))
+        run_cocotb(verilog, module, "sim.cosim.tb_player", sim=sim, build_dir=build_dir,
+                   env={"INNET_PLAN": plan_file, "INNET_SCHEDULE_CYCLES": cycles,
+                        "INNET_SCHEDULE_RESULT": out},
+                   plusargs=[f"+innet_log={log}"] + [f"+innet_sched{k}={f}"
+                                                    for k, f in enumerate(files)],
+                   testcase="scheduled", log_file=build_dir / "scheduled.log",
+                   optimize=optimize)
+        ran, wall = out.read_text().split()
+        return int(ran) / float(wall), log.read_text()

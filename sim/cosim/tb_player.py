@@ -8,7 +8,13 @@ Environment: ``INNET_PLAN`` (input pickle), ``INNET_RESULT`` (output pickle), ``
 ``INNET_WATCHDOG`` (deadlock limit, cycles; default
 :data:`sim.replay.config.WATCHDOG_CYCLES`),
 ``INNET_POSITION`` (optional: where to write the replay's position for the parent's progress
-report, :func:`sim.cosim.replay.position_writer`).
+report, :func:`sim.cosim.replay.position_writer`), ``INNET_SCHEDULE`` (optional: a directory
+to write each port's schedule in, ``sched<k>.hex``, and the replay's cycles, ``cycles.txt``).
+
+The second test, ``scheduled``, runs a harness built with a schedule
+(:func:`sim.cosim.player_verilog.render_player`) for ``INNET_SCHEDULE_CYCLES`` cycles with no
+Python in the loop (one wake-up, at the end) and writes ``<cycles> <seconds>`` to
+``INNET_SCHEDULE_RESULT``.
 """
 
 import os
@@ -18,7 +24,9 @@ from pathlib import Path
 
 import cocotb
 
-from sim.cosim.pins import read_counters
+from hw.packet import USER_LAYOUT
+from sim.cosim.pins import configure_replay, read_counters
+from sim.cosim.player_verilog import schedule_lines
 from sim.cosim.player import Player
 from sim.cosim.replay import position_writer, report_position
 from sim.replay.config import WATCHDOG_CYCLES
@@ -38,6 +46,12 @@ async def play(dut):
     if write:
         cocotb.start_soon(report_position(dut, player.loop, write))
     await player.play(dut, watchdog=int(os.environ.get("INNET_WATCHDOG", WATCHDOG_CYCLES)))
+    if os.environ.get("INNET_SCHEDULE"):
+        out = Path(os.environ["INNET_SCHEDULE"])
+        user_bits = USER_LAYOUT.size
+        for k, entries in enumerate(player.schedule):
+            (out / f"sched{k}.hex").write_text(schedule_lines(entries, user_bits))
+        (out / "cycles.txt").write_text(f"{player.cycle}\n")
     inject = player.check(Path(os.environ["INNET_LOG"]).read_text())
     wall = time.perf_counter() - began   # the simulation and the scoreboard
     n = player.N
@@ -49,3 +63,32 @@ async def play(dut):
     Path(os.environ["INNET_RESULT"]).write_bytes(pickle.dumps(result))
     assert not player.mismatches, player.mismatches[:5]
     assert not any(errors.values()), f"the switch dropped packets: {errors}"
+
+
+@cocotb.test()
+async def scheduled(dut):
+    """The co-simulation's traffic with no Python in the loop: the players take the schedule
+    a co-simulation recorded; Python waits for the end."""
+    from cocotb.triggers import FallingEdge, Timer
+
+    plan = pickle.loads(Path(os.environ["INNET_PLAN"]).read_bytes())
+    cycles = int(os.environ["INNET_SCHEDULE_CYCLES"])
+    player = Player(plan, seed=int(os.environ.get("INNET_SEED", "1")))
+    dut.run.value = 0
+    dut.flush.value = 0
+    dut.seed.value = player.seed & 0xFFFFFFFF
+    dut.dtype.value = player.dtype.value
+    dut.stall_threshold.value = 0
+    dut.wake_at.value = 0xFFFFFFFF
+    for k in range(player.N):
+        getattr(dut, f"desc{k}").value = 0
+    await configure_replay(dut, player.cfg, plan.members, player.dtype)
+    await FallingEdge(dut.clk)    # as the co-simulation starts: run rises at a falling edge
+    began = time.perf_counter()
+    dut.run.value = 1
+    await Timer(10 * cycles, unit="ns")
+    wall = time.perf_counter() - began
+    dut.flush.value = 1
+    await FallingEdge(dut.clk)
+    dut.flush.value = 0
+    Path(os.environ["INNET_SCHEDULE_RESULT"]).write_text(f"{cycles} {wall}\n")
