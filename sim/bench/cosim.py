@@ -1,7 +1,8 @@
 """``innet bench cosim``: co-simulation speed against the same traffic with no Python in the
-loop (and against the bare cocotb clock), the fast model against the RTL on the same trace, the model alone on a large trace, and ``innet run``'s wall
-time. Every ratio is measured in the same run on the same machine. The model is timed with
-its compiled core (the default) and with the Python model it was written from.
+loop (and against the bare cocotb clock), the fast model against the RTL on the same trace, the
+model alone on a large trace, and ``innet run``'s wall time. Every ratio is measured in the same
+run on the same machine. The model is timed with its compiled core (the default) and with the
+Python model it was written from.
 
 The co-simulation is timed with both drivers: the Verilog packet player (:mod:`sim.cosim.player`,
 what ``innet run`` and ``innet replay`` use) and the per-cycle Python driver
