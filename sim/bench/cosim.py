@@ -51,8 +51,15 @@ def bench_cosim(sim="verilator", quick=False, run_main=True, progress=None):
     with tempfile.TemporaryDirectory(prefix="innet-schedule-") as recorded:
         rtl = replay_rtl(plan, sim, quiet=True, optimize=optimize, schedule_dir=recorded)
         say("cosim: the same traffic with no Python in the loop (the recorded schedule)")
-        no_python, log = scheduled_rate(plan, recorded, sim, optimize=optimize)
-        same_log = log == (Path(recorded) / "player.log").read_text()
+        # About a second a run, so a burst of load on a shared machine halves one: the best
+        # of three (the fastest reference: the ratio errs low), every log equal.
+        logged = (Path(recorded) / "player.log").read_text()
+        no_python_runs, same_log = [], True
+        for _ in range(1 if quick else 3):
+            rate, log = scheduled_rate(plan, recorded, sim, optimize=optimize)
+            no_python_runs.append(rate)
+            same_log &= log == logged
+        no_python = max(no_python_runs)
     say("cosim: RTL replay, per-cycle Python driver")
     per_cycle = replay_rtl(plan, sim, quiet=True, player=False, optimize=optimize)
     say("cosim: bare clock (switch alone, then the player harness)")
@@ -92,6 +99,7 @@ def bench_cosim(sim="verilator", quick=False, run_main=True, progress=None):
         "packets": plan.packets, "rtl_cycles": rtl.cycles,
         "egress_utilization_mean": sum(rtl.summary()["egress_utilization"]) / ports,
         "cosim_cycles_per_s": cosim_rate, "no_python_cycles_per_s": no_python,
+        "no_python_runs_cycles_per_s": no_python_runs,
         "no_python_log_equal": same_log, "cosim_ratio": cosim_rate / no_python,
         "bare_cycles_per_s": bare,
         "bare_switch_cycles_per_s": bare_switch, "bare_player_cycles_per_s": bare_player,
