@@ -36,6 +36,7 @@ __all__ = ["Player"]
 
 _M32 = 0xFFFFFFFF
 _DTYPES = {"int32": DType.INT32, "fp32": DType.FP32, "bf16": DType.BF16}
+_CONTRIB, _RESULT = Kind.REDUCE_CONTRIB.value, Kind.REDUCE_RESULT.value   # (enum reads are slow)
 _USER = {name: (f.offset, (1 << f.width) - 1) for name, f in USER_LAYOUT}
 _DESC = {}
 _at = 0
@@ -90,11 +91,13 @@ class Player:
         # to start. Either holds until the port's messages change (a delivery or result that
         # concerns it, a message due by time, a credit usable): asking again finds the same.
         self.quiet = [0] * self.N
+        self.woken = set()    # ports whose messages changed since they were last looked at
         self.issued = [[] for _ in range(self.N)]   # pids in the order each port started them
         self.outstanding = [{} for _ in range(self.N)]   # wrap_seq(seq) -> seq, per member
         self.deliver, self.results = {}, {}
         self.unknown = set()                       # (cycle, egress) of unknown packets seen
         self.chunk_user = {}                       # seq -> its contributions' tuser
+        self._columns = [[], [], [], [], []]         # kind, seq, dst, flits, msg per packet
         self.inflight = 0
         self.credits = []    # cycles a returned slot credit becomes usable (link round trip)
         self.mismatches = []
@@ -103,11 +106,19 @@ class Player:
 
     # -- online: the closed loop ---------------------------------------------------------
 
-    def _user(self, pid):
-        plan = self.plan
-        kind = int(plan.kind[pid])
-        if kind == Kind.REDUCE_CONTRIB.value:
-            seq = int(plan.seq[pid])
+    def _packet(self, pid):
+        """``(kind, seq, dst, flits, msg)`` of packet ``pid``, from lists that follow the plan
+        as read responses join it (a numpy scalar read costs more than the rest of a call)."""
+        kind = self._columns[0]
+        if pid >= len(kind):
+            plan, have = self.plan, len(kind)
+            for column, array in zip(self._columns, (plan.kind, plan.seq, plan.dst, plan.flits,
+                                                     plan.msg)):
+                column += array[have:].tolist()
+        return tuple(column[pid] for column in self._columns)
+
+    def _user(self, pid, kind, seq):
+        if kind == _CONTRIB:
             user = self.chunk_user.get(seq)
             if user is None:   # every member's contribution to a chunk carries the same
                 user = self.chunk_user[seq] = contribution_user(
@@ -124,8 +135,8 @@ class Player:
             self.quiet[k] = 1 if ahead else 2
             return False
         self.quiet[k] = 0
-        plan = self.plan
-        key, contrib, user = self._user(pid)
+        kind, seq, dst, flits, msg = self._packet(pid)
+        key, contrib, user = self._user(pid, kind, seq)
         if contrib:
             self.outstanding[k][wrap_seq(key)] = key
         self.inflight += 1
@@ -134,12 +145,12 @@ class Player:
         self.tag[k] ^= 1 << j
         self.busy[k] = True
         self.issued[k].append(pid)
-        dst = 0 if contrib else int(plan.dst[pid])
+        dst = 0 if contrib else dst
         # Python sees a memory packet's delivery online only if it ends its message: what the
         # closed loop waits for. The ones before it are in the log (see check).
-        tell = not contrib and pid == self.plan.messages[int(plan.msg[pid])].packets[-1]
+        tell = not contrib and pid == self.plan.messages[msg].packets[-1]
         value = (self.tag[k] >> j & 1 | contrib << _DESC["contrib"] | tell << _DESC["tell"]
-                 | (int(plan.flits[pid]) - 1) << _DESC["last"] | dst << _DESC["dst"]
+                 | (flits - 1) << _DESC["last"] | dst << _DESC["dst"]
                  | key << _DESC["key"] | user << _DESC["user"])
         self.schedule[k].append((cycle, value))
         shift = _DESC["width"] * j
@@ -161,7 +172,7 @@ class Player:
         kind = user >> _USER["kind"][0] & _USER["kind"][1]
         seq16 = user >> _USER["seq"][0] & _USER["seq"][1]
         self.inflight -= 1
-        if kind == Kind.REDUCE_RESULT.value:
+        if kind == _RESULT:
             seq = self.outstanding[d].pop(seq16, None)
             if seq is None:
                 self._fail(f"cycle {cycle}: egress {d}: unexpected result seq {seq16}")
@@ -175,11 +186,11 @@ class Player:
             return
         pid = user_pid(user)
         plan = self.plan
-        if pid >= plan.packets or int(plan.kind[pid]) != kind:
+        if pid >= plan.packets or self._packet(pid)[0] != kind:
             self._fail(f"cycle {cycle}: egress {d}: unknown {Kind(kind).name} packet {pid}")
             self.unknown.add((cycle, d))
             return
-        packets = plan.messages[int(plan.msg[pid])].packets
+        packets = plan.messages[self._packet(pid)[4]].packets
         if pid != packets[-1]:
             self._fail(f"cycle {cycle}: egress {d}: packet {pid} told, not its message's last")
             return
@@ -197,6 +208,7 @@ class Player:
     def _wake_ports(self, ports):
         for k in ports:
             self.quiet[k] = 0
+            self.woken.add(k)
 
     def _fail(self, text):
         self.mismatches.append(text)
@@ -241,6 +253,7 @@ class Player:
             self._give(k, 0, desc, 0)
         dut.run.value = 1
         cycle, progress_at, last_event, woke_at = 0, 20_000, 0, _M32
+        seen, both = 0, (1 << 2 * N) - 1     # the harness's `done` bits, as last looked at
         while not self.done():
             # The next cycle anything can change for an idle port by time alone.
             wakes = [self.loop.wake_time(k) for k in range(N) if not self.busy[k]]
@@ -271,21 +284,33 @@ class Player:
             if ended_in or ended_out:
                 last_event = c
             cycle = c + 1
+            # Look only at the ports with something new: a packet played out (its slot's
+            # `done` flipped), or their messages changed (a delivery, result, credit or due
+            # time). Any other port is playing two packets or has nothing certain to start.
+            visit = self.woken
             for usable, k in self.credits:
                 if usable <= cycle:
-                    self.quiet[k] = 0
-            started = self.loop.started
+                    visit.add(k)
             for k in range(N):
                 if self.quiet[k]:   # a message of k's due by time now
                     due = self.loop.wake_time(k)
                     if due is not None and due <= cycle:
-                        self.quiet[k] = 0
+                        visit.add(k)
+            flips, seen = (done ^ seen) & both, done & both
+            while flips:
+                low = flips & -flips
+                visit.add((low.bit_length() - 1) >> 1)
+                flips ^= low
+            started = self.loop.started
+            for k in visit:
+                self.quiet[k] = 0
                 # the slots whose tag differs from the harness's `done` still hold a packet
                 waiting = (self.tag[k] ^ done >> 2 * k) & 3
                 pending = (waiting & 1) + (waiting >> 1)
                 self.busy[k] = pending > 0
                 if pending < 2:
                     self._give(k, cycle, desc, pending)
+            visit.clear()
             if self.loop.started != started:
                 last_event = cycle     # a packet started: progress, for the watchdog too
             if self.mismatches:
@@ -354,7 +379,7 @@ class Player:
             where = f"cycle {cycle}: egress {d}"
             if not hdr_ok:
                 self._fail(f"{where}: the header changed within a packet")
-            if kind == Kind.REDUCE_RESULT.value:
+            if kind == _RESULT:
                 seq = by_arrival.get((d, seq16, cycle))
                 if seq is None or (d, seq) in seen:
                     self._fail(f"{where}: result seq {seq16} not seen online")
@@ -393,7 +418,7 @@ class Player:
         for k, rest in enumerate(started):
             if next(rest, None) is not None:
                 self._fail(f"ingress {k}: packets given but never started")
-        lost = sum(1 for p in range(plan.packets) if plan.kind[p] != Kind.REDUCE_CONTRIB.value
+        lost = sum(1 for p in range(plan.packets) if plan.kind[p] != _CONTRIB
                    and p not in self.deliver)
         if lost:
             self._fail(f"{lost} memory packets never delivered")

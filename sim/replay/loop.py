@@ -61,6 +61,8 @@ class ClosedLoop:
                 heapq.heappush(self.future[m.src], (m.issue, m.mid))
         self.started = 0
         self.total = plan.packets
+        # Per-packet columns as lists: a numpy scalar read costs more than the rest of a call
+        self._seq, self._msg = plan.seq.tolist(), plan.msg.tolist()
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -83,7 +85,7 @@ class ClosedLoop:
             m = plan.messages[mid]
             pos = self.next_index.get(mid, 0)
             p = m.packets[pos]
-            s = plan.seq[p]
+            s = self._seq[p]
             if s >= self.slots:
                 got = self.result_at.get((port, int(s) - self.slots))
                 if got is None or got + self.round_trip >= cycle:
@@ -117,7 +119,7 @@ class ClosedLoop:
         """A memory packet's last flit left the switch at ``cycle``. Returns the ports whose
         eligibility may have changed."""
         plan = self.plan
-        mid = int(plan.msg[pid])
+        mid = self._msg[pid]
         self.remaining[mid] -= 1
         if self.remaining[mid] == 0:
             m = plan.messages[mid]
@@ -153,6 +155,8 @@ class ClosedLoop:
             plan.add_packet(request.dst, request.src, Kind.MEM_READ_RESP,
                             min(cfg.mtu_flits, request.response_flits - offset), mid)
         resp.packets = range(first, plan.packets)
+        self._seq += [-1] * len(resp.packets)
+        self._msg += [mid] * len(resp.packets)
         plan.messages.append(resp)
         self.remaining[mid] = len(resp.packets)
         self.total = plan.packets
