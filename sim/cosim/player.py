@@ -18,7 +18,7 @@ golden sum (:func:`sim.model.reduce.reduce_words`) of the contributions the play
 import time
 
 from hw.packet import USER_LAYOUT, DType, Kind
-from sim.cosim.player_verilog import DESC_FIELDS, TELL_DEPTH
+from sim.cosim.player_verilog import DESC_FIELDS, tell_depth
 from sim.cosim.stimulus import (
     contribution_user,
     digest,
@@ -205,6 +205,12 @@ class Player:
         self.inflight -= len(packets) - 1
         self._wake_ports(self.loop.delivered(pid, cycle))
 
+    def _check_tells(self, dut):
+        if int(dut.tell_lost.value):
+            raise AssertionError(f"a tell queue of the harness overflowed (more than "
+                                 f"{tell_depth(self.cfg.chunk_flits)} memory packets in "
+                                 f"flight between two ports)")
+
     def _wake_ports(self, ports):
         for k in ports:
             self.quiet[k] = 0
@@ -316,6 +322,7 @@ class Player:
             if self.mismatches:
                 raise AssertionError("; ".join(self.mismatches[:5]))
             if cycle - last_event > watchdog and (any(self.busy) or self.inflight):
+                self._check_tells(dut)   # (a lost tell bit stalls the loop: say so first)
                 raise AssertionError(f"watchdog: no packet ended for {watchdog} cycles at cycle "
                                      f"{cycle} with packets outstanding")
             if cycle > max_cycles:
@@ -323,9 +330,7 @@ class Player:
             if progress and cycle >= progress_at:
                 progress_at += 20_000
                 progress(cycle, self.loop.started, self.loop.total)
-        if int(dut.tell_lost.value):
-            raise AssertionError(f"a tell queue of the harness overflowed (more than "
-                                 f"{TELL_DEPTH} memory packets in flight between two ports)")
+        self._check_tells(dut)
         dut.flush.value = 1
         await RisingEdge(dut.clk)
         await falling

@@ -31,7 +31,7 @@ from sim.cosim.stimulus import (BF16_HASH_XOR, CONTRIBUTION_HASH, FMIX32_MULTIPL
                                 FNV_INIT, FNV_PRIME, FP_EXPONENT_BASE, FP_EXPONENT_SPAN_BITS,
                                 INT_SPAN_BITS, MEMORY_HASH, PID_BITS, PID_FIELDS)
 
-__all__ = ["DESC_FIELDS", "TELL_DEPTH", "desc_width", "render_player", "schedule_lines"]
+__all__ = ["DESC_FIELDS", "desc_width", "render_player", "schedule_lines", "tell_depth"]
 
 RESULT = Kind.REDUCE_RESULT.value
 
@@ -44,9 +44,14 @@ RESULT = Kind.REDUCE_RESULT.value
 DESC_FIELDS = (("tag", 1), ("contrib", 1), ("tell", 1), ("last", 16), ("dst", PORT_BITS),
                ("key", PID_BITS))
 
-#: Memory packets each (ingress, egress) pair's tell queue holds in flight: more than the
-#: switch can buffer between an ingress and an egress (a packet is at least one flit).
-TELL_DEPTH = 256
+def tell_depth(chunk_flits):
+    """Memory packets each (ingress, egress) pair's tell queue holds in flight: a power of two
+    above what the switch can buffer between an ingress and an egress (a packet is at least a
+    flit; the ingress FIFO holds ``max(16, 2 × chunk_flits)`` flits, as the replays build it,
+    and the crossbar and egress a few more), at least 256. An overflow is reported
+    (``tell_lost``), not silent."""
+    need = 4 * max(16, 2 * chunk_flits) + 64
+    return max(256, 1 << (need - 1).bit_length())
 
 
 def desc_width(user_bits):
@@ -166,6 +171,7 @@ def render_player(switch_meta, schedule=0):
     PW = widths["s0_axis_tid"]
     DW = 32 * L
     D = desc_width(UW)
+    TQ = tell_depth(p["chunk_flits"])
     for name, offset, width in PID_FIELDS:
         if _field(switch_meta, name) != (offset, width):
             raise ValueError(f"The switch's tuser field {name!r} is at "
@@ -207,7 +213,7 @@ def render_player(switch_meta, schedule=0):
          f"  reg [{N - 1}:0] in_end, out_end;",
          f"  wire [{N - 1}:0] in_end_now, in_idle_now, out_end_now, lost_tell;",
          "  assign tell_lost = |lost_tell;",
-         f"  localparam TQ = {TELL_DEPTH};",
+         f"  localparam TQ = {TQ};",
          f"  wire [{2 * N - 1}:0] done;",
          "  assign ev = {ev_cycle, done, out_end, in_end};",
          "  // falls with the clock only in a cycle Python must see: its one trigger a wake-up",
@@ -235,7 +241,7 @@ def render_player(switch_meta, schedule=0):
               "  // the order they start (a pair's packets arrive in the order they left)",
               f"  reg lost{k};", f"  assign lost_tell[{k}] = lost{k};"]
         for d in range(N):
-            v += [f"  reg tq{k}_{d} [0:TQ-1];", f"  reg [{TELL_DEPTH.bit_length() - 2}:0] "
+            v += [f"  reg tq{k}_{d} [0:TQ-1];", f"  reg [{TQ.bit_length() - 2}:0] "
                   f"tw{k}_{d}, tr{k}_{d};"]
         if schedule:
             v += [f"  // ingress {k}: the player, its descriptors from a schedule (no Python)",
