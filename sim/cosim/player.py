@@ -97,9 +97,9 @@ class Player:
         self.deliver, self.results = {}, {}
         self.unknown = set()                       # (cycle, egress) of unknown packets seen
         self.chunk_user = {}                       # seq -> its contributions' tuser
-        self._columns = [[], [], [], [], []]         # kind, seq, dst, flits, msg per packet
+        self._columns = [[], [], [], [], []]       # kind, seq, dst, flits, msg per packet
         self.inflight = 0
-        self.credits = []    # cycles a returned slot credit becomes usable (link round trip)
+        self.credits = []    # (cycle a returned slot credit becomes usable, its port)
         self.mismatches = []
         self.cycle = 0
         self.wall_s = 0.0
