@@ -223,7 +223,7 @@ def test_player_scoreboard_catches_corruption():
         player = Player(plan, seed=3)
         loop = player.loop
         mem = next(p for p in range(plan.packets) if plan.seq[p] < 0)
-        user_mem = player._user(mem, *player._packet(mem)[:2])[2]
+        user_mem = player._user(mem)[2]
         user_res = encode(USER_LAYOUT, {"kind": Kind.REDUCE_RESULT, "dtype": DType.FP32,
                                         "job": REPLAY_JOB, "slot": 0, "seq": 0})
         for k in range(2):
@@ -234,7 +234,7 @@ def test_player_scoreboard_catches_corruption():
         words = {k: hashed_contribution_words(3, 0, k, 4, cfg.lanes, DType.FP32)
                  for k in (0, 1)}
         good = digest(reduce_words(words, [0, 1], DType.FP32)[0])
-        user_two = [player._user(p, *player._packet(p)[:2])[2] for p in two]
+        user_two = [player._user(p)[2] for p in two]
         log = {"i": "\n".join(f"i {n} {k}" for k in range(2)
                               for n in range(len(player.issued[k]))),
                "m": f"o 9 1 {user_mem:x} 0 1 3 1 1 0",

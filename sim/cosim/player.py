@@ -97,7 +97,6 @@ class Player:
         self.deliver, self.results = {}, {}
         self.unknown = set()                       # (cycle, egress) of unknown packets seen
         self.chunk_user = {}                       # seq -> its contributions' tuser
-        self._columns = [[], [], [], [], []]       # kind, seq, dst, flits, msg per packet
         self.inflight = 0
         self.credits = []    # (cycle a returned slot credit becomes usable, its port)
         self.mismatches = []
@@ -106,18 +105,8 @@ class Player:
 
     # -- online: the closed loop ---------------------------------------------------------
 
-    def _packet(self, pid):
-        """``(kind, seq, dst, flits, msg)`` of packet ``pid``, from lists that follow the plan
-        as read responses join it (a numpy scalar read costs more than the rest of a call)."""
-        kind = self._columns[0]
-        if pid >= len(kind):
-            plan, have = self.plan, len(kind)
-            for column, array in zip(self._columns, (plan.kind, plan.seq, plan.dst, plan.flits,
-                                                     plan.msg)):
-                column += array[have:].tolist()
-        return tuple(column[pid] for column in self._columns)
-
-    def _user(self, pid, kind, seq):
+    def _user(self, pid):
+        kind, seq = self.loop.columns[0][pid], self.loop.columns[1][pid]
         if kind == _CONTRIB:
             user = self.chunk_user.get(seq)
             if user is None:   # every member's contribution to a chunk carries the same
@@ -135,8 +124,7 @@ class Player:
             self.quiet[k] = 1 if ahead else 2
             return False
         self.quiet[k] = 0
-        kind, seq, dst, flits, msg = self._packet(pid)
-        key, contrib, user = self._user(pid, kind, seq)
+        key, contrib, user = self._user(pid)
         if contrib:
             self.outstanding[k][wrap_seq(key)] = key
         self.inflight += 1
@@ -145,12 +133,13 @@ class Player:
         self.tag[k] ^= 1 << j
         self.busy[k] = True
         self.issued[k].append(pid)
-        dst = 0 if contrib else dst
+        _, _, dsts, flits, msgs = self.loop.columns
+        dst = 0 if contrib else dsts[pid]
         # Python sees a memory packet's delivery online only if it ends its message: what the
         # closed loop waits for. The ones before it are in the log (see check).
-        tell = not contrib and pid == self.plan.messages[msg].packets[-1]
+        tell = not contrib and pid == self.plan.messages[msgs[pid]].packets[-1]
         value = (self.tag[k] >> j & 1 | contrib << _DESC["contrib"] | tell << _DESC["tell"]
-                 | (flits - 1) << _DESC["last"] | dst << _DESC["dst"]
+                 | (flits[pid] - 1) << _DESC["last"] | dst << _DESC["dst"]
                  | key << _DESC["key"] | user << _DESC["user"])
         self.schedule[k].append((cycle, value))
         shift = _DESC["width"] * j
@@ -186,11 +175,12 @@ class Player:
             return
         pid = user_pid(user)
         plan = self.plan
-        if pid >= plan.packets or self._packet(pid)[0] != kind:
+        kinds, msgs = self.loop.columns[0], self.loop.columns[4]
+        if pid >= len(kinds) or kinds[pid] != kind:
             self._fail(f"cycle {cycle}: egress {d}: unknown {Kind(kind).name} packet {pid}")
             self.unknown.add((cycle, d))
             return
-        packets = plan.messages[self._packet(pid)[4]].packets
+        packets = plan.messages[msgs[pid]].packets
         if pid != packets[-1]:
             self._fail(f"cycle {cycle}: egress {d}: packet {pid} told, not its message's last")
             return

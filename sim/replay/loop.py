@@ -61,8 +61,11 @@ class ClosedLoop:
                 heapq.heappush(self.future[m.src], (m.issue, m.mid))
         self.started = 0
         self.total = plan.packets
-        # Per-packet columns as lists: a numpy scalar read costs more than the rest of a call
-        self._seq, self._msg = plan.seq.tolist(), plan.msg.tolist()
+        #: The plan's per-packet columns as lists, extended as read responses join the plan:
+        #: ``kind, seq, dst, flits, msg`` of packet ``p`` are ``columns[i][p]`` (a numpy scalar
+        #: read costs more than the rest of a call, and the replays' loops are per packet).
+        self.columns = ([], [], [], [], [])
+        self._mirror()
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -85,7 +88,7 @@ class ClosedLoop:
             m = plan.messages[mid]
             pos = self.next_index.get(mid, 0)
             p = m.packets[pos]
-            s = self._seq[p]
+            s = self.columns[1][p]
             if s >= self.slots:
                 got = self.result_at.get((port, int(s) - self.slots))
                 if got is None or got + self.round_trip >= cycle:
@@ -119,7 +122,7 @@ class ClosedLoop:
         """A memory packet's last flit left the switch at ``cycle``. Returns the ports whose
         eligibility may have changed."""
         plan = self.plan
-        mid = self._msg[pid]
+        mid = self.columns[4][pid]
         self.remaining[mid] -= 1
         if self.remaining[mid] == 0:
             m = plan.messages[mid]
@@ -155,13 +158,18 @@ class ClosedLoop:
             plan.add_packet(request.dst, request.src, Kind.MEM_READ_RESP,
                             min(cfg.mtu_flits, request.response_flits - offset), mid)
         resp.packets = range(first, plan.packets)
-        self._seq += [-1] * len(resp.packets)
-        self._msg += [mid] * len(resp.packets)
+        self._mirror()
         plan.messages.append(resp)
         self.remaining[mid] = len(resp.packets)
         self.total = plan.packets
         heapq.heappush(self.future[resp.src], (resp.issue, mid))
         return [resp.src]
+
+    def _mirror(self):
+        plan, have = self.plan, len(self.columns[0])
+        for column, array in zip(self.columns, (plan.kind, plan.seq, plan.dst, plan.flits,
+                                                plan.msg)):
+            column += array[have:].tolist()
 
     def _done(self, mid, cycle):
         self.done_at[mid] = cycle
