@@ -206,6 +206,27 @@ def _played(plan, player, log):
     return player.check("\n".join(log))
 
 
+@pytest.mark.slow
+def test_recorded_schedule_replays_the_same_log_with_seed_and_stalls(tmp_path):
+    """The no-Python reference of `innet bench cosim` plays the co-simulation's own traffic:
+    with a seed and egress stalls of its own, the schedule's log equals the replay's, packet
+    for packet and cycle for cycle. (The quick bench's switch and trace: its builds.)"""
+    require_simulator("verilator")
+    from sim.cosim.replay import scheduled_rate
+
+    cfg = ReplayConfig(ports=4, lanes=2, slots=8, chunk_flits=4, policy="prio", flit_scale=1,
+                       link_gbps=32.0, mtu_flits=32)
+    meta, records = stress_trace(gpus=4, seed=7, messages=30, pieces=4, max_bytes=4096,
+                                 piece_bytes=4096, span_ns=2_000, reads=False)
+    plan = build_plan(meta, records, cfg)
+    rtl = replay_rtl(plan, "verilator", seed=5, stall=0.2, quiet=True, schedule_dir=tmp_path,
+                     **QUICK)
+    assert rtl.mismatches == 0 and sum(rtl.stall_cycles) > 0
+    rate, log = scheduled_rate(plan, tmp_path, **QUICK)
+    assert rate > 0
+    assert log == (tmp_path / "player.log").read_text()
+
+
 def test_player_scoreboard_catches_corruption():
     """The player's scoreboard: a clean log passes; a payload flag, a digest, a source, a
     length, a changed header, a lost packet, or a packet of a message that Python did not see

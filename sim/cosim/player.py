@@ -212,6 +212,24 @@ class Player:
     def done(self):
         return self.loop.finished() and not any(self.busy)
 
+    async def setup(self, dut):
+        """The harness's pins before a run (stopped, this replay's seed, element type and
+        egress stalls, no descriptor), then reset and the job's configuration
+        (:func:`sim.cosim.pins.configure_replay`). Returns the descriptor inputs' handles."""
+        from sim.cosim.pins import configure_replay
+
+        dut.run.value = 0
+        dut.flush.value = 0
+        dut.seed.value = self.seed & _M32
+        dut.dtype.value = self.dtype.value
+        dut.stall_threshold.value = min(0xFFFF, int(round(self.stall * 65536)))
+        dut.wake_at.value = _M32
+        desc = [getattr(dut, f"desc{k}") for k in range(self.N)]
+        for h in desc:
+            h.value = 0
+        await configure_replay(dut, self.cfg, self.plan.members, self.dtype)
+        return desc
+
     async def play(self, dut, max_cycles=MAX_REPLAY_CYCLES, watchdog=WATCHDOG_CYCLES,
                    progress=None):
         """Run the replay on a player harness ``dut`` (reset and job configuration first, as
@@ -220,20 +238,8 @@ class Player:
         never finish, or an online scoreboard mismatch."""
         from cocotb.triggers import FallingEdge, RisingEdge
 
-        from sim.cosim.pins import configure_replay
-
         N = self.N
-        dut.run.value = 0
-        dut.flush.value = 0
-        dut.seed.value = self.seed & _M32
-        dut.dtype.value = self.dtype.value
-        dut.stall_threshold.value = min(0xFFFF, int(round(self.stall * 65536)))
-        dut.wake_at.value = _M32
-        desc = [getattr(dut, f"desc{k}") for k in range(N)]
-        for h in desc:
-            h.value = 0
-        await configure_replay(dut, self.cfg, self.plan.members, self.dtype)
-
+        desc = await self.setup(dut)
         ev, ev_user, wake = dut.ev, dut.ev_user, dut.wake_at
         mask = (1 << N) - 1
         uw = USER_LAYOUT.size

@@ -72,11 +72,9 @@ def replay_rtl(plan, sim="verilator", build_dir=None, waves=False, seed=1, stall
     with switch_build(plan.config.switch, sim, build_dir, optimize, player, waves) as (
             verilog, module, build_dir, scratch):
         plan_file, result_file = scratch / "plan.pkl", scratch / "result.pkl"
-        log = scratch / "player.log"
+        log = Path(schedule_dir or scratch) / "player.log"
         plan_file.write_bytes(pickle.dumps(plan))
         bench = "sim.cosim.tb_player" if player else "sim.cosim.tb_replay"
-        if schedule_dir:
-            log = Path(schedule_dir) / "player.log"
         env = {"INNET_PLAN": plan_file, "INNET_RESULT": result_file, "INNET_SEED": seed,
                "INNET_STALL": stall, "INNET_LOG": log, "INNET_WATCHDOG": watchdog}
         if schedule_dir:
@@ -217,21 +215,21 @@ def bare_clock_rate(config, sim="verilator", cycles=200_000, build_dir=None, pla
 def scheduled_rate(plan, schedule_dir, sim="verilator", build_dir=None, optimize=True):
     """Cycles per second of the co-simulation's own traffic with no Python in the loop: the
     harness built with a schedule (:func:`sim.cosim.player_verilog.render_player`) replays
-    what :func:`replay_rtl` with ``schedule_dir`` recorded there, for as many cycles, Python
-    waiting for the end. Returns ``(cycles_per_s, log_text)``; the log must equal the
-    co-simulation's, packet for packet and cycle for cycle."""
+    what :func:`replay_rtl` with ``schedule_dir`` recorded there, for as many cycles, with
+    the same seed and egress stalls, Python waiting for the end. Returns ``(cycles_per_s,
+    log_text)``; the log must equal the co-simulation's, packet for packet and cycle for
+    cycle."""
     schedule_dir = Path(schedule_dir)
     n = plan.config.ports
     files = [schedule_dir / f"sched{k}.hex" for k in range(n)]
     longest = max(len(f.read_text().splitlines()) for f in files)
     depth = 1 << max(1, (longest - 1).bit_length())
-    cycles = int((schedule_dir / "cycles.txt").read_text())
     with switch_build(plan.config.switch, sim, build_dir, optimize, True,
                       schedule=depth) as (verilog, module, build_dir, scratch):
         plan_file, out, log = scratch / "plan.pkl", scratch / "scheduled.txt", scratch / "log"
         plan_file.write_bytes(pickle.dumps(plan))
         run_cocotb(verilog, module, "sim.cosim.tb_player", sim=sim, build_dir=build_dir,
-                   env={"INNET_PLAN": plan_file, "INNET_SCHEDULE_CYCLES": cycles,
+                   env={"INNET_PLAN": plan_file, "INNET_SCHEDULE": schedule_dir,
                         "INNET_SCHEDULE_RESULT": out},
                    plusargs=[f"+innet_log={log}"] + [f"+innet_sched{k}={f}"
                                                     for k, f in enumerate(files)],

@@ -9,14 +9,16 @@ Environment: ``INNET_PLAN`` (input pickle), ``INNET_RESULT`` (output pickle), ``
 :data:`sim.replay.config.WATCHDOG_CYCLES`),
 ``INNET_POSITION`` (optional: where to write the replay's position for the parent's progress
 report, :func:`sim.cosim.replay.position_writer`), ``INNET_SCHEDULE`` (optional: a directory
-to write each port's schedule in, ``sched<k>.hex``, and the replay's cycles, ``cycles.txt``).
+to write each port's schedule in, ``sched<k>.hex``, and the replay's cycles, seed and stall
+probability, ``schedule.json``).
 
 The second test, ``scheduled``, runs a harness built with a schedule
-(:func:`sim.cosim.player_verilog.render_player`) for ``INNET_SCHEDULE_CYCLES`` cycles with no
-Python in the loop (one wake-up, at the end) and writes ``<cycles> <seconds>`` to
-``INNET_SCHEDULE_RESULT``.
+(:func:`sim.cosim.player_verilog.render_player`) on the schedule in ``INNET_SCHEDULE``, for the
+replay's cycles with its seed and stalls and no Python in the loop (one wake-up, at the end),
+and writes ``<cycles> <seconds>`` to ``INNET_SCHEDULE_RESULT``.
 """
 
+import json
 import os
 import pickle
 import time
@@ -25,7 +27,7 @@ from pathlib import Path
 import cocotb
 
 from hw.packet import USER_LAYOUT
-from sim.cosim.pins import configure_replay, read_counters
+from sim.cosim.pins import read_counters
 from sim.cosim.player_verilog import schedule_lines
 from sim.cosim.player import Player
 from sim.cosim.replay import position_writer, report_position
@@ -51,7 +53,8 @@ async def play(dut):
         user_bits = USER_LAYOUT.size
         for k, entries in enumerate(player.schedule):
             (out / f"sched{k}.hex").write_text(schedule_lines(entries, user_bits))
-        (out / "cycles.txt").write_text(f"{player.cycle}\n")
+        (out / "schedule.json").write_text(json.dumps(
+            {"cycles": player.cycle, "seed": player.seed, "stall": player.stall}))
     inject = player.check(Path(os.environ["INNET_LOG"]).read_text())
     wall = time.perf_counter() - began   # the simulation and the scoreboard
     n = player.N
@@ -72,17 +75,9 @@ async def scheduled(dut):
     from cocotb.triggers import FallingEdge, Timer
 
     plan = pickle.loads(Path(os.environ["INNET_PLAN"]).read_bytes())
-    cycles = int(os.environ["INNET_SCHEDULE_CYCLES"])
-    player = Player(plan, seed=int(os.environ.get("INNET_SEED", "1")))
-    dut.run.value = 0
-    dut.flush.value = 0
-    dut.seed.value = player.seed & 0xFFFFFFFF
-    dut.dtype.value = player.dtype.value
-    dut.stall_threshold.value = 0
-    dut.wake_at.value = 0xFFFFFFFF
-    for k in range(player.N):
-        getattr(dut, f"desc{k}").value = 0
-    await configure_replay(dut, player.cfg, plan.members, player.dtype)
+    recorded = json.loads((Path(os.environ["INNET_SCHEDULE"]) / "schedule.json").read_text())
+    cycles = recorded["cycles"]
+    await Player(plan, seed=recorded["seed"], stall=recorded["stall"]).setup(dut)
     await FallingEdge(dut.clk)    # as the co-simulation starts: run rises at a falling edge
     began = time.perf_counter()
     dut.run.value = 1
