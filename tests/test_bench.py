@@ -60,3 +60,6 @@ def test_bench_cosim_quick(capsys):
     assert r["no_python_log_equal"] and r["no_python_cycles_per_s"] > 0
     assert r["model_wall_s"] > 0 and r["python_model"]["wall_s"] > 0
     assert "run_wall_s" not in r
+    # Python wakes per event the closed loop needs, not per packet (each wake-up counted once)
+    assert set(r["cosim_wakeups"]) == {"delivery", "idle", "time"}
+    assert 0 < sum(r["cosim_wakeups"].values()) < r["packets"]

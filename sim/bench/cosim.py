@@ -29,7 +29,11 @@ from sim.trace.synthetic import stress_trace
 __all__ = ["bench_cosim"]
 
 
-def bench_cosim(sim="verilator", quick=False, run_main=True, progress=None):
+def bench_cosim(sim="verilator", quick=False, run_main=True, progress=None,
+                link_latency_ns=0.0):
+    """The co-simulation benchmark's payload (``innet bench cosim``). ``link_latency_ns``
+    puts the GPUs that far from the switch (:class:`sim.replay.config.ReplayConfig`): a
+    delivery then changes nothing at a GPU for a round trip."""
     say = progress or (lambda text: None)
     ports = 4 if quick else 8
     # The default run's switch (2 lanes x 16 slots): an 8-lane x 64-slot build takes Verilator
@@ -38,7 +42,7 @@ def bench_cosim(sim="verilator", quick=False, run_main=True, progress=None):
     # builds are theirs, from the shared build cache.
     cfg = ReplayConfig(ports=ports, lanes=2, slots=8 if quick else 16, chunk_flits=4,
                        policy="prio" if quick else "rr", flit_scale=1, link_gbps=32.0,
-                       mtu_flits=32)
+                       mtu_flits=32, link_latency_ns=link_latency_ns)
     # Full load: every port always has a packet to send (short issue span, many messages).
     meta, records = stress_trace(gpus=ports, seed=7, messages=30 if quick else 120,
                                  pieces=4 if quick else 12, max_bytes=4096, piece_bytes=4096,
@@ -96,6 +100,7 @@ def bench_cosim(sim="verilator", quick=False, run_main=True, progress=None):
         "benchmark": "cosim", "simulator": sim, "optimized_build": optimize,
         "switch": f"{ports} ports x {cfg.lanes} lanes, {cfg.slots} slots, "
                   f"{cfg.chunk_flits}-flit chunks, {cfg.policy}",
+        "link_latency_ns": link_latency_ns, "link_cycles": cfg.link_cycles,
         "packets": plan.packets, "rtl_cycles": rtl.cycles,
         "egress_utilization_mean": sum(rtl.summary()["egress_utilization"]) / ports,
         "cosim_cycles_per_s": cosim_rate, "no_python_cycles_per_s": no_python,
@@ -105,6 +110,7 @@ def bench_cosim(sim="verilator", quick=False, run_main=True, progress=None):
         "bare_switch_cycles_per_s": bare_switch, "bare_player_cycles_per_s": bare_player,
         "cosim_ratio_bare_clock": cosim_rate / bare,
         "cosim_simulation_s": rtl.extra.get("simulation_s"),
+        "cosim_wakeups": rtl.extra.get("wakeups"),
         "per_cycle_driver": {"wall_s": per_cycle.wall_s,
                              "cycles_per_s": per_cycle.cycles / per_cycle.wall_s,
                              "ratio": per_cycle.cycles / per_cycle.wall_s / no_python,

@@ -446,7 +446,8 @@ def _cmd_bench_cosim(args):
     from sim.bench.cosim import bench_cosim
     payload = bench_cosim(sim=args.sim, quick=args.quick, run_main=not args.skip_run,
                           progress=None if args.json else
-                          (lambda text: print(text, file=sys.stderr)))
+                          (lambda text: print(text, file=sys.stderr)),
+                          link_latency_ns=args.link_latency_ns)
     r = payload
     build = "" if r["optimized_build"] else ", quick -O0 builds"
     lines = [f"co-simulation ({args.sim}, {r['switch']}{build}):",
@@ -455,6 +456,9 @@ def _cmd_bench_cosim(args):
              f"(log {'equal' if r['no_python_log_equal'] else 'DIFFERENT'}); ratio "
              f"{r['cosim_ratio']:.2f} (target >= 0.5); the Verilog packet player moves the "
              f"flits",
+             f"  Python's wake-ups: {sum(r['cosim_wakeups'].values())} ("
+             + ", ".join(f"{n} {why}" for why, n in r["cosim_wakeups"].items())
+             + f"); links {r['link_latency_ns']:g} ns ({r['link_cycles']} cycles) a hop",
              f"  bare cocotb clock (a Python wake-up a cycle, the switch in reset): "
              f"{r['bare_cycles_per_s']:.0f} cycles/s; ratio {r['cosim_ratio_bare_clock']:.2f}",
              f"  per-cycle Python driver, same trace: "
@@ -570,5 +574,8 @@ def register_bench(bench_sub, parser_class):
     b.add_argument("--quick", action="store_true",
                    help="smaller runs on quick (-O0) builds: agreement, not speed (for tests)")
     b.add_argument("--skip-run", action="store_true", help="do not time innet run")
+    b.add_argument("--link-latency-ns", type=float, default=0.0, metavar="NS",
+                   help="one-way GPU-switch link latency of the replayed trace (default 0; "
+                        "innet run's NVLink: 350)")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=_cmd_bench_cosim)

@@ -102,6 +102,10 @@ class Player:
         self.mismatches = []
         self.cycle = 0
         self.wall_s = 0.0
+        #: Python's wake-ups in :meth:`play`, by what woke it: a delivery Python must see (a
+        #: result or a message's last packet), a port that went idle, or the time it asked
+        #: for (a credit usable, a message due, the watchdog's limit).
+        self.wakeups = {"delivery": 0, "idle": 0, "time": 0}
 
     # -- online: the closed loop ---------------------------------------------------------
 
@@ -279,6 +283,7 @@ class Player:
             ended_in, ended_out = value & mask, value >> N & mask
             done = value >> 2 * N
             c = value >> 4 * N & _M32
+            self.wakeups["delivery" if ended_out else "idle" if ended_in else "time"] += 1
             if ended_out:
                 users = int(ev_user.value)
                 for d in _bits(ended_out):

@@ -63,6 +63,7 @@ async def play(dut):
     errors = read_counters(dut)
     result = player.result(inject, counters, errors, wall)
     result.extra["simulation_s"] = player.wall_s
+    result.extra["wakeups"] = player.wakeups
     Path(os.environ["INNET_RESULT"]).write_bytes(pickle.dumps(result))
     assert not player.mismatches, player.mismatches[:5]
     assert not any(errors.values()), f"the switch dropped packets: {errors}"
