@@ -445,6 +445,52 @@ def test_closed_loop_answers_ahead_only_what_is_certain():
     assert loop.next_packet(0, loop.credit_cycle(due + 1), ahead=True) == contribs[-1]
 
 
+def test_closed_loop_tells_a_later_start_only_when_certain():
+    """A free port with nothing to start is told the packet it will start next, and when,
+    only when nothing delivered from now on can change it: a credit already on its way
+    decides (the answer is what a call at that cycle gives); a message due by time before it,
+    or no credit on its way, gives None and takes nothing."""
+    import copy
+
+    from sim.replay.loop import ClosedLoop
+
+    cfg = ReplayConfig(ports=2, **dict(SMALL, link_latency_ns=3.0))   # 1 ns cycles
+    chunks = cfg.slots + 2     # the last two chunks reuse slots 0 and 1
+    plan = build_plan({"gpus": 2}, [contrib(0, 0, chunks * 4 * 8), contrib(1, 1, chunks * 4 * 8),
+                                    write(2, 0, 1, 64, t=400)], cfg)
+    contribs = [p for p in range(plan.packets) if plan.src[p] == 0 and plan.seq[p] >= 0]
+    mem = next(p for p in range(plan.packets) if plan.seq[p] < 0)
+    due = plan.messages[int(plan.msg[mem])].issue
+    loop = ClosedLoop(plan)
+    assert loop.round_trip == 6
+    hop = cfg.link_cycles    # the trace's issue times reach the switch a hop later
+    for p in contribs[:-2]:
+        assert loop.next_packet(0, hop) == p
+    now = 50
+    assert loop.next_packet(0, now) is None
+    assert loop.next_start(0, now) is None           # no credit on its way yet
+    # Slot 1's credit comes first, but its chunk follows slot 0's in the message: the packet
+    # told is slot 0's chunk, at its credit.
+    loop.result(0, 1, now - 2)
+    loop.result(0, 0, now - 1)
+    before = copy.deepcopy(loop)
+    told = loop.next_start(0, now)
+    assert told == (contribs[-2], now - 1 + loop.round_trip + 1)
+    at = told[1]
+    assert not before.can_start(0, at - 1) and before.can_start(0, at)
+    assert before.next_packet(0, at - 1) is None and before.next_packet(0, at) == contribs[-2]
+    assert loop.next_packet(0, at) == contribs[-1] and loop.next_packet(0, due) == mem
+
+    # the write due before the credit: not certain, nothing taken
+    early = ClosedLoop(plan)
+    for p in contribs[:-2]:
+        early.next_packet(0, hop)
+    early.result(0, 0, due - 3)
+    started = early.started
+    assert early.next_packet(0, due - 2) is None and early.next_start(0, due - 2) is None
+    assert early.started == started
+
+
 def test_plan_errors():
     cfg = ReplayConfig(ports=2, **SMALL)
     with pytest.raises(PlanError, match="3 GPUs but the switch has 2 ports"):

@@ -91,6 +91,10 @@ class Player:
         # to start. Either holds until the port's messages change (a delivery or result that
         # concerns it, a message due by time, a credit usable): asking again finds the same.
         self.quiet = [0] * self.N
+        #: Ports whose packet's end does not wake Python (the harness's ``hush``, bit k): the
+        #: port would find nothing to start then (:meth:`_give`). Asked again whenever the
+        #: port is looked at; the times a credit or a message could change it are woken for.
+        self.hushed = 0
         self.woken = set()    # ports whose messages changed since they were last looked at
         self.issued = [[] for _ in range(self.N)]   # pids in the order each port started them
         self.outstanding = [{} for _ in range(self.N)]   # wrap_seq(seq) -> seq, per member
@@ -122,8 +126,13 @@ class Player:
     def _start(self, k, cycle, desc, ahead=False):
         """Give port ``k`` its next packet, to start at ``cycle`` or (``ahead``) when the
         packet it plays now has ended, if that one is certain already
-        (:meth:`sim.replay.loop.ClosedLoop.next_packet`). Returns whether it gave one."""
-        pid = self.loop.next_packet(k, cycle, ahead)
+        (:meth:`sim.replay.loop.ClosedLoop.next_packet`); or, when the port has nothing to
+        start at ``cycle``, at the later cycle it will start one, if both are certain already
+        (:meth:`sim.replay.loop.ClosedLoop.next_start`: a contribution waiting for a credit
+        that is on its way), so Python need not wake then. Returns whether it gave one."""
+        pid, at = self.loop.next_packet(k, cycle, ahead), 0
+        if pid is None and not ahead:
+            pid, at = self.loop.next_start(k, cycle) or (None, 0)
         if pid is None:
             self.quiet[k] = 1 if ahead else 2
             return False
@@ -144,7 +153,7 @@ class Player:
         tell = not contrib and pid == self.plan.messages[msgs[pid]].packets[-1]
         value = (self.tag[k] >> j & 1 | contrib << _DESC["contrib"] | tell << _DESC["tell"]
                  | (flits[pid] - 1) << _DESC["last"] | dst << _DESC["dst"]
-                 | key << _DESC["key"] | user << _DESC["user"])
+                 | key << _DESC["key"] | at << _DESC["at"] | user << _DESC["user"])
         self.schedule[k].append((cycle, value))
         shift = _DESC["width"] * j
         self.desc[k] = value << shift | self.desc[k] & ~(_DESC["mask"] << shift)
@@ -153,13 +162,19 @@ class Player:
 
     def _give(self, k, cycle, desc, pending):
         """Port ``k`` has ``pending`` descriptors not played out (0, 1 or 2): start one if it
-        is free, and queue the one after when it is certain."""
+        is free, and queue the one after when it is certain. Returns whether the port's end
+        of play need not wake Python (:attr:`hushed`)."""
         quiet = self.quiet[k]
         if pending == 0 and quiet != 2:
             pending = self._start(k, cycle, desc)
             quiet = self.quiet[k]
         if pending == 1 and not quiet:
-            self._start(k, cycle, desc, ahead=True)
+            pending += self._start(k, cycle, desc, ahead=True)
+        # Playing its last packet given, with nothing it could start now even if it were
+        # free: when that packet ends there is nothing to do until something changes, and
+        # each such change wakes Python by itself (a delivery; a credit or a due message, at
+        # the time asked for, below).
+        return pending == 1 and not self.loop.can_start(k, cycle)
 
     def _ended(self, d, user, cycle):
         kind = user >> _USER["kind"][0] & _USER["kind"][1]
@@ -228,6 +243,7 @@ class Player:
         dut.dtype.value = self.dtype.value
         dut.stall_threshold.value = min(0xFFFF, int(round(self.stall * 65536)))
         dut.wake_at.value = _M32
+        dut.hush.value = 0
         desc = [getattr(dut, f"desc{k}") for k in range(self.N)]
         for h in desc:
             h.value = 0
@@ -256,16 +272,20 @@ class Player:
         began = time.perf_counter()
         await falling
         for k in range(N):
-            self._give(k, 0, desc, 0)
+            self.hushed |= self._give(k, 0, desc, 0) << k
+        dut.hush.value = self.hushed
         dut.run.value = 1
         cycle, progress_at, last_event, woke_at = 0, 20_000, 0, _M32
         seen, both = 0, (1 << 2 * N) - 1     # the harness's `done` bits, as last looked at
         while not self.done():
-            # The next cycle anything can change for an idle port by time alone.
-            wakes = [self.loop.wake_time(k) for k in range(N) if not self.busy[k]]
+            # The next cycle anything can change by time alone for a port that is idle or whose
+            # end of play is hushed (a busy port's end wakes Python: it looks then).
+            hushed = self.hushed
+            wakes = [self.loop.wake_time(k) for k in range(N)
+                     if not self.busy[k] or hushed >> k & 1]
             self.credits = [c for c in self.credits if c[0] > cycle]
             wakes = [w for w in wakes if w is not None and w > cycle]
-            wakes += [c for c, _ in self.credits]
+            wakes += [c for c, d in self.credits if not self.busy[d] or hushed >> d & 1]
             limits = [max_cycles + 1]
             if any(self.busy) or self.inflight:   # the watchdog counts only with work out
                 limits.append(last_event + watchdog + 1)
@@ -315,9 +335,14 @@ class Player:
                 waiting = (self.tag[k] ^ done >> 2 * k) & 3
                 pending = (waiting & 1) + (waiting >> 1)
                 self.busy[k] = pending > 0
-                if pending < 2:
-                    self._give(k, cycle, desc, pending)
+                bit = 1 << k
+                if pending < 2 and self._give(k, cycle, desc, pending):
+                    hushed |= bit
+                else:
+                    hushed &= ~bit
             visit.clear()
+            if hushed != self.hushed:
+                dut.hush.value = self.hushed = hushed
             if self.loop.started != started:
                 last_event = cycle     # a packet started: progress, for the watchdog too
             if self.mismatches:

@@ -11,11 +11,11 @@ against the same formula (the packet id read back from ``tuser`` as
 folds the payload into a 64-bit digest (for reduction results; Python compares it with the
 digest of the numpy golden sum), drives ``tready`` (optionally with pseudo-random stalls), and
 writes one line per packet to a log. Python is woken (``attn``, and ``wake_n`` falling) only in
-the cycle after an ingress went idle with nothing queued, after an egress delivered a reduction
-result or a memory packet Python must see online (``tell``: the last of its message), or at a
-cycle it asked for (``wake_at``). The monitor knows a memory packet's ``tell`` bit from a queue
-per (ingress, egress) pair, filled as the packets start: a pair's packets arrive in the order
-they left.
+the cycle after an ingress went idle with nothing queued (unless Python ``hush``-ed it: it would
+find nothing to start), after an egress delivered a reduction result or a memory packet Python
+must see online (``tell``: the last of its message), or at a cycle it asked for (``wake_at``).
+The monitor knows a memory packet's ``tell`` bit from a queue per (ingress, egress) pair, filled
+as the packets start: a pair's packets arrive in the order they left.
 
 The formulas' constants and the packet id's fields come from :mod:`sim.cosim.stimulus`, where
 the Python generators use the same ones; every replay also checks the two sides against each
@@ -40,9 +40,12 @@ RESULT = Kind.REDUCE_RESULT.value
 #: selects the contribution generator (key = chunk sequence) over the memory formula (key =
 #: packet id, :data:`sim.cosim.stimulus.PID_BITS` wide); ``last`` is the flit count minus one;
 #: ``tell``: Python must see this memory packet's delivery online (it ends its message); the
-#: others reach Python only through the log, so their deliveries wake nothing.
+#: others reach Python only through the log, so their deliveries wake nothing. ``at``: the
+#: first cycle the packet may start (0: as soon as it is its slot's turn), so Python can give
+#: a packet it knows will start later, such as a contribution waiting for its slot's credit,
+#: without waking at that cycle.
 DESC_FIELDS = (("tag", 1), ("contrib", 1), ("tell", 1), ("last", 16), ("dst", PORT_BITS),
-               ("key", PID_BITS))
+               ("key", PID_BITS), ("at", 32))
 
 def tell_depth(chunk_flits):
     """Memory packets each (ingress, egress) pair's tell queue holds in flight: a power of two
@@ -187,7 +190,8 @@ def render_player(switch_meta, schedule=0):
         return f"[{w - 1}:0] " if w > 1 else ""
 
     ports = ["input clk", "input rst", "input run", "input flush", "input [1:0] dtype",
-             "input [31:0] seed", "input [15:0] stall_threshold", "input [31:0] wake_at"]
+             "input [31:0] seed", "input [15:0] stall_threshold", "input [31:0] wake_at",
+             f"input [{N - 1}:0] hush"]
     ports += [f"input [{2 * D - 1}:0] desc{k}" for k in range(N)]
     ports += ["output reg attn", "output wake_n", "output tell_lost",
               f"output [{31 + 4 * N}:0] ev",
@@ -254,7 +258,7 @@ def render_player(switch_meta, schedule=0):
                   f"  wire [{D - 1}:0] cur{k} = entry{k}[{D - 1}:0];",
                   f"  wire queued{k} = 1'b1;", f"  wire [1:0] done{k} = 2'd0;",
                   f"  wire act{k} = run & (entry{k}[{D + 31}:{D}] != 32'hFFFFFFFF) & "
-                  f"(cycle >= entry{k}[{D + 31}:{D}]);"]
+                  f"(cycle >= entry{k}[{D + 31}:{D}]) & (cycle >= {f(k, 'at')});"]
         else:
             v += [f"  // ingress {k}: the player. Two descriptor slots, played in turn (`sel`): a",
                   "  // slot holds a packet to play while its tag differs from its `done`, so",
@@ -264,14 +268,15 @@ def render_player(switch_meta, schedule=0):
                   f"desc{k}[{D - 1}:0];",
                   f"  wire queued{k} = sel{k} ? {f(k, 'tag', 0)} != done{k}[0] : "
                   f"{f(k, 'tag', 1)} != done{k}[1];",
-                  f"  wire act{k} = run & ({f(k, 'tag')} != done{k}[sel{k}]);"]
+                  f"  wire act{k} = run & ({f(k, 'tag')} != done{k}[sel{k}]) & "
+                  f"(cycle >= {f(k, 'at')});"]
         v += [f"  reg [15:0] pos{k};",
               f"  reg [31:0] in_flits{k}, in_stall{k};",
               f"  wire s_ready{k};", f"  wire [DW-1:0] s_data{k};",
               f"  wire s_last{k} = pos{k} == {f(k, 'last')};",
               f"  wire fire{k} = act{k} & s_ready{k};",
               f"  assign in_end_now[{k}] = fire{k} & s_last{k};",
-              f"  assign in_idle_now[{k}] = fire{k} & s_last{k} & ~queued{k};",
+              f"  assign in_idle_now[{k}] = fire{k} & s_last{k} & ~queued{k} & ~hush[{k}];",
               f"  assign done[{2 * k + 1}:{2 * k}] = done{k};",
               f"  assign ingress_flits[{32 * k + 31}:{32 * k}] = in_flits{k};",
               f"  assign stall_cycles[{32 * k + 31}:{32 * k}] = in_stall{k};"]

@@ -103,6 +103,58 @@ class ClosedLoop:
             return int(p)
         return None
 
+    def can_start(self, port, cycle):
+        """Whether :meth:`next_packet` at ``cycle`` would give ``port`` a packet (nothing is
+        taken): a message eligible by then whose next packet is not a contribution still
+        waiting for its slot's credit."""
+        fut, act = self.future[port], self.active[port]
+        while fut and fut[0][0] <= cycle:
+            _insort(act, heapq.heappop(fut))
+        rt, slots, seqs, result_at = self.round_trip, self.slots, self.columns[1], self.result_at
+        for _, mid in act:
+            s = seqs[self.plan.messages[mid].packets[self.next_index.get(mid, 0)]]
+            if s < slots:
+                return True
+            got = result_at.get((port, s - slots))
+            if got is not None and got + rt < cycle:
+                return True
+        return False
+
+    def next_start(self, port, cycle):
+        """For a port free at ``cycle`` with nothing to start (:meth:`next_packet` found
+        nothing): ``(packet, at)``, the packet it will start next and the first cycle it can,
+        when both are certain already; the packet is then taken, as :meth:`next_packet` at
+        ``at`` would take it. Otherwise None, and nothing changes.
+
+        Every message the port has eligible then waits for its slot's credit. One whose
+        result was delivered (before ``cycle``) can start a round trip after it; anything
+        else — a result, a dependency or a read delivered from ``cycle`` on — makes a packet
+        startable ``round_trip`` + 1 cycles after ``cycle`` at the earliest, later than every
+        known credit. So the first known credit decides, unless a message is due by time
+        before it (then None: the port wakes for it)."""
+        act, fut = self.active[port], self.future[port]
+        if not act:
+            return None
+        rt, slots, seqs, result_at = self.round_trip, self.slots, self.columns[1], self.result_at
+        best, at = None, None
+        for i, (_, mid) in enumerate(act):
+            m = self.plan.messages[mid]
+            pos = self.next_index.get(mid, 0)
+            got = result_at.get((port, seqs[m.packets[pos]] - slots))
+            if got is not None and (at is None or got + rt + 1 < at):
+                best, at = i, got + rt + 1
+        if best is None or fut and fut[0][0] <= at:
+            return None
+        mid = act[best][1]
+        m = self.plan.messages[mid]
+        pos = self.next_index.get(mid, 0)
+        p = m.packets[pos]
+        self.next_index[mid] = pos + 1
+        if pos + 1 == len(m.packets):
+            del act[best]
+        self.started += 1
+        return int(p), at
+
     def wake_time(self, port):
         """The next cycle a message of ``port`` becomes eligible by time alone (or None)."""
         fut = self.future[port]
