@@ -1,17 +1,18 @@
-"""Co-simulation with the Verilog packet player (:mod:`sim.cosim.player_verilog`): Python off
-the per-cycle path.
+"""Co-simulation with the Verilog packet player (:mod:`sim.cosim.player_verilog`): Python off the
+per-cycle path.
 
 The player harness moves every flit in Verilog; Python runs only in the cycles after an event
 the closed loop needs (a port went idle, a result or a message's last packet was delivered) or
 at a cycle it asked for, where it does what only the GPU side can: the closed loop
 (:class:`sim.replay.loop.ClosedLoop`, the same object the fast model and the per-cycle
-:class:`sim.cosim.driver.ReplayDriver` use — so all three replays compare packet by packet), one
-descriptor write per new packet, queued while the port still plays one when the loop can already
-say which it will be. The harness logs every packet it injected or delivered; after the run
-:meth:`Player.check` scoreboards that log: every memory packet intact (payload flag from the
-Verilog check, header constant over its flits, source, destination, length) exactly once, every
-reduction result's digest equal to the digest (:func:`sim.cosim.stimulus.digest`) of the numpy
-golden sum (:func:`sim.model.reduce.reduce_words`) of the contributions the players generated
+:class:`sim.cosim.driver.ReplayDriver` use — so all three replays compare packet by packet), and
+one descriptor write for each port given a packet (its two slots at once: the next packet is
+queued while the port still plays one when the loop can already say which it will be). The
+harness logs every packet it injected or delivered; after the run :meth:`Player.check`
+scoreboards that log: every memory packet intact (payload flag from the Verilog check, header
+constant over its flits, source, destination, length) exactly once, every reduction result's
+digest equal to the digest (:func:`sim.cosim.stimulus.digest`) of the numpy golden sum
+(:func:`sim.model.reduce.reduce_words`) of the contributions the players generated
 (:func:`sim.cosim.stimulus.hashed_contribution_words`, the same hash the Verilog computes).
 """
 
@@ -123,7 +124,7 @@ class Player:
             return seq, 1, user
         return pid, 0, memory_user(pid, kind)
 
-    def _start(self, k, cycle, desc, ahead=False):
+    def _start(self, k, cycle, ahead=False):
         """Give port ``k`` its next packet, to start at ``cycle`` or (``ahead``) when the
         packet it plays now has ended, if that one is certain already
         (:meth:`sim.replay.loop.ClosedLoop.next_packet`); or, when the port has nothing to
@@ -157,19 +158,20 @@ class Player:
         self.schedule[k].append((cycle, value))
         shift = _DESC["width"] * j
         self.desc[k] = value << shift | self.desc[k] & ~(_DESC["mask"] << shift)
-        desc[k].value = self.desc[k]
         return True
 
     def _give(self, k, cycle, desc, pending):
         """Port ``k`` has ``pending`` descriptors not played out (0, 1 or 2): start one if it
         is free, and queue the one after when it is certain. Returns whether the port's end
         of play need not wake Python (:attr:`hushed`)."""
-        quiet = self.quiet[k]
+        quiet, given = self.quiet[k], pending
         if pending == 0 and quiet != 2:
-            pending = self._start(k, cycle, desc)
+            pending = self._start(k, cycle)
             quiet = self.quiet[k]
         if pending == 1 and not quiet:
-            pending += self._start(k, cycle, desc, ahead=True)
+            pending += self._start(k, cycle, ahead=True)
+        if pending != given:   # one write for both slots
+            desc[k].value = self.desc[k]
         # Playing its last packet given, with nothing it could start now even if it were
         # free: when that packet ends there is nothing to do until something changes, and
         # each such change wakes Python by itself (a delivery; a credit or a due message, at
