@@ -105,7 +105,6 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
     def elaborate(self, platform):
         m = Module()
         do_write = self.w_rdy & self.w_en
-        do_read = self.r_rdy & self.r_en
         m.d.comb += [self.w_level.eq(self.level), self.r_level.eq(self.level)]
 
         inner_depth = self.depth - 1
