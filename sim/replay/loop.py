@@ -79,46 +79,14 @@ class ClosedLoop:
         skipped for its credit may get it before the port is free, but whatever becomes
         eligible after ``cycle`` sorts behind the first: its issue or ready cycle is later
         than every eligible message's. Otherwise None, and nothing changes."""
-        fut, act = self.future[port], self.active[port]
-        while fut and fut[0][0] <= cycle:
-            entry = heapq.heappop(fut)
-            _insort(act, entry)
-        plan = self.plan
-        for i, (_, mid) in enumerate(act):
-            m = plan.messages[mid]
-            pos = self.next_index.get(mid, 0)
-            p = m.packets[pos]
-            s = self.columns[1][p]
-            if s >= self.slots:
-                got = self.result_at.get((port, int(s) - self.slots))
-                if got is None or got + self.round_trip >= cycle:
-                    if ahead:
-                        return None
-                    continue
-            pos += 1
-            self.next_index[mid] = pos
-            if pos == len(m.packets):
-                del act[i]
-            self.started += 1
-            return int(p)
-        return None
+        first = self._first(port, cycle, ahead)
+        return None if first is None else self._take(port, *first)
 
     def can_start(self, port, cycle):
         """Whether :meth:`next_packet` at ``cycle`` would give ``port`` a packet (nothing is
         taken): a message eligible by then whose next packet is not a contribution still
         waiting for its slot's credit."""
-        fut, act = self.future[port], self.active[port]
-        while fut and fut[0][0] <= cycle:
-            _insort(act, heapq.heappop(fut))
-        rt, slots, seqs, result_at = self.round_trip, self.slots, self.columns[1], self.result_at
-        for _, mid in act:
-            s = seqs[self.plan.messages[mid].packets[self.next_index.get(mid, 0)]]
-            if s < slots:
-                return True
-            got = result_at.get((port, s - slots))
-            if got is not None and got + rt < cycle:
-                return True
-        return False
+        return self._first(port, cycle) is not None
 
     def next_start(self, port, cycle):
         """For a port free at ``cycle`` with nothing to start (:meth:`next_packet` found
@@ -133,27 +101,16 @@ class ClosedLoop:
         known credit. So the first known credit decides, unless a message is due by time
         before it (then None: the port wakes for it)."""
         act, fut = self.active[port], self.future[port]
-        if not act:
-            return None
-        rt, slots, seqs, result_at = self.round_trip, self.slots, self.columns[1], self.result_at
+        slots, seqs, result_at = self.slots, self.columns[1], self.result_at
         best, at = None, None
         for i, (_, mid) in enumerate(act):
-            m = self.plan.messages[mid]
             pos = self.next_index.get(mid, 0)
-            got = result_at.get((port, seqs[m.packets[pos]] - slots))
-            if got is not None and (at is None or got + rt + 1 < at):
-                best, at = i, got + rt + 1
+            got = result_at.get((port, seqs[self.plan.messages[mid].packets[pos]] - slots))
+            if got is not None and (at is None or self.credit_cycle(got) < at):
+                best, at = (i, mid, pos), self.credit_cycle(got)
         if best is None or fut and fut[0][0] <= at:
             return None
-        mid = act[best][1]
-        m = self.plan.messages[mid]
-        pos = self.next_index.get(mid, 0)
-        p = m.packets[pos]
-        self.next_index[mid] = pos + 1
-        if pos + 1 == len(m.packets):
-            del act[best]
-        self.started += 1
-        return int(p), at
+        return self._take(port, *best), at
 
     def wake_time(self, port):
         """The next cycle a message of ``port`` becomes eligible by time alone (or None)."""
@@ -216,6 +173,36 @@ class ClosedLoop:
         self.total = plan.packets
         heapq.heappush(self.future[resp.src], (resp.issue, mid))
         return [resp.src]
+
+    def _first(self, port, cycle, ahead=False):
+        """``(i, mid, pos)`` of the message :meth:`next_packet` at ``cycle`` would take from,
+        its place in the port's eligible list and the position of its next packet, or None
+        (``ahead``: None as well when the first message waits for its credit)."""
+        fut, act = self.future[port], self.active[port]
+        while fut and fut[0][0] <= cycle:
+            _insort(act, heapq.heappop(fut))
+        messages, next_index, seqs = self.plan.messages, self.next_index, self.columns[1]
+        for i, (_, mid) in enumerate(act):
+            pos = next_index.get(mid, 0)
+            s = seqs[messages[mid].packets[pos]]
+            if s >= self.slots:
+                got = self.result_at.get((port, s - self.slots))
+                if got is None or got + self.round_trip >= cycle:
+                    if ahead:
+                        return None
+                    continue
+            return i, mid, pos
+        return None
+
+    def _take(self, port, i, mid, pos):
+        """Start the packet at ``pos`` of message ``mid``, the ``i``-th of ``port``'s eligible
+        list; returns its id."""
+        packets = self.plan.messages[mid].packets
+        self.next_index[mid] = pos + 1
+        if pos + 1 == len(packets):
+            del self.active[port][i]
+        self.started += 1
+        return int(packets[pos])
 
     def _mirror(self):
         plan, have = self.plan, len(self.columns[0])
