@@ -95,6 +95,9 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
         if lookahead:
             self.r_data_next = Signal(lookahead)
             self.r_rdy_if_read, self.r_rdy_if_kept = Signal(), Signal()
+            # next cycle's `r_rdy_if_read` (whether the memory will hold a word), so a
+            # consumer can keep a decision about the head two cycles on in a register
+            self.r_rdy_if_read_next = Signal()
             self.r_data_if_read = Signal(lookahead)
             self.r_data_if_kept = Signal(lookahead)
             # two cycles on, after n = 0, 1 or 2 reads in this cycle and the next
@@ -188,6 +191,7 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                 m.d.sync += following.eq(_wrap(following, inner_depth))
             m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data[plain:]),
                          w_port.en.eq(do_write), r_port.addr.eq(following),
+                         self.r_rdy_if_read_next.eq(nonempty_next),
                          self.r_data_next.eq(Mux(do_inner_read, after, head)),
                          self.r_data[plain:].eq(head),
                          # the same, for each value of r_en (do_inner_read is

@@ -559,17 +559,43 @@ class ReductionUnit(wiring.Component):
         # drain alone (with two it is this cycle's turn, and the judge may read it now). The
         # FIFO tells its head for each number of reads (RamFIFO r_*_in_two), from registers
         # and its memory; the reads follow from each head's `last` and the packet state.
+        # With three ports or more, the drain reads of this cycle and the next are registers
+        # (`p{k}_drain_now`, `p{k}_drain_next`), each loaded the cycle before from the FIFO's
+        # and the packet state's next values, beside the port: worked out in the cycle, they
+        # were the first levels of the reduction unit's routed critical path (the hold FIFO's
+        # `r_rdy` -> the gather; docs/timing-closure.md, "The judge's drain reads").
         soon_heads, soon_ready = [], Signal(N, name="judge_soon_ready")
         next_heads, next_ready = [], Signal(N, name="judge_next_ready")   # one cycle on
         for k in range(N):
             hold = holds[k]
-            read_now = pop[k] if N == 2 else head_valid[k] & in_pkt[k]
+            if N == 2:
+                read_now = pop[k]
+            else:
+                # the packet state and the head's `last`, next cycle (as the judge and the
+                # drain update them)
+                in_pkt_next = Mux(pop[k], ~heads[k].flit.last, in_pkt[k])
+                head_next = Signal(hold_layout, name=f"p{k}_hold_head_next")
+                m.d.comb += head_next.as_value()[data_bits:].eq(hold.r_data_next)
+                drain_next_now = hold.r_rdy_next & in_pkt_next
+                read_now = Signal(name=f"p{k}_drain_now")
+                m.d.sync += read_now.eq(drain_next_now)
             head1 = Signal(hold_layout, name=f"p{k}_hold_head1")   # next cycle's head
             m.d.comb += head1.as_value()[data_bits:].eq(
                 Mux(read_now, hold.r_data_if_read, hold.r_data_if_kept))
             valid1 = Mux(read_now, hold.r_rdy_if_read, hold.r_rdy_if_kept)
             in_pkt1 = Mux(read_now, ~heads[k].flit.last, in_pkt[k])
-            read_next = valid1 & in_pkt1
+            if N == 2:
+                read_next = valid1 & in_pkt1
+            else:
+                # (valid1 & in_pkt1 a cycle early; when the port does not drain, it is in a
+                # packet only with an empty head, so valid1 is the memory's word alone)
+                read_next = Signal(name=f"p{k}_drain_next")
+                m.d.sync += read_next.eq(
+                    hold.r_rdy_if_read_next &
+                    Mux(drain_next_now, ~head_next.flit.last, in_pkt_next))
+                if platform == "formal":   # the registers are what they stand for
+                    m.d.comb += [Assert(read_now == head_valid[k] & in_pkt[k]),
+                                 Assert(read_next == valid1 & in_pkt1)]
             reads = Cat(read_now ^ read_next, read_now & read_next)   # 0, 1 or 2
             head2 = Signal(hold_layout, name=f"p{k}_hold_head2")   # its data bits stay 0
             m.d.comb += [

@@ -29,7 +29,8 @@ def test_matches_sync_fifo_buffered(depth, lookahead, slices):
     the rest through the synchronous port), and the candidate this cycle's ``r_en`` picks of
     ``r_*_if_read`` and ``r_*_if_kept``, and two cycles on the reference's ``r_rdy`` and top
     bits are the ``r_*_in_two`` of the number of reads in between; without, ``r_rdy_next``
-    alone. With ``slices`` read slices each slice's read
+    alone; ``r_rdy_if_read_next`` is the next cycle's ``r_rdy_if_read``. With ``slices`` read
+    slices each slice's read
     enable comes from its own copies of the FIFO's registers: the word read is the same."""
     m = Module()
     m.submodules.dut = dut = RamFIFO(width=12, depth=depth,
@@ -39,7 +40,7 @@ def test_matches_sync_fifo_buffered(depth, lookahead, slices):
     rng = random.Random(depth)
 
     async def bench(ctx):
-        promised = None
+        promised = if_read_next = None
         in_two = {}   # cycle -> (the promises for two cycles on, by read count)
         reads = {}    # cycle -> whether the FIFO was read
         for t in range(600):
@@ -69,6 +70,9 @@ def test_matches_sync_fifo_buffered(depth, lookahead, slices):
                 in_two[t] = [(ctx.get(dut.r_rdy_in_two[n]), ctx.get(dut.r_data_in_two[n]))
                              for n in range(3)]
             if lookahead:   # the two candidates, chosen by this cycle's r_en
+                if if_read_next is not None:
+                    assert ctx.get(dut.r_rdy_if_read) == if_read_next, t
+                if_read_next = ctx.get(dut.r_rdy_if_read_next)
                 which = "read" if r_en else "kept"
                 assert ctx.get(getattr(dut, f"r_rdy_if_{which}")) == promised[0], t
                 if promised[0]:
