@@ -151,7 +151,8 @@ class ReductionProperties(Elaboratable):
 
     1. **Release only when complete**: a slot is freed only while it is valid and every member
        of its snapshot has arrived (a non-empty snapshot).
-    2. **Counted once**: a member's arrival marks a bit that was clear, in a valid slot whose
+    2. **Counted once**: a member's arrival marks a bit that was clear (in the table and in the
+       register its landing passes on the way, ``slot_landed``), in a valid slot whose
        snapshot contains that member.
     3. **Isolation**: every bank write goes to a slot that, on the next cycle, is held by the
        writing packet's own job and chunk; an arrival lands in a slot of its own job and chunk.
@@ -165,11 +166,13 @@ class ReductionProperties(Elaboratable):
     6. **The judge's two steps judge as one**: the header step B judges is, whenever it is
        ready, the head of the FIFO whose turn it is (all but the data), ready exactly when that FIFO has a head
        and its port is between packets; and step B's registered view of the header's slot
-       entry (valid, job, chunk, members, arrivals) is the table's entry in that cycle.
+       entry (valid, job, chunk, members, arrivals) is the table's entry in that cycle, its
+       arrivals with the landings on their way.
 
     Invariants that make the proof inductive, each a true statement of the design: a port
     writing a packet holds its slot as a not-yet-arrived member of the slot's job and chunk; a
-    free slot has no arrivals; arrivals are a subset of the snapshot.
+    free slot has no arrivals and no landings; arrivals and landings are disjoint subsets of
+    the snapshot.
 
     ``spec`` is the unit's :class:`hw.spec.SwitchSpec`; the default is the size proved in CI
     (3 ports, 1 lane, 2 slots, 2-flit chunks, 2 jobs, int32).
@@ -231,16 +234,20 @@ class ReductionProperties(Elaboratable):
             m.d.comb += port.addr.eq(index)
             return port.data
 
+        # each slot's arrivals with the landings on their way to the table
+        seen = [st.slot_arrived[s] | st.slot_landed[s] for s in range(S)]
         for s in range(S):
-            # 1. release only when complete
+            # 1. release only when complete (so never with a landing on its way)
             with m.If(st.slot_free[s]):
                 m.d.comb += [Assert(st.slot_valid[s]),
                              Assert(st.slot_arrived[s] == st.slot_members[s]),
+                             Assert(st.slot_landed[s] == 0),
                              Assert(st.slot_members[s].any())]
             # invariants
             with m.If(~st.slot_valid[s]):
-                m.d.comb += Assert(st.slot_arrived[s] == 0)
-            m.d.comb += Assert((st.slot_arrived[s] & ~st.slot_members[s]) == 0)
+                m.d.comb += [Assert(st.slot_arrived[s] == 0), Assert(st.slot_landed[s] == 0)]
+            m.d.comb += [Assert((seen[s] & ~st.slot_members[s]) == 0),
+                         Assert((st.slot_arrived[s] & st.slot_landed[s]) == 0)]
             # the members are kept twice, written by the same claim: in flip-flops (for the
             # engine's completion test and pick) and in LUT-RAM (for the judge's read)
             m.d.comb += Assert(meta_at(s).members == st.slot_members[s])
@@ -285,7 +292,7 @@ class ReductionProperties(Elaboratable):
             # 2. counted once
             with m.If(st.arrive[k]):
                 slot = st.arrive_slot[k]
-                arrived = at(st.slot_arrived, slot, N)
+                arrived = at(seen, slot, N)
                 members = at(st.slot_members, slot, N)
                 m.d.comb += Assert(~arrived[k])
                 if dut.chunk_flits > 1:   # a one-flit chunk arrives as it claims
@@ -320,7 +327,7 @@ class ReductionProperties(Elaboratable):
                     Assert(cur < S),
                     Assert(st.slot_valid.bit_select(cur, 1)),
                     Assert(at(st.slot_members, cur, N)[k]),
-                    Assert(~at(st.slot_arrived, cur, N)[k]),
+                    Assert(~at(seen, cur, N)[k]),
                     Assert(meta.job == st.cur_job[k]),
                     Assert(meta.seq == st.cur_seq[k]),
                     Assert(st.cur_idx[k] <= dut.chunk_flits),
@@ -352,8 +359,7 @@ class ReductionProperties(Elaboratable):
         with m.If(jslot < S):
             m.d.comb += [
                 Assert(st.judge_v_valid == st.slot_valid.bit_select(jslot, 1)),
-                Assert(st.judge_v_turn_arrived ==
-                       at(st.slot_arrived, jslot, N).bit_select(turn, 1)),
+                Assert(st.judge_v_turn_arrived == at(seen, jslot, N).bit_select(turn, 1)),
                 Assert(st.judge_v_members == at(st.slot_members, jslot, N)),
                 Assert(st.judge_v_job == jmeta.job),
                 Assert(st.judge_v_seq == jmeta.seq),

@@ -249,6 +249,9 @@ class ReductionUnit(wiring.Component):
                              attrs={"ram_style": "distributed"}),
             slot_members=[Signal(N, name=f"slot{s}_members") for s in range(S)],
             slot_arrived=[Signal(N, name=f"slot{s}_arrived") for s in range(S)],
+            # the members whose contribution landed in the slot the cycle before: a register
+            # beside the table, which adds them to `slot_arrived` a cycle later
+            slot_landed=[Signal(N, name=f"slot{s}_landed") for s in range(S)],
             slot_free=Signal(S, name="slot_free_now"),       # freed by the engine this cycle
             # per port: the flit leaving its hold FIFO this cycle (judged, if a first flit)
             in_valid=Signal(N, name="in_valid"),
@@ -278,6 +281,7 @@ class ReductionUnit(wiring.Component):
             cur_seq=[Signal(SEQ_BITS, name=f"p{k}_seq") for k in range(N)],
             cur_idx=[Signal(range(P + 1), name=f"p{k}_idx") for k in range(N)],
             claim=[Signal(name=f"p{k}_claim") for k in range(N)],
+            # a contribution's last flit lands this cycle (the table shows it two cycles on)
             arrive=[Signal(name=f"p{k}_arrive") for k in range(N)],
             arrive_slot=[Signal(slot_range, name=f"p{k}_arrive_slot") for k in range(N)],
             write=[Signal(name=f"p{k}_write") for k in range(N)],
@@ -381,8 +385,8 @@ class ReductionUnit(wiring.Component):
             # The judgement drives a write request; the bank takes it a cycle later from
             # registers, so the first-flit checks end at a flip-flop instead of at the bank's
             # write enable (far away, with a long setup in LUT-RAM). The engine cannot miss the
-            # delayed write: it reads a chunk no earlier than three cycles after its last arrival
-            # (the arrival and both steps of the pick are registered).
+            # delayed write: it reads a chunk no earlier than four cycles after its last arrival
+            # (the landing, the table's arrived bits and both steps of the pick are registered).
             bank_wp = bank.write_port()
             wp = SimpleNamespace(en=Signal(name=f"bank{k}_wreq"),
                                  addr=Signal(range(addr_depth), name=f"bank{k}_wreq_addr"),
@@ -563,9 +567,10 @@ class ReductionUnit(wiring.Component):
         # (`p{k}_drain_now`, `p{k}_drain_next`), each loaded the cycle before from the FIFO's
         # and the packet state's next values, beside the port: worked out in the cycle, they
         # were the first levels of the reduction unit's routed critical path (the hold FIFO's
-        # `r_rdy` -> the gather; docs/timing-closure.md, "The judge's drain reads").
+        # `r_rdy` -> the gather; docs/timing-closure.md, "The judge's drain reads as registers").
         soon_heads, soon_ready = [], Signal(N, name="judge_soon_ready")
         next_heads, next_ready = [], Signal(N, name="judge_next_ready")   # one cycle on
+        drains = []   # each port's drain read this cycle, a register (three ports or more)
         for k in range(N):
             hold = holds[k]
             if N == 2:
@@ -579,6 +584,7 @@ class ReductionUnit(wiring.Component):
                 drain_next_now = hold.r_rdy_next & in_pkt_next
                 read_now = Signal(name=f"p{k}_drain_now")
                 m.d.sync += read_now.eq(drain_next_now)
+                drains.append(read_now)
             head1 = Signal(hold_layout, name=f"p{k}_hold_head1")   # next cycle's head
             m.d.comb += head1.as_value()[data_bits:].eq(
                 Mux(read_now, hold.r_data_if_read, hold.r_data_if_kept))
@@ -671,6 +677,7 @@ class ReductionUnit(wiring.Component):
 
             wp = write_ports[k]
             idx = cur_idx[k]
+            lands = Signal(name=f"p{k}_lands")   # the drain's landing (P > 1)
             # The data whatever the enable: held at 0 when nothing is written, it would cost
             # an AND per bit in front of the write register (nothing reads it then).
             m.d.comb += [st.write[k].eq(wp.en), wp.data.eq(hdr.data)]
@@ -701,9 +708,21 @@ class ReductionUnit(wiring.Component):
                             m.d.comb += raw[n_checks].eq(1)
                         with m.Elif(hdr.last):
                             with m.If(idx == P - 1):
-                                m.d.comb += [arrive[k].eq(1), arrive_slot[k].eq(cur_slot[k])]
+                                m.d.comb += lands.eq(1)
                             with m.Else():
                                 m.d.comb += raw[n_checks].eq(1)
+            if P > 1:
+                # The landing from registers: the drain read (a register with three ports or
+                # more, above), the packet's state and the head, so the long way from the
+                # port to the slot table starts at flip-flops beside the port, not at its
+                # FIFO's `r_rdy` and read (docs/timing-closure.md, "The arrival registered").
+                drained = drains[k] if drains else valid & ~first
+                m.d.comb += [
+                    arrive[k].eq(drained & good[k] & hdr.last & (idx == P - 1) &
+                                 (hdr.user.kind != Kind.NULLIFIED)),
+                    arrive_slot[k].eq(cur_slot[k])]
+                if platform == "formal":   # the same landing as the drain's own
+                    m.d.comb += Assert(arrive[k] == lands)
 
         # -- slot table updates ------------------------------------------------------------
         # One writer: the judge. The claimed entry is the judged header's, for every slot.
@@ -714,16 +733,25 @@ class ReductionUnit(wiring.Component):
         # the register's equality with the comparison it replaces). The pick's first step
         # then starts at flip-flops, not at the comparison of each slot's arrived and members
         # (the routed 4 x 8 x 16 switch's seed-3 critical path at 82b7ee8: docs/hw.md).
+        # A landing reaches the table through a register of its own per slot (`slot_landed`),
+        # so the way from each port's drain to the slot it names and the comparison that
+        # completes the slot are two paths, not one across the die (docs/timing-closure.md,
+        # "The arrival registered"): the table, and so the engine's pick, sees it a cycle
+        # later (ENGINE_PICK_LATENCY), the judge at once (its step A adds both, below). A
+        # slot is freed only when complete, so never with a landing on its way (formal).
+        slot_landed = st.slot_landed
         slot_complete = [Signal(name=f"slot{s}_complete") for s in range(S)] if P > 1 else None
         for s in range(S):
             set_bits = Signal(N, name=f"slot{s}_set")
             m.d.comb += set_bits.eq(Cat(arrive[k] & (arrive_slot[k] == s) for k in range(N)))
+            m.d.sync += slot_landed[s].eq(set_bits)
+            arrived_next = slot_arrived[s] | slot_landed[s]
             claimed = Signal(name=f"slot{s}_claimed")
             m.d.comb += claimed.eq(jclaim & (jslot == s))
             with m.If(slot_free_now[s]):
                 m.d.sync += [slot_valid[s].eq(0), slot_arrived[s].eq(0)]
             with m.Else():
-                m.d.sync += slot_arrived[s].eq(slot_arrived[s] | set_bits)
+                m.d.sync += slot_arrived[s].eq(arrived_next)
                 with m.If(claimed):
                     m.d.sync += slot_valid[s].eq(1)
             with m.If(claimed):
@@ -731,7 +759,7 @@ class ReductionUnit(wiring.Component):
             if slot_complete is not None:
                 m.d.sync += slot_complete[s].eq(
                     ~slot_free_now[s] & slot_valid[s] & slot_members[s].any() &
-                    ((slot_arrived[s] | set_bits) == slot_members[s]))
+                    (arrived_next == slot_members[s]))
         # The rest of the claimed entry goes to LUT-RAM: one write port, so no per-slot
         # multiplexers or clock enables, and reads through the memory's own 16:1 cells.
         m.d.comb += [meta_write.en.eq(jclaim), meta_write.addr.eq(jslot),
@@ -883,9 +911,10 @@ class ReductionUnit(wiring.Component):
                      claimed_here.eq(jclaim & (jslot == aslot))]
         # Step B looks only at the arrived bit of the port it judges, so step A reads one bit:
         # each slot's bit for the next turn's port (chosen early: turn_next is the turn
-        # register's successor), then the one of the next header's slot.
+        # register's successor), then the one of the next header's slot. It counts the
+        # landings of the cycle before, on their way to the table, and of this one.
         turn_arrived = Signal(max(S, 2), name="judge_turn_arrived")
-        m.d.comb += turn_arrived.eq(Cat(slot_arrived[s].bit_select(turn_next, 1)
+        m.d.comb += turn_arrived.eq(Cat((slot_arrived[s] | slot_landed[s]).bit_select(turn_next, 1)
                                         for s in range(S)))
         turn_arrive_slot = select_tree(m, turn_next, arrive_slot, len(aslot),
                                        "judge_turn_arrive_slot")

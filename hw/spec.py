@@ -50,10 +50,11 @@ def one_column_storage(depth):
 
 #: Cycles from a chunk's last contribution flit at the reduction unit to the first cycle its
 #: engine may start the chunk, when its header met the judge without waiting for its turn:
-#: the flit passes the hold FIFO, the arrival is registered, then the engine's pick in two
-#: registered steps (per group of 8 slots, then across groups: :mod:`hw.reduce`). A header's
-#: wait for its turn (0 to ``ports - 1`` cycles) adds to it.
-ENGINE_PICK_LATENCY = 4
+#: the flit passes the hold FIFO, its landing is registered beside the slot table and then in
+#: the table, then the engine's pick in two registered steps (per group of 8 slots, then
+#: across groups: :mod:`hw.reduce`). A header's wait for its turn (0 to ``ports - 1``
+#: cycles) adds to it.
+ENGINE_PICK_LATENCY = 5
 #: Pipeline stages of each floating-point adder in the reduction tree (:func:`hw.fpadd.float_add`):
 #: a whole fp32 addition in one cycle limits the switch to what one adder reaches alone; seven
 #: stages per tree level cut it at all six of its cuts (comparison, swap, aligning shift,

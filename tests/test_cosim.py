@@ -388,19 +388,20 @@ def test_model_serialises_an_egress():
 
 
 def test_model_reduction_latency():
-    """The result leaves 6 + pipeline + egress_latency cycles after the last contribution flit
-    is at the reduction unit (the hold FIFO, the registered arrival, the engine's pick in two
-    registered steps; bank read, adder levels, result select; result FIFO; the arbiter's
-    registered choice, the link register and the egress stage), then one flit a cycle — plus the judge's wait:
-    the hold FIFO's write register and registered read take two cycles more than a plain
-    FIFO's, then the four headers head their hold FIFOs in the same cycle and the judge takes
-    one port a cycle, so the member judged last waits 2 + (ports - 1) = 5 cycles."""
+    """The result leaves 7 + pipeline + egress_latency cycles after the last contribution flit is
+    at the reduction unit (the hold FIFO, the landing registered beside the slot table and then
+    in it, the engine's pick in two registered steps; bank read, adder levels, result select;
+    result FIFO; the arbiter's registered choice, the link register and the egress stage), then
+    one flit a cycle — plus the judge's wait: the hold FIFO's write register and registered read
+    take two cycles more than a plain FIFO's, then the four headers head their hold FIFOs in the
+    same cycle and the judge takes one port a cycle, so the member judged last waits
+    2 + (ports - 1) = 5 cycles."""
     cfg = ReplayConfig(ports=4, **SMALL)
     records = [contrib(g, g, 4 * 8) for g in range(4)]
     result = replay_model(build_plan({"gpus": 4}, records, cfg))
     last_at_unit = INGRESS_LATENCY + 4 - 1
     pipeline = SwitchSpec(ports=4, slots=1, chunk_flits=1).reduction_pipeline_depth
-    assert set(result.results.values()) == {last_at_unit + 2 + 3 + 6 + pipeline +
+    assert set(result.results.values()) == {last_at_unit + 2 + 3 + 7 + pipeline +
                                             cfg.switch.egress_latency + 4 - 1}
 
 

@@ -27,10 +27,10 @@ mapping, ``ReplayConfig.cycle_ns = flit bytes / link rate``): the RTL sustains 1
 flit/cycle/port in and out (``innet bench reduce``, docs/hw.md), so a port carries the GPU's
 whole effective link. The pipeline, first contribution flit in to first result flit out, is
 ``(chunk_flits − 1) + judge_wait_cycles + engine_pick_latency + result_latency +
-egress_latency`` cycles of the specification: the reduction unit's 21, 24, 29, 38 at 2, 4, 8,
+egress_latency`` cycles of the specification: the reduction unit's 22, 25, 30, 39 at 2, 4, 8,
 16 ports with 8-flit chunks for a unit built for int32 alone (the member judged last waits
 ``ports − 1`` cycles for the one judge's turn), six cycles more per adder-tree level with fp
-adders (pipelined, seven stages a level: 27 at 2 ports, 47 at 8), the RTL's measured latencies
+adders (pipelined, seven stages a level: 28 at 2 ports, 48 at 8), the RTL's measured latencies
 (``innet bench reduce``), and three more for the egress (the arbiter's registered choice, the
 link register and the egress stage). Below the judge's line rate (``chunk_flits`` not a
 multiple of ``ports``) a port carries ``judge_flits_per_cycle`` of its link.
