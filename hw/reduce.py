@@ -740,18 +740,19 @@ class ReductionUnit(wiring.Component):
         # later (ENGINE_PICK_LATENCY), the judge at once (its step A adds both, below). A
         # slot is freed only when complete, so never with a landing on its way (formal).
         slot_landed = st.slot_landed
+        # each slot's arrived bits as the table will hold them next cycle, but for a free
+        arrived_next = [slot_arrived[s] | slot_landed[s] for s in range(S)]
         slot_complete = [Signal(name=f"slot{s}_complete") for s in range(S)] if P > 1 else None
         for s in range(S):
             set_bits = Signal(N, name=f"slot{s}_set")
             m.d.comb += set_bits.eq(Cat(arrive[k] & (arrive_slot[k] == s) for k in range(N)))
             m.d.sync += slot_landed[s].eq(set_bits)
-            arrived_next = slot_arrived[s] | slot_landed[s]
             claimed = Signal(name=f"slot{s}_claimed")
             m.d.comb += claimed.eq(jclaim & (jslot == s))
             with m.If(slot_free_now[s]):
                 m.d.sync += [slot_valid[s].eq(0), slot_arrived[s].eq(0)]
             with m.Else():
-                m.d.sync += slot_arrived[s].eq(arrived_next)
+                m.d.sync += slot_arrived[s].eq(arrived_next[s])
                 with m.If(claimed):
                     m.d.sync += slot_valid[s].eq(1)
             with m.If(claimed):
@@ -759,7 +760,7 @@ class ReductionUnit(wiring.Component):
             if slot_complete is not None:
                 m.d.sync += slot_complete[s].eq(
                     ~slot_free_now[s] & slot_valid[s] & slot_members[s].any() &
-                    (arrived_next == slot_members[s]))
+                    (arrived_next[s] == slot_members[s]))
         # The rest of the claimed entry goes to LUT-RAM: one write port, so no per-slot
         # multiplexers or clock enables, and reads through the memory's own 16:1 cells.
         m.d.comb += [meta_write.en.eq(jclaim), meta_write.addr.eq(jslot),
@@ -914,8 +915,8 @@ class ReductionUnit(wiring.Component):
         # register's successor), then the one of the next header's slot. It counts the
         # landings of the cycle before, on their way to the table, and of this one.
         turn_arrived = Signal(max(S, 2), name="judge_turn_arrived")
-        m.d.comb += turn_arrived.eq(Cat((slot_arrived[s] | slot_landed[s]).bit_select(turn_next, 1)
-                                        for s in range(S)))
+        m.d.comb += turn_arrived.eq(Cat(arrived.bit_select(turn_next, 1)
+                                        for arrived in arrived_next))
         turn_arrive_slot = select_tree(m, turn_next, arrive_slot, len(aslot),
                                        "judge_turn_arrive_slot")
         arrival = Cat(*arrive).bit_select(turn_next, 1) & (turn_arrive_slot == aslot)
