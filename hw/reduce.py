@@ -815,10 +815,21 @@ class ReductionUnit(wiring.Component):
         m.d.comb += skipping.eq(busy | finished)
         g_bits = max(1, (len(groups) - 1).bit_length())
         g_any, g_slot, g_mem = [], [], []
+        # Whether the slot step 2 may have to skip lies in group g is a register per group,
+        # loaded from the engine's next state (after an issue it is busy or finished, and its
+        # slot is the one it issued from), so step 2 compares only the group's index with the
+        # slot's low bits: `busy` -> the skip was the start of the reduction unit's routed
+        # critical path (docs/timing-closure.md).
+        issue_next = Signal(name="eng_issue")   # driven with the engine, below
+        eng_slot_next = Mux(issue_next & ~busy, pick, eng_slot)
         for g, regs in enumerate(groups):
             skip = Signal(name=f"pick_g{g}_skip")
             if len(groups) > 1:
-                m.d.comb += skip.eq(skipping & (eng_slot[3:] == g) & (regs.idx1 == eng_slot[:3]))
+                here = Signal(name=f"pick_g{g}_engine_here")
+                m.d.sync += here.eq((issue_next | busy) & (eng_slot_next[3:] == g))
+                if platform == "formal":   # the register says what it replaces
+                    m.d.comb += Assert(here == (skipping & (eng_slot[3:] == g)))
+                m.d.comb += skip.eq(here & (regs.idx1 == eng_slot[:3]))
             else:
                 m.d.comb += skip.eq(skipping & (regs.idx1 == eng_slot))
             g_any.append(Mux(skip, regs.any2, regs.any1))
@@ -868,7 +879,7 @@ class ReductionUnit(wiring.Component):
                          for k in range(N)]
         # One-flit chunks: the engine rests the cycle after each (see the pick, above).
         start = ~busy & pick_ok & (~finished if P == 1 else Const(1, 1))
-        issue = Signal()
+        issue = issue_next
         m.d.comb += issue.eq((busy | start) & room)
         last_issue = Signal()
         m.d.comb += last_issue.eq(issue & Mux(busy, eng_idx == P - 1, P == 1))
