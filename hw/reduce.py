@@ -102,8 +102,10 @@ def lowest_set(m, mask, name):
 
 
 #: Slots per group of the engine's two-step pick (:class:`ReductionUnit`): the lowest complete
-#: slot of each group of 8 is found in one cycle, the lowest such group in the next.
-PICK_GROUP = 8
+#: slot of each group of 8 is found in one cycle, the lowest such group in the next. A slot's
+#: low PICK_GROUP_BITS bits are its index in its group, the rest its group's.
+PICK_GROUP_BITS = 3
+PICK_GROUP = 1 << PICK_GROUP_BITS
 
 
 def lowest_two(m, mask, name):
@@ -650,14 +652,14 @@ class ReductionUnit(wiring.Component):
         alone = Signal(7, init=1 << 5, name="judge_alone")
         alone_any = Signal(init=1, name="judge_alone_any")
         jslot_hot = Signal(S, init=1, name="judge_slot_hot")
-        alone_next = Cat(gathered.static[:5], ~gathered.members.bit_select(turn_next, 1),
-                         gathered.static[5])
+        def checks_alone(head, port):   # of `head`, judged in `port`'s turn
+            return Cat(head.static[:5], ~head.members.bit_select(port, 1), head.static[5])
+        alone_next = checks_alone(gathered, turn_next)
         m.d.sync += [alone.eq(alone_next), alone_any.eq(alone_next.any()),
                      jslot_hot.eq(Const(1, S) << gathered.slot)]
         if platform == "formal":   # the registers say what they replace
             m.d.comb += [
-                Assert(alone == Cat(jhead.static[:5], ~jhead.members.bit_select(turn, 1),
-                                    jhead.static[5])),
+                Assert(alone == checks_alone(jhead, turn)),
                 Assert(alone_any == alone.any()),
                 Assert(jslot_hot == (Const(1, S) << jslot)[:S])]
         jchecks = [alone[0], alone[1], alone[2], alone[3], alone[4],
@@ -814,7 +816,7 @@ class ReductionUnit(wiring.Component):
         cur = Signal(range(max(S, 2)))
         m.d.comb += cur.eq(Mux(busy, eng_slot, pick))
 
-        G = PICK_GROUP
+        G, GB = PICK_GROUP, PICK_GROUP_BITS
         groups = []
         for g in range(-(-S // G)):
             width = min(G, S - g * G)
@@ -844,10 +846,10 @@ class ReductionUnit(wiring.Component):
             skip = Signal(name=f"pick_g{g}_skip")
             if len(groups) > 1:
                 here = Signal(name=f"pick_g{g}_engine_here")
-                m.d.sync += here.eq((issue_next | busy) & (eng_slot_next[3:] == g))
+                m.d.sync += here.eq((issue_next | busy) & (eng_slot_next[GB:] == g))
                 if platform == "formal":   # the register says what it replaces
-                    m.d.comb += Assert(here == (skipping & (eng_slot[3:] == g)))
-                m.d.comb += skip.eq(here & (regs.idx1 == eng_slot[:3]))
+                    m.d.comb += Assert(here == (skipping & (eng_slot[GB:] == g)))
+                m.d.comb += skip.eq(here & (regs.idx1 == eng_slot[:GB]))
             else:
                 m.d.comb += skip.eq(skipping & (regs.idx1 == eng_slot))
             g_any.append(Mux(skip, regs.any2, regs.any1))
@@ -855,7 +857,7 @@ class ReductionUnit(wiring.Component):
             g_mem.append(Mux(skip, regs.mem2, regs.mem1))
         g_any = Cat(*g_any)
         g_pick = lowest_set(m, g_any, "pick_group") if len(groups) > 1 else Const(0, 1)
-        m.d.sync += [pick.eq(select_tree(m, g_pick, g_slot, 3 + g_bits, "pick_next")),
+        m.d.sync += [pick.eq(select_tree(m, g_pick, g_slot, GB + g_bits, "pick_next")),
                      pick_ok.eq(g_any.any()),
                      pick_members.eq(select_tree(m, g_pick, g_mem, N, "pick_next_members"))]
 
@@ -966,11 +968,11 @@ class ReductionUnit(wiring.Component):
             m.d.sync += [
                 by_group.eq(Cat(
                     Cat(turn_arrived[g * G:min(S, g * G + G)], Const(0, G)).bit_select(
-                        aslot[:3], 1)
+                        aslot[:GB], 1)
                     for g in range(len(groups)))),
                 kept.eq(~freed), landing.eq(~freed & arrival)]
             m.d.comb += v_turn_arrived.eq(
-                landing | kept & by_group.bit_select(jslot[3:], 1))
+                landing | kept & by_group.bit_select(jslot[GB:], 1))
         m.d.comb += meta_judge.addr.eq(aslot)
         m.d.sync += [
             v_valid.eq(~freed & (r_valid | claimed_here)),
