@@ -322,12 +322,15 @@ def test_the_arbiters_select_copies_survive_yosys(tmp_path):
 @pytest.mark.slow
 def test_synth_gates_second_opinion():
     """--flow gates: two-input gates and flip-flops counted apart, and a depth by register
-    that shows the judge in two steps (docs/hw.md): ``good`` is judged from step A's registers
-    (the slot entry ``judge_v_*`` and the header ``judge_head``, whichever is deeper), not
-    from a hold FIFO's head, and step A, not step B, is the judge's deeper half. The deepest
-    path is at least Yosys's ``ltp`` (which removes memories), and shallow: the prefix adders
-    and ABC's delay mapping keep every path under 25 gates (with a ripple carry the counters'
-    32-bit increments alone would be about 31)."""
+    that shows how the judge is built (docs/hw.md): ``good`` is judged from step A's registers
+    (the slot entry ``judge_v_*`` or the header ``judge_head``), not from a hold FIFO's head,
+    and neither ``good`` nor any judge register reported is as deep as the datapath's deepest
+    path (the slot-base adder). The deepest path is at least Yosys's ``ltp`` (which removes
+    memories), and shallow: the prefix adders and ABC's delay mapping keep every path under 25
+    gates (with a ripple carry the counters' 32-bit increments alone would be about 31).
+
+    At two slots the judge's step A and step B are one compare each; which of them is deeper
+    is a tie that ABC's mapping breaks either way, so it is not asserted here."""
     result = _synth("reduce", "--ports", "2", "--lanes", "1", "--slots", "2", "--chunk-flits",
                     "2", "--jobs", "2", "--dtype", "fp32", "--flow", "gates")
     assert result["flip_flops"] > 500 and sum(result["gates"].values()) > 1000
@@ -336,10 +339,9 @@ def test_synth_gates_second_opinion():
     assert all(a["gates"] >= b["gates"] for a, b in zip(rows, rows[1:]))
     by_register = {row["register"]: row for row in rows}
     good = by_register["reduce.good"]
-    step_a = max((row for row in rows if row["register"].startswith("reduce.judge_v_")),
-                 key=lambda row: row["gates"])   # step A's deepest register
     assert good["from"].startswith(("reduce.judge_v_", "reduce.judge_head"))
-    assert step_a["gates"] >= good["gates"]
+    judge = [row for row in rows if row["register"].startswith(("reduce.judge", "reduce.good"))]
+    assert all(row["gates"] < rows[0]["gates"] for row in judge)
     assert result["longest_path_gates"] <= rows[0]["gates"] < 25
 
 
