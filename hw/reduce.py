@@ -817,11 +817,12 @@ class ReductionUnit(wiring.Component):
         m.d.comb += cur.eq(Mux(busy, eng_slot, pick))
 
         G, GB = PICK_GROUP, PICK_GROUP_BITS
-        groups = []
+        groups, lowest_next = [], []
         for g in range(-(-S // G)):
             width = min(G, S - g * G)
             first, first_idx, second, second_idx = lowest_two(m, complete[g * G:g * G + width],
                                                              f"pick_g{g}")
+            lowest_next.append(first_idx)
             regs = st.pick_groups[g]
             members_here = slot_members[g * G:g * G + width]
             m.d.sync += [
@@ -835,23 +836,21 @@ class ReductionUnit(wiring.Component):
         m.d.comb += skipping.eq(busy | finished)
         g_bits = max(1, (len(groups) - 1).bit_length())
         g_any, g_slot, g_mem = [], [], []
-        # Whether the slot step 2 may have to skip lies in group g is a register per group,
-        # loaded from the engine's next state (after an issue it is busy or finished, and its
-        # slot is the one it issued from), so step 2 compares only the group's index with the
-        # slot's low bits: `busy` -> the skip was the start of the reduction unit's routed
-        # critical path (docs/timing-closure.md).
+        # Whether step 2 skips group g's lowest slot is a register per group, loaded beside
+        # that slot's index from step 1's choice and the engine's next state (after an issue
+        # it is busy or finished, and its slot is the one it issued from), so step 2 starts at
+        # the choice between each group's two candidates: `busy`, then `eng_slot` -> the skip's
+        # compare were the start of the reduction unit's routed critical path
+        # (docs/timing-closure.md, "The pick's skip a register").
         issue_next = Signal(name="eng_issue")   # driven with the engine, below
         eng_slot_next = Mux(issue_next & ~busy, pick, eng_slot)
         for g, regs in enumerate(groups):
             skip = Signal(name=f"pick_g{g}_skip")
-            if len(groups) > 1:
-                here = Signal(name=f"pick_g{g}_engine_here")
-                m.d.sync += here.eq((issue_next | busy) & (eng_slot_next[GB:] == g))
-                if platform == "formal":   # the register says what it replaces
-                    m.d.comb += Assert(here == (skipping & (eng_slot[GB:] == g)))
-                m.d.comb += skip.eq(here & (regs.idx1 == eng_slot[:GB]))
-            else:
-                m.d.comb += skip.eq(skipping & (regs.idx1 == eng_slot))
+            m.d.sync += skip.eq((issue_next | busy) & (eng_slot_next[GB:] == g) &
+                                (lowest_next[g] == eng_slot_next[:GB]))
+            if platform == "formal":   # the register says what it replaces
+                m.d.comb += Assert(skip == (skipping & (eng_slot[GB:] == g) &
+                                            (regs.idx1 == eng_slot[:GB])))
             g_any.append(Mux(skip, regs.any2, regs.any1))
             g_slot.append(Cat(Mux(skip, regs.idx2, regs.idx1), Const(g, g_bits)))
             g_mem.append(Mux(skip, regs.mem2, regs.mem1))
