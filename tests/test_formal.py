@@ -91,8 +91,8 @@ def test_reduction_properties_proved_with_three_flit_chunks(tmp_path):
 @pytest.mark.slow
 def test_reduction_properties_proved_with_two_slot_groups(tmp_path):
     """Sixteen slots are two groups of PICK_GROUP, the size at which the registers that stand
-    for a group exist (the pick's `pick_g{g}_engine_here`, the judge's arrived bits read a
-    group per step, `judge_v_turn_arrived_by_group`): each is asserted equal to what it
+    for a group exist (the pick's `pick_g{g}_skip` over two groups, the judge's arrived bits
+    read a group per step, `judge_v_turn_arrived_by_group`): each is asserted equal to what it
     replaces, and the proof closes (2 ports, 16 slots, 2-flit chunks, 1 job)."""
     from sim.flow.formal import prove_reduction
     result = prove_reduction(tmp_path, ports=2, slots=16, chunk_flits=2, jobs=1, depth=2,
