@@ -938,8 +938,18 @@ class ReductionUnit(wiring.Component):
         m.d.comb += aslot.eq(gathered.slot)
         freed = Signal(name="judge_fwd_free")
         claimed_here = Signal(name="judge_fwd_claim")
-        m.d.comb += [freed.eq(slot_free_now.bit_select(aslot, 1)),
-                     claimed_here.eq(jclaim & (jslot == aslot))]
+        m.d.comb += claimed_here.eq(jclaim & (jslot == aslot))
+        if free_at is None:
+            m.d.comb += freed.eq(slot_free_now.bit_select(aslot, 1))
+        else:
+            # The one-hot register read at the next header's slot first, and the engine's
+            # `issue` ANDed last, so the engine's decision is one gate from step A's registers
+            # instead of the start of the 64:1 read (`pick_members` -> `issue` -> this read
+            # was the routed critical path of the fp32 unit: docs/timing-closure.md, "The
+            # fp32 reduction unit routed").
+            m.d.comb += freed.eq(issue & free_at.bit_select(aslot, 1))
+            if platform == "formal":   # the same bit as the free's own read
+                m.d.comb += Assert(freed == slot_free_now.bit_select(aslot, 1))
         # Step B looks only at the arrived bit of the port it judges, so step A reads one bit:
         # each slot's bit for the next turn's port (chosen early: turn_next is the turn
         # register's successor), then the one of the next header's slot. It counts the
