@@ -138,8 +138,12 @@ def test_lint_clean(tmp_path, policy, ports):
 def test_lint_command(tmp_path):
     out = tmp_path / "a.v"
     assert run_cli("export", "arbiter", "--ports", "3", "-o", str(out))[0] == 0
-    status, stdout, _ = run_cli("lint", str(out), "--json")
+    status, stdout, stderr = run_cli("lint", str(out), "--json")
     assert status == 0 and json.loads(stdout)["clean"]
+    # --json keeps stdout to the JSON alone; the progress still goes to stderr, unless --quiet
+    assert stderr.startswith("... verilator --lint-only -Wall ")
+    status, stdout, stderr = run_cli("lint", str(out), "--json", "--quiet")
+    assert status == 0 and json.loads(stdout)["clean"] and stderr == ""
     bad = tmp_path / "bad.v"
     bad.write_text("module bad(input a, output b); endmodule\n")
     status, stdout, _ = run_cli("lint", str(bad), "--json")

@@ -1,6 +1,7 @@
 """Progress on long steps: what the command line says while it exports, and how a running RTL
 replay reports its position, its ETA and a coarser flit scale when it would take long."""
 
+import json
 import logging
 import time
 
@@ -8,14 +9,20 @@ from sim.cli.main import main
 from sim.cosim import replay as rtl_replay
 
 
-def test_export_says_what_it_does_unless_json(tmp_path, capsys):
-    assert main(["export", "arbiter", "--ports", "2", "-o", str(tmp_path / "a.v")]) == 0
-    err = capsys.readouterr().err.splitlines()
-    assert err[0].startswith("... exporting the arbiter to Verilog")
-    assert err[1].startswith("... exported innet_arbiter_rr_p2_l1 in ")
-    assert main(["export", "arbiter", "--ports", "2", "-o", str(tmp_path / "b.v"),
-                 "--json"]) == 0
-    assert capsys.readouterr().err == ""
+def test_export_says_what_it_does_unless_quiet(tmp_path, capsys):
+    """Progress goes to stderr, with --json too (stdout is the JSON alone); --quiet hides it."""
+    for name, extra in (("a.v", []), ("b.v", ["--json"])):
+        assert main(["export", "arbiter", "--ports", "2", "-o", str(tmp_path / name),
+                     *extra]) == 0
+        out, err = capsys.readouterr()
+        err = err.splitlines()
+        assert err[0].startswith("... exporting the arbiter to Verilog")
+        assert err[1].startswith("... exported innet_arbiter_rr_p2_l1 in ")
+    assert json.loads(out)["module"] == "innet_arbiter_rr_p2_l1"
+    assert main(["export", "arbiter", "--ports", "2", "-o", str(tmp_path / "c.v"),
+                 "--json", "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and json.loads(out)["module"] == "innet_arbiter_rr_p2_l1"
 
 
 def test_export_checks_its_paths_before_converting(tmp_path, capsys, monkeypatch):

@@ -31,7 +31,16 @@ __all__ = ["main"]
 
 
 class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line and exit status 2."""
+    """An argument parser whose errors are one line and exit status 2. A command that takes
+    ``--json`` also takes ``--quiet``: the JSON goes to stdout and the progress of a long run
+    (a 70-minute place and route) still to stderr, unless ``--quiet`` hides it."""
+
+    def add_argument(self, *names, **kwargs):
+        action = super().add_argument(*names, **kwargs)
+        if "--json" in names and "--quiet" not in self._option_string_actions:
+            super().add_argument("--quiet", action="store_true",
+                                 help="no progress lines on stderr")
+        return action
 
     def error(self, message):
         print(f"{self.prog}: error: {message}", file=sys.stderr)
@@ -78,7 +87,7 @@ def _switch_spec(args, policy=Policy.RR, default_dtypes=ELEMENT_TYPES):
 
 
 def _progress(args):
-    if getattr(args, "json", False) or getattr(args, "quiet", False):
+    if getattr(args, "quiet", False):
         return None
     return lambda message: print(f"... {message}", file=sys.stderr, flush=True)
 

@@ -558,7 +558,6 @@ def register(sub, parser_class, positive):
         p.add_argument("--rtl-windows", action="store_true",
                        help="also replay each point's first full bucket window at flit scale 1 "
                             "through the RTL switch (minutes per point; docs/metrics.md)")
-        p.add_argument("--quiet", action="store_true", help="no progress")
         p.add_argument("--json", action="store_true")
         p.add_argument("--print-config", action="store_true",
                        help="print the effective configuration as TOML and exit")
