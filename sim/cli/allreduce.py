@@ -6,11 +6,10 @@ each point a GPU-model iteration; this sweep's axes are the switch's (slots, chu
 one all-reduce's size, each point one replay, so it is a command of its own.
 """
 
-import sys
 from pathlib import Path
 
 from hw.errors import ParameterError
-from sim.cli.output import UsageError, real_number
+from sim.cli.output import UsageError, progress_lines, real_number
 from sim.cli.output import emit as _emit
 
 __all__ = ["register", "register_bench"]
@@ -39,11 +38,6 @@ def _latency(text):
     return value
 
 
-def _say(args):
-    return None if args.json else (lambda text: print(f"... {text}", file=sys.stderr,
-                                                      flush=True))
-
-
 def _cmd_allreduce(args):
     from sim.gpu.presets import gpu_preset
     from sim.replay.allreduce import sentence, sweep
@@ -64,7 +58,7 @@ def _cmd_allreduce(args):
     if out is not None and out.suffix != ".png":
         raise UsageError(f"-o {out}: the plot is a .png")
     result = sweep(cfg, slots=args.slots, chunk_flits=args.chunk_flits, sizes=args.sizes,
-                   progress=_say(args))
+                   progress=progress_lines(args))
     result["switch"] = {k: v for k, v in cfg.as_dict().items() if k not in ("slots",
                                                                            "chunk_flits")}
     result["flit_scale"] = cfg.flit_scale
@@ -199,7 +193,8 @@ def _cmd_bench_replay(args):
     from sim.bench.replay import bench_replay
 
     payload = bench_replay(workloads=args.workload or ("bert_large", "resnet50", "gpt2_xl"),
-                           algo=args.algo, flit_scale=args.flit_scale, progress=_say(args))
+                           algo=args.algo, flit_scale=args.flit_scale,
+                           progress=progress_lines(args))
     first = payload["rows"][0]
     lines = [f"fast model (C core), whole iterations, 8 GPUs, flit scale {args.flit_scale} "
              f"({first['flit_bytes']} B flits, {first['chunk_bytes']} B chunks, link hop "

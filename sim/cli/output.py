@@ -6,7 +6,7 @@ import logging
 import math
 import sys
 
-__all__ = ["UsageError", "fail", "emit", "real_number", "show_progress"]
+__all__ = ["UsageError", "fail", "emit", "real_number", "progress_lines", "show_progress"]
 
 
 class UsageError(Exception):
@@ -66,10 +66,18 @@ class _StderrNow(logging.StreamHandler):
 _HANDLER = _StderrNow()
 
 
+def progress_lines(args, prefix="... "):
+    """The one rule for a command's progress: each message a line on stderr (``prefix``
+    first), or None under ``--quiet``. ``--json`` does not hide it: stdout is the JSON alone."""
+    if getattr(args, "quiet", False):
+        return None
+    return lambda text: print(f"{prefix}{text}", file=sys.stderr, flush=True)
+
+
 def show_progress(enabled):
     """Show (or hide) the progress messages models log on the ``innet`` logger — builds,
     long replays — on stderr as ``... message`` lines. Models never print: they log, and the
-    command line decides (``--json`` and ``--quiet`` hide them)."""
+    command line decides (``--quiet`` hides them: :func:`progress_lines`)."""
     logger = logging.getLogger("innet")
     logger.propagate = False
     if _HANDLER not in logger.handlers:

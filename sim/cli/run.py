@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hw.errors import ParameterError
 from hw.spec import ELEMENT_TYPES, Policy
-from sim.cli.output import UsageError, real_number
+from sim.cli.output import UsageError, progress_lines, real_number
 from sim.cli.output import emit as _emit
 from sim.errors import InputError
 
@@ -212,9 +212,9 @@ def _run(args, config, jobs, dask=None):
     began = time.perf_counter()
     try:
         results = execute(config, jobs=jobs, dask=dask, done=done, on_result=journal.record,
-                          progress=progress_printer(not args.quiet and not args.json))
+                          progress=progress_printer(not args.quiet))
         wall = journal.wall_s + time.perf_counter() - began
-        if not args.quiet and not args.json:
+        if not args.quiet:
             sys.stderr.write("\n")
         files = write_results(config, results, out_dir, wall, command)
     except BaseException as exc:
@@ -382,8 +382,7 @@ def _run_scenario(args, config):
         out_dir.mkdir(parents=True)
     except OSError as exc:
         raise UsageError(f"-o {out_dir.parent}: cannot create: {exc.strerror}") from None
-    show = None if args.quiet or args.json else (lambda text: print(f"... {text}",
-                                                                     file=sys.stderr))
+    show = progress_lines(args)
     try:
         payload, files = run_scenario(config, out_dir, command, progress=show)
     except BaseException:
@@ -445,8 +444,7 @@ def _or_print_config(command):
 def _cmd_bench_cosim(args):
     from sim.bench.cosim import bench_cosim
     payload = bench_cosim(sim=args.sim, quick=args.quick, run_main=not args.skip_run,
-                          progress=None if args.json else
-                          (lambda text: print(text, file=sys.stderr)),
+                          progress=progress_lines(args, prefix=""),
                           link_latency_ns=args.link_latency_ns)
     r = payload
     build = "" if r["optimized_build"] else ", quick -O0 builds"
