@@ -37,6 +37,18 @@ the consumer's ``ready`` reaches ``n`` LUTs, each beside its slice. ``keep`` sto
 merging the copies. (The write side is not sliced: a write enable per slice, each from a copy
 of the "not full" register, cost about 300 LUT4s at 4 × 8 × 16, docs/timing-closure.md.)
 
+With ``data_lag=True`` the bits below the lookahead are the head's as they were a cycle
+earlier: ``r_data[:width - lookahead]`` in cycle t + 1 is the head's in cycle t. A consumer
+that uses a word's low bits a cycle after it pops the word (the reduction unit writes a flit's
+data into its bank the cycle after the judge pops it) then takes them from the FIFO's own
+register instead of a register of its own behind it. The synchronous read is the same read one
+cycle later, at the address and with the enable it had, both registered. The word it reads is
+still in the memory: a slot is never written in the cycle it is read, and the cycle after, a
+write to it (the FIFO was full) lands at the clock edge where the late read samples it, and a
+read port that is not transparent samples the word before the write (LUT-RAM: the read is
+asynchronous and its register takes the old word; Yosys adds nothing). So the lag costs a
+register for the address and one for the enable per read slice, and no memory.
+
 Every FIFO tells ``r_rdy_next``, whether it will have a head next cycle given this cycle's
 ``r_en`` (from its own registers: no memory read): the switch sends it a cycle ahead to the
 egress arbiters, which then see each requester's ``valid`` from a register of their own.
@@ -68,9 +80,11 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
     registers and the memory's asynchronous read: ``r_rdy_in_two[n]`` and
     ``r_data_in_two[n]`` are ``r_rdy`` and the top ``K`` bits of the head two cycles on if
     the FIFO is read ``n`` times (0, 1 or 2) in this cycle and the next, for a consumer that
-    must gather the head a cycle before it decides about it (the reduction unit's judge)."""
+    must gather the head a cycle before it decides about it (the reduction unit's judge).
+    ``data_lag=True``: the bits below the lookahead lag the head by a cycle."""
 
-    def __init__(self, *, width, depth, storage="block", lookahead=0, read_slices=1):
+    def __init__(self, *, width, depth, storage="block", lookahead=0, read_slices=1,
+                 data_lag=False):
         if depth < 2:
             raise ValueError(f"RamFIFO depth must be at least 2, not {depth}")
         if storage not in STORAGE_STYLES:
@@ -86,8 +100,14 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
         if read_slices > max(1, width - lookahead):
             raise ValueError(f"RamFIFO read_slices must be at most the {width - lookahead} bits "
                              f"below the lookahead, not {read_slices!r}")
+        if not isinstance(data_lag, bool):
+            raise ValueError(f"RamFIFO data_lag must be True or False, not {data_lag!r}")
+        if data_lag and lookahead == width:
+            raise ValueError("RamFIFO data_lag needs bits below the lookahead, and the "
+                             f"lookahead is the whole width {width}")
         super().__init__(width=width, depth=depth)
         self.storage = storage
+        self.data_lag = data_lag
         self.lookahead = lookahead
         self.read_slices = read_slices
         self.level = Signal(range(depth + 1))
@@ -150,12 +170,20 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                 nonempty = Signal(name=f"nonempty_{j}", attrs={"keep": 1})
                 m.d.sync += [rdy.eq(self.r_rdy_next), nonempty.eq(nonempty_next)]
                 copies.append((rdy, nonempty))
+        read_addr, lagged_reads = consume, []
         if plain:
             bounds = [plain * j // self.read_slices for j in range(self.read_slices + 1)]
+            if self.data_lag:   # the read a cycle late: its address and enables registered
+                read_addr = Signal.like(consume, name="consume_lag")
+                m.d.sync += read_addr.eq(consume)
+                # a late read meets the write of the same slot when the FIFO was full: it
+                # must see the word before the write (a read port that is not transparent)
+                plain_attrs = {"ram_style": attrs["ram_style"]}
             for j, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
                 name = "storage" if self.read_slices == 1 else f"storage{j}"
-                storage = m.submodules[name] = Memory(shape=hi - lo, depth=inner_depth,
-                                                      init=[], attrs=attrs)
+                storage = m.submodules[name] = Memory(
+                    shape=hi - lo, depth=inner_depth, init=[],
+                    attrs=plain_attrs if self.data_lag else attrs)
                 w_port = storage.write_port()
                 r_port = storage.read_port(domain="sync")
                 if copies:
@@ -163,8 +191,13 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                     read_here = nonempty & (~rdy | self.r_en)   # do_inner_read, from copies
                 else:
                     read_here = do_inner_read
+                if self.data_lag:
+                    read_late = Signal(name="read_lag" if len(bounds) == 2 else f"read_lag_{j}")
+                    m.d.sync += read_late.eq(read_here)
+                    lagged_reads.append(read_late)
+                    read_here = read_late
                 m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data[lo:hi]),
-                             w_port.en.eq(do_write), r_port.addr.eq(consume),
+                             w_port.en.eq(do_write), r_port.addr.eq(read_addr),
                              r_port.en.eq(read_here), self.r_data[lo:hi].eq(r_port.data)]
         if self.lookahead:
             # The same read as the synchronous port's, written out, and a word ahead: `after`
@@ -263,6 +296,12 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                           not_full == (inner_level != inner_depth)]
             if self.lookahead:
                 invariants.append(following == _wrap(consume, inner_depth))
+            if lagged_reads:   # the late read's address and enables: last cycle's
+                was_read = Signal(name="inner_read_lag")
+                m.d.sync += was_read.eq(do_inner_read)
+                invariants += [consume == Mux(was_read, _wrap(read_addr, inner_depth),
+                                              read_addr),
+                               *(late == was_read for late in lagged_reads)]
             with m.If(Initial()):
                 m.d.comb += [Assume(inv) for inv in invariants]
             with m.Else():

@@ -255,7 +255,9 @@ class ReductionUnit(wiring.Component):
             # beside the table, which adds them to `slot_arrived` a cycle later
             slot_landed=[Signal(N, name=f"slot{s}_landed") for s in range(S)],
             slot_free=Signal(S, name="slot_free_now"),       # freed by the engine this cycle
-            # per port: the flit leaving its hold FIFO this cycle (judged, if a first flit)
+            # per port: the flit leaving its hold FIFO this cycle (judged, if a first flit);
+            # its data, and the hold head's, are the flit's of the cycle before (the bank
+            # writes them a cycle after the judge: the hold FIFO's data_lag)
             in_valid=Signal(N, name="in_valid"),
             in_flit=[Signal(flit_layout(self._lanes), name=f"p{k}_flit") for k in range(N)],
             turn=Signal(range(max(N, 2)), name="judge_turn"),   # the port the judge serves
@@ -389,17 +391,20 @@ class ReductionUnit(wiring.Component):
             # write enable (far away, with a long setup in LUT-RAM). The engine cannot miss the
             # delayed write: it reads a chunk no earlier than four cycles after its last arrival
             # (the landing, the table's arrived bits and both steps of the pick are registered).
+            # The data has no register here: the hold FIFO shows a flit's data a cycle after
+            # the flit leaves it (data_lag), in its own head register, so `data` is the data of
+            # the request registered. (A register of 256 bits per bank beside the block RAMs,
+            # fed by another: the two in a row cost the router most; docs/timing-closure.md,
+            # "Slices, not LUT4s".)
             bank_wp = bank.write_port()
             wp = SimpleNamespace(en=Signal(name=f"bank{k}_wreq"),
                                  addr=Signal(range(addr_depth), name=f"bank{k}_wreq_addr"),
-                                 data=Signal(lane_shape, name=f"bank{k}_wreq_data"))
-            # Address and data need no reset: nothing is written while the enable is low.
+                                 data=Signal(lane_shape, name=f"bank{k}_wdata"))
+            # The address needs no reset: nothing is written while the enable is low.
             wreq_addr = Signal.like(wp.addr, name=f"bank{k}_waddr", reset_less=True)
-            wreq_data = Signal.like(wp.data, name=f"bank{k}_wdata", reset_less=True)
-            m.d.sync += [st.bank_write[k].eq(wp.en), wreq_addr.eq(wp.addr),
-                         wreq_data.eq(wp.data)]
+            m.d.sync += [st.bank_write[k].eq(wp.en), wreq_addr.eq(wp.addr)]
             m.d.comb += [bank_wp.en.eq(st.bank_write[k]), bank_wp.addr.eq(wreq_addr),
-                         bank_wp.data.eq(wreq_data), st.bank_write_addr[k].eq(wreq_addr)]
+                         bank_wp.data.eq(wp.data), st.bank_write_addr[k].eq(wreq_addr)]
             write_ports.append(wp)
             # The engine's read reaches the bank through registers, and the word read is
             # registered again before the adder tree (SwitchSpec.bank_read_latency). The read
@@ -469,7 +474,8 @@ class ReductionUnit(wiring.Component):
             # foreign-slot comparison -> the FIFO's write data -> its lookahead register as a
             # critical path; docs/timing-closure.md). The two hold `judge_hold_flits` words.
             m.submodules[f"hold{k}"] = hold = RamFIFO(width=hold_layout.size, depth=H - 1,
-                                                      storage="lut", lookahead=ahead_bits)
+                                                      storage="lut", lookahead=ahead_bits,
+                                                      data_lag=True)
             holds.append(hold)
             entry = Signal(hold_layout, name=f"p{k}_hold_in")
             m.d.comb += [entry.flit.eq(hdr), entry.static.eq(Cat(*checks)), entry.slot.eq(slot),
@@ -698,8 +704,8 @@ class ReductionUnit(wiring.Component):
             wp = write_ports[k]
             idx = cur_idx[k]
             lands = Signal(name=f"p{k}_lands")   # the drain's landing (P > 1)
-            # The data whatever the enable: held at 0 when nothing is written, it would cost
-            # an AND per bit in front of the write register (nothing reads it then).
+            # The data whatever the enable (nothing reads it when the enable is low); the
+            # head's data is a cycle late (data_lag), as the registered request it goes with.
             m.d.comb += [st.write[k].eq(wp.en), wp.data.eq(hdr.data)]
             with m.If(valid):
                 with m.If(first):

@@ -84,6 +84,46 @@ def test_matches_sync_fifo_buffered(depth, lookahead, slices):
     sim.run()
 
 
+@pytest.mark.parametrize("depth, lookahead, slices", [
+    (2, 0, 1), (3, 5, 1), (17, 5, 1), (16, 4, 3), (5, 0, 4)])
+def test_data_lag_shows_the_head_a_cycle_late(depth, lookahead, slices):
+    """With ``data_lag`` the bits below the lookahead in cycle t + 1 are the reference's head
+    in cycle t, whenever it had one, through phases that fill the FIFO (a full FIFO read and
+    written in consecutive cycles is where a late read meets the write of its slot); the
+    lookahead bits and every flag stay the reference's own, in the same cycle."""
+    plain = 12 - lookahead
+    m = Module()
+    m.submodules.dut = dut = RamFIFO(width=12, depth=depth, storage="lut",
+                                     lookahead=lookahead, read_slices=slices, data_lag=True)
+    m.submodules.ref = ref = fifo.SyncFIFOBuffered(width=12, depth=depth)
+    rng = random.Random(depth * 7 + slices)
+
+    async def bench(ctx):
+        last_head, full_reads = None, 0
+        for t in range(800):
+            if last_head is not None:
+                assert ctx.get(dut.r_data) & ((1 << plain) - 1) == last_head, t
+            for name in ("level", "w_rdy", "r_rdy"):
+                assert ctx.get(getattr(dut, name)) == ctx.get(getattr(ref, name)), (t, name)
+            if ctx.get(ref.r_rdy) and lookahead:
+                assert ctx.get(dut.r_data) >> plain == ctx.get(ref.r_data) >> plain, t
+            p_write = 0.9 if (t // 100) % 2 else 0.3
+            w_en, r_en, word = rng.random() < p_write, rng.random() < 0.5, rng.randrange(4096)
+            full_reads += r_en and not ctx.get(ref.w_rdy) and ctx.get(ref.r_rdy)
+            for q in (dut, ref):
+                ctx.set(q.w_en, w_en)
+                ctx.set(q.r_en, r_en)
+                ctx.set(q.w_data, word)
+            last_head = (ctx.get(ref.r_data) & ((1 << plain) - 1)) if ctx.get(ref.r_rdy) \
+                else None
+            await ctx.tick()
+        assert full_reads > 20   # the case the lag must get right happened, often
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+
 @pytest.mark.parametrize("storage, style", [("block", "block"), ("lut", "distributed")])
 def test_storage_carries_the_yosys_attributes(storage, style):
     q = RamFIFO(width=8, depth=4, storage=storage)
@@ -101,6 +141,15 @@ def test_storage_carries_the_yosys_attributes(storage, style):
     with pytest.raises(ValueError, match="read_slices must be at most the 5 bits below the "
                                          "lookahead, not 6"):
         RamFIFO(width=8, depth=4, storage="lut", lookahead=3, read_slices=6)
+    for lag in (1, "yes", None):
+        with pytest.raises(ValueError, match="data_lag must be True or False"):
+            RamFIFO(width=8, depth=4, data_lag=lag)
+    with pytest.raises(ValueError, match="data_lag needs bits below the lookahead"):
+        RamFIFO(width=8, depth=4, storage="lut", lookahead=8, data_lag=True)
+    # a late read can meet the write of its slot: its memory says nothing about that
+    q = RamFIFO(width=8, depth=4, storage=storage, lookahead=3, data_lag=True)
+    text = rtlil.convert(q, ports=[q.w_data, q.w_en, q.r_en, q.r_data])
+    assert text.count("attribute \\no_rw_check 1") == 1   # the lookahead's memory only
     q = RamFIFO(width=8, depth=4, storage=storage, read_slices=3)
     text = rtlil.convert(q, ports=[q.w_data, q.w_en, q.r_en, q.r_data])
     assert text.count(f'attribute \\ram_style "{style}"') == 3
