@@ -16,26 +16,27 @@ Yosys:
   one or the other), so the read-during-write bypass Yosys would add is dead logic. Under
   ``platform="formal"`` that is asserted, beside the pointer invariants.
 
-With ``lookahead=K`` the FIFO also tells what the top ``K`` bits of its head will be in the
-next cycle, given this cycle's ``r_en`` and ``w_en`` (those bits sit in LUT-RAM whatever the
-storage of the rest: they need an asynchronous read): ``r_rdy_next`` and ``r_data_next`` are
-the inputs of the head's own registers, and ``r_data_next`` is chosen between two registers (the head and the word after
-it), so no memory read is on its path. A consumer that must decide about the next head a
-cycle early (the reduction unit's judge, which reads the slot table for it) takes them instead
-of recomputing the FIFO's behaviour. Only those bits pay for it: they are stored in a memory
-of their own, read asynchronously into the registers whose inputs are exposed; the rest keep
-the synchronous read port, whose register Yosys maps to flip-flops with a clock enable (read
-through a shared multiplexer, every bit would cost a LUT).
+With ``lookahead=K`` the FIFO also tells what the top ``K`` bits of its head will be in the next
+cycle, given this cycle's ``r_en`` and ``w_en`` (those bits sit in LUT-RAM whatever the storage
+of the rest: they need an asynchronous read): ``r_rdy_next`` and ``r_data_next`` are the inputs
+of the head's own registers, and ``r_data_next`` is chosen between two registers (the head and
+the word after it), so no memory read is on its path. A consumer that must decide about the next
+head a cycle early (the reduction unit's judge, which reads the slot table for it) takes them
+instead of recomputing the FIFO's behaviour. Only those bits pay for it: they are stored in a
+memory of their own, read asynchronously into the registers whose inputs are exposed; the rest
+keep the synchronous read port, whose register Yosys maps to flip-flops with a clock enable
+(read through a shared multiplexer, every bit would cost a LUT).
 
 With ``read_slices=n`` the word (the part below the lookahead bits) is stored in ``n`` memories
-side by side, each with its own read port whose enable comes from copies of the FIFO's
-``r_rdy`` and "not empty" registers kept for that slice. The read enable loads the head register, the width of the word:
-driven by one net, its clock enables were a net of a fan-out of hundreds spread wherever the
-placer put the head's bits, at the end of the consumer's ``ready`` (at 8 × 8 × 64 the switch's
-critical path, docs/timing-closure.md, "The head's read enable replicated"). With the copies
-the consumer's ``ready`` reaches ``n`` LUTs, each beside its slice. ``keep`` stops Yosys
-merging the copies. (The write side is not sliced: a write enable per slice, each from a copy
-of the "not full" register, cost about 300 LUT4s at 4 × 8 × 16, docs/timing-closure.md.)
+side by side, each with its own read port whose enable comes from copies of the FIFO's ``r_rdy``
+and "not empty" registers kept for that slice. The read enable loads the head register, the
+width of the word: driven by one net, its clock enables were a net of a fan-out of hundreds
+spread wherever the placer put the head's bits, at the end of the consumer's ``ready`` (at
+8 × 8 × 64 the switch's critical path, docs/timing-closure.md, "The head's read enable
+replicated"). With the copies the consumer's ``ready`` reaches ``n`` LUTs, each beside its
+slice. ``keep`` stops Yosys merging the copies. (The write side is not sliced: a write enable
+per slice, each from a copy of the "not full" register, cost about 300 LUT4s at 4 × 8 × 16,
+docs/timing-closure.md.)
 
 With ``data_lag=True`` the bits below the lookahead are the head's as they were a cycle
 earlier: ``r_data[:width - lookahead]`` in cycle t + 1 is the head's in cycle t. A consumer
