@@ -171,7 +171,7 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                 nonempty = Signal(name=f"nonempty_{j}", attrs={"keep": 1})
                 m.d.sync += [rdy.eq(self.r_rdy_next), nonempty.eq(nonempty_next)]
                 copies.append((rdy, nonempty))
-        read_addr, lagged_reads = consume, []
+        read_addr, lagged_reads, plain_attrs = consume, [], attrs
         if plain:
             bounds = [plain * j // self.read_slices for j in range(self.read_slices + 1)]
             if self.data_lag:   # the read a cycle late: its address and enables registered
@@ -182,9 +182,8 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                 plain_attrs = {"ram_style": attrs["ram_style"]}
             for j, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
                 name = "storage" if self.read_slices == 1 else f"storage{j}"
-                storage = m.submodules[name] = Memory(
-                    shape=hi - lo, depth=inner_depth, init=[],
-                    attrs=plain_attrs if self.data_lag else attrs)
+                storage = m.submodules[name] = Memory(shape=hi - lo, depth=inner_depth,
+                                                      init=[], attrs=plain_attrs)
                 w_port = storage.write_port()
                 r_port = storage.read_port(domain="sync")
                 if copies:
