@@ -916,6 +916,8 @@ class ReductionUnit(wiring.Component):
         # `issue` AND a register at each slot, not `issue` → `last_issue` → a decode of `cur`
         # (the routed 4 x 8 x 16 switch's critical path at 82b7ee8, seed 1: docs/hw.md).
         free_at = Signal(S, name="eng_free_at") if P > 1 else None
+        # whether `free_at` has its bit set (the issue it waits for frees `eng_slot`)
+        free_any = Signal(name="eng_free_any") if P > 1 else None
         with m.If(issue):
             m.d.comb += [read_en.eq(1), read_addr.eq(cur * P + Mux(busy, eng_idx, 0))]
             m.d.sync += eng_slot.eq(cur)
@@ -925,17 +927,19 @@ class ReductionUnit(wiring.Component):
                 if free_at is None:
                     m.d.comb += slot_free_now.eq(Const(1, S) << cur)
                 else:
-                    m.d.sync += free_at.eq(0)
+                    m.d.sync += [free_at.eq(0), free_any.eq(0)]
             with m.Else():
                 m.d.sync += [busy.eq(1), eng_slot_members.eq(eng_members),
                              eng_idx.eq(idx_next)]
                 if free_at is not None:
-                    m.d.sync += free_at.eq(Mux(idx_next == P - 1, Const(1, S) << cur, 0))
+                    m.d.sync += [free_at.eq(Mux(idx_next == P - 1, Const(1, S) << cur, 0)),
+                                 free_any.eq(idx_next == P - 1)]
         if free_at is not None:
             m.d.comb += slot_free_now.eq(Mux(issue, free_at, 0))
             if platform == "formal":   # the register says what the decode would
-                m.d.comb += Assert(free_at == Mux(busy & (eng_idx == P - 1),
-                                                  Const(1, S) << eng_slot, 0))
+                m.d.comb += [Assert(free_at == Mux(busy & (eng_idx == P - 1),
+                                                   Const(1, S) << eng_slot, 0)),
+                         Assert(free_any == free_at.any())]
 
         # The judge's step A, ending: the entry of the slot the next header names, as the
         # table will hold it next cycle — this cycle's value with this cycle's updates applied
@@ -948,12 +952,14 @@ class ReductionUnit(wiring.Component):
         if free_at is None:
             m.d.comb += freed.eq(slot_free_now.bit_select(aslot, 1))
         else:
-            # The one-hot register read at the next header's slot first, and the engine's
-            # `issue` ANDed last, so the engine's decision is one gate from step A's registers
-            # instead of the start of the 64:1 read (`pick_members` -> `issue` -> this read
-            # was the routed critical path of the fp32 unit: docs/timing-closure.md, "The
-            # fp32 reduction unit routed").
-            m.d.comb += freed.eq(issue & free_at.bit_select(aslot, 1))
+            # The slot the engine frees compared with the next header's (two registers), not
+            # the one-hot register read at it: the 64:1 read by `judge_gathered`'s slot was
+            # the first half of the routed critical path of the unit alone (seed 1 at bf4e231,
+            # docs/timing-closure.md, "The judge's free by comparison"). The engine's `issue`
+            # is ANDed last, one gate from step A's registers (`pick_members` -> `issue` ->
+            # the read was the routed critical path of the fp32 unit: "The fp32 reduction
+            # unit routed").
+            m.d.comb += freed.eq(issue & free_any & (eng_slot == aslot))
             if platform == "formal":   # the same bit as the free's own read
                 m.d.comb += Assert(freed == slot_free_now.bit_select(aslot, 1))
         # Step B looks only at the arrived bit of the port it judges, so step A reads one bit:
