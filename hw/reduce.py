@@ -558,12 +558,20 @@ class ReductionUnit(wiring.Component):
         # starts at a flip-flop of its own instead of at the turn's comparison by the judge
         # (the turn -> `judged` -> a hold FIFO's read -> its lookahead register's clock enable
         # was a critical path of the routed 4 x 8 x 16 switch; docs/timing-closure.md).
-        judged = Signal(N, name="judged")
+        # `judged` drives the claim, by the judge; the port's own copy (`p{k}_judged`, kept)
+        # drives its FIFO's read and its packet state, so the placer can put each beside its
+        # loads: with one register the judge -> a hold FIFO's read -> its `after` register was
+        # the routed 4 x 8 x 16 switch's critical path at 26b1efe (seed 1; docs/
+        # timing-closure.md, "A port's own copy of `judged`").
+        judged = Signal(N, name="judged", attrs={"keep": 1})
+        port_judged = [Signal(name=f"p{k}_judged", attrs={"keep": 1}) for k in range(N)]
         m.d.sync += judged.eq(Cat(gathered_ready & (turn_next == k) for k in range(N)))
+        m.d.sync += [port_judged[k].eq(gathered_ready & (turn_next == k)) for k in range(N)]
         if platform == "formal":
             m.d.comb += Assert(judged == Cat(jready & (turn == k) for k in range(N)))
+            m.d.comb += [Assert(port_judged[k] == judged[k]) for k in range(N)]
         for k in range(N):
-            m.d.comb += [pop[k].eq(head_valid[k] & in_pkt[k] | judged[k]),
+            m.d.comb += [pop[k].eq(head_valid[k] & in_pkt[k] | port_judged[k]),
                          holds[k].r_en.eq(pop[k]), st.in_valid[k].eq(pop[k])]
         # Two cycles on, is port k between packets with a header at the head of its FIFO, and
         # which? Asked of the port whose turn comes two cycles on: with three ports or more
@@ -683,7 +691,7 @@ class ReductionUnit(wiring.Component):
 
         for k in range(N):
             valid, hdr = pop[k], heads[k].flit
-            first = judged[k]
+            first = port_judged[k]
             bad = jbad
             # What the counters see is registered before the first failing cause is picked,
             # so the priority among causes is not on the judgement's path: bits 0-8 are the
