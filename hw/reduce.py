@@ -943,11 +943,20 @@ class ReductionUnit(wiring.Component):
                     m.d.sync += [free_at.eq(Mux(idx_next == P - 1, Const(1, S) << cur, 0)),
                                  free_any.eq(idx_next == P - 1)]
         if free_at is not None:
-            m.d.comb += slot_free_now.eq(Mux(issue, free_at, 0))
-            if platform == "formal":   # the register says what the decode would
+            # An issue that frees is made while busy, and then it is the room alone, and the
+            # room of the slot being read (`eng_room_busy`) is an AND of registers: `busy` ->
+            # the members' choice -> the room -> `issue` -> every slot's reset was the routed
+            # critical path of the fp32 unit at 386fb9b (17.40 ns, 15.11 routing).
+            room_busy = Signal(name="eng_room_busy")
+            m.d.comb += [
+                room_busy.eq(Cat(~eng_slot_members[k] | room_k[k] for k in range(N)).all()),
+                slot_free_now.eq(Mux(room_busy, free_at, 0))]
+            if platform == "formal":   # the registers say what the decode would
                 m.d.comb += [Assert(free_at == Mux(busy & (eng_idx == P - 1),
                                                    Const(1, S) << eng_slot, 0)),
-                         Assert(free_any == free_at.any())]
+                             Assert(free_any == free_at.any()),
+                             Assert(~free_any | (busy & (issue == room_busy))),
+                             Assert(slot_free_now == Mux(issue, free_at, 0))]
 
         # The judge's step A, ending: the entry of the slot the next header names, as the
         # table will hold it next cycle — this cycle's value with this cycle's updates applied
@@ -963,11 +972,11 @@ class ReductionUnit(wiring.Component):
             # The slot the engine frees compared with the next header's (two registers), not
             # the one-hot register read at it: the 64:1 read by `judge_gathered`'s slot was
             # the first half of the routed critical path of the unit alone (seed 1 at bf4e231,
-            # docs/timing-closure.md, "The judge's free by comparison"). The engine's `issue`
-            # is ANDed last, one gate from step A's registers (`pick_members` -> `issue` ->
-            # the read was the routed critical path of the fp32 unit: "The fp32 reduction
-            # unit routed").
-            m.d.comb += freed.eq(issue & free_any & (eng_slot == aslot))
+            # docs/timing-closure.md, "The judge's free by comparison"). The issue that frees
+            # is the room of the slot being read, from registers (`pick_members` -> `issue` ->
+            # the read was the routed critical path of the fp32 unit at 32eeecf: "The fp32
+            # reduction unit routed").
+            m.d.comb += freed.eq(room_busy & free_any & (eng_slot == aslot))
             if platform == "formal":   # the same bit as the free's own read
                 m.d.comb += Assert(freed == slot_free_now.bit_select(aslot, 1))
         # Step B looks only at the arrived bit of the port it judges, so step A reads one bit:
