@@ -561,7 +561,7 @@ class ReductionUnit(wiring.Component):
         # `judged` drives the claim, by the judge; the port's own copy (`p{k}_judged`, kept)
         # drives its FIFO's read and its packet state, so the placer can put each beside its
         # loads: with one register the judge -> a hold FIFO's read -> its `after` register was
-        # the routed 4 x 8 x 16 switch's critical path at 26b1efe (seed 1; docs/
+        # the routed 4 x 8 x 16 switch's critical path at 386fb9b (seed 1; docs/
         # timing-closure.md, "A port's own copy of `judged`").
         judged = Signal(N, name="judged", attrs={"keep": 1})
         port_judged = [Signal(name=f"p{k}_judged", attrs={"keep": 1}) for k in range(N)]
