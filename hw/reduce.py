@@ -598,17 +598,9 @@ class ReductionUnit(wiring.Component):
                 head_next = Signal(hold_layout, name=f"p{k}_hold_head_next")
                 m.d.comb += head_next.as_value()[data_bits:].eq(hold.r_data_next)
                 drain_next_now = hold.r_rdy_next & in_pkt_next
-                # The landing takes the drain from `p{k}_drain_now`, beside the port; the
-                # lookahead toward the gather from its own kept copy, so the placer can put
-                # each beside its loads: with one register the drain -> the lookahead's
-                # choice -> the gather was the int32 unit's routed critical path at d86c4f4
-                # (seed 1; docs/timing-closure.md, "The drain's copy for the gather").
-                drain_now = Signal(name=f"p{k}_drain_now", attrs={"keep": 1})
-                read_now = Signal(name=f"p{k}_drain_gather", attrs={"keep": 1})
-                m.d.sync += [drain_now.eq(drain_next_now), read_now.eq(drain_next_now)]
-                drains.append(drain_now)
-                if platform == "formal":
-                    m.d.comb += Assert(read_now == drain_now)
+                read_now = Signal(name=f"p{k}_drain_now")
+                m.d.sync += read_now.eq(drain_next_now)
+                drains.append(read_now)
             head1 = Signal(hold_layout, name=f"p{k}_hold_head1")   # next cycle's head
             m.d.comb += head1.as_value()[data_bits:].eq(
                 Mux(read_now, hold.r_data_if_read, hold.r_data_if_kept))
