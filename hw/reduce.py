@@ -565,8 +565,9 @@ class ReductionUnit(wiring.Component):
         # timing-closure.md, "A port's own copy of `judged`").
         judged = Signal(N, name="judged", attrs={"keep": 1})
         port_judged = [Signal(name=f"p{k}_judged", attrs={"keep": 1}) for k in range(N)]
-        m.d.sync += judged.eq(Cat(gathered_ready & (turn_next == k) for k in range(N)))
-        m.d.sync += [port_judged[k].eq(gathered_ready & (turn_next == k)) for k in range(N)]
+        judged_next = Cat(gathered_ready & (turn_next == k) for k in range(N))
+        m.d.sync += [judged.eq(judged_next),
+                     *(port_judged[k].eq(judged_next[k]) for k in range(N))]
         if platform == "formal":
             m.d.comb += Assert(judged == Cat(jready & (turn == k) for k in range(N)))
             m.d.comb += [Assert(port_judged[k] == judged[k]) for k in range(N)]
@@ -906,7 +907,10 @@ class ReductionUnit(wiring.Component):
         room = Signal()
         eng_members = Signal(N)
         m.d.comb += eng_members.eq(Mux(busy, eng_slot_members, pick_members))
-        m.d.comb += room.eq(Cat(~eng_members[k] | room_k[k] for k in range(N)).all())
+
+        def room_for(members):   # every member's result FIFO has room for one more flit
+            return Cat(~members[k] | room_k[k] for k in range(N)).all()
+        m.d.comb += room.eq(room_for(eng_members))
         if platform == "formal":   # each register says what the comparison would
             m.d.comb += [Assert(room_k[k] == (occupancy[k] < self._fifo_depth - 1))
                          for k in range(N)]
@@ -949,7 +953,7 @@ class ReductionUnit(wiring.Component):
             # critical path of the fp32 unit at 386fb9b (17.40 ns, 15.11 routing).
             room_busy = Signal(name="eng_room_busy")
             m.d.comb += [
-                room_busy.eq(Cat(~eng_slot_members[k] | room_k[k] for k in range(N)).all()),
+                room_busy.eq(room_for(eng_slot_members)),
                 slot_free_now.eq(Mux(room_busy, free_at, 0))]
             if platform == "formal":   # the registers say what the decode would
                 m.d.comb += [Assert(free_at == Mux(busy & (eng_idx == P - 1),
