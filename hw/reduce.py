@@ -384,8 +384,14 @@ class ReductionUnit(wiring.Component):
             # (it reads only complete slots; a bank writes only a slot its port has not yet
             # arrived in — proved, hw.formal.ReductionProperties), so Yosys need not add a
             # read-during-write bypass (a register and a multiplexer per bank bit).
-            m.submodules[f"bank{k}"] = bank = Memory(shape=lane_shape, depth=addr_depth, init=[],
-                                                     attrs={"no_rw_check": 1})
+            # A memory per lane (one DP16KD each at 512 words: 32 of its 36 bits), not one of
+            # the flit's whole width, which Yosys cuts into 36-bit block RAMs across the lanes'
+            # bounds: each lane's data then has block RAMs of its own, which a floorplan can
+            # place by lane (`innet synth --floorplan`; docs/hw.md, Synthesis).
+            lanes = [Memory(shape=LANE_BITS, depth=addr_depth, init=[],
+                            attrs={"no_rw_check": 1}) for _ in range(L)]
+            for lane, memory in enumerate(lanes):
+                m.submodules[f"bank{k}_lane{lane}"] = memory
             # The judgement drives a write request; the bank takes it a cycle later from
             # registers, so the first-flit checks end at a flip-flop instead of at the bank's
             # write enable (far away, with a long setup in LUT-RAM). The engine cannot miss the
@@ -396,15 +402,13 @@ class ReductionUnit(wiring.Component):
             # the request registered. (A register of 256 bits per bank beside the block RAMs,
             # fed by another: the two in a row cost the router most; docs/timing-closure.md,
             # "Slices, not LUT4s".)
-            bank_wp = bank.write_port()
             wp = SimpleNamespace(en=Signal(name=f"bank{k}_wreq"),
                                  addr=Signal(range(addr_depth), name=f"bank{k}_wreq_addr"),
                                  data=Signal(lane_shape, name=f"bank{k}_wdata"))
             # The address needs no reset: nothing is written while the enable is low.
             wreq_addr = Signal.like(wp.addr, name=f"bank{k}_waddr", reset_less=True)
             m.d.sync += [st.bank_write[k].eq(wp.en), wreq_addr.eq(wp.addr)]
-            m.d.comb += [bank_wp.en.eq(st.bank_write[k]), bank_wp.addr.eq(wreq_addr),
-                         bank_wp.data.eq(wp.data), st.bank_write_addr[k].eq(wreq_addr)]
+            m.d.comb += st.bank_write_addr[k].eq(wreq_addr)
             write_ports.append(wp)
             # The engine's read reaches the bank through registers, and the word read is
             # registered again before the adder tree (SwitchSpec.bank_read_latency). The read
@@ -414,10 +418,13 @@ class ReductionUnit(wiring.Component):
             raddr = Signal.like(read_addr, name=f"bank{k}_raddr")
             ren = Signal(name=f"bank{k}_ren", attrs={"keep": 1})
             m.d.sync += [raddr.eq(read_addr), ren.eq(read_en)]
-            rp = bank.read_port()
-            m.d.comb += [rp.addr.eq(raddr), rp.en.eq(ren)]
             word = Signal(lane_shape, name=f"bank{k}_word", reset_less=True)
-            m.d.sync += word.eq(rp.data)
+            for lane, memory in enumerate(lanes):
+                bank_wp, rp = memory.write_port(), memory.read_port()
+                m.d.comb += [bank_wp.en.eq(st.bank_write[k]), bank_wp.addr.eq(wreq_addr),
+                             bank_wp.data.eq(wp.data[lane]),
+                             rp.addr.eq(raddr), rp.en.eq(ren)]
+                m.d.sync += word[lane].eq(rp.data)
             bank_data.append(word)
             if k == 0:
                 m.d.comb += [st.bank_read.eq(ren), st.bank_read_addr.eq(raddr)]
