@@ -514,13 +514,14 @@ def test_synth_bad_arguments():
                   ["--seeds", "0"], ["--seeds", "65"], ["--seeds", "2", "--no-pnr"],
                   ["--seeds", "2", "--congestion", "60"],
                   ["--seeds", "3", "--seed", str(2**31 - 2)], ["--speed", "9"],
-                  ["--speed", "8", "--no-pnr"], ["--speed", "7", "--flow", "gates"]):
+                  ["--speed", "8", "--no-pnr"], ["--speed", "7", "--flow", "gates"],
+                  ["--floorplan", "--without-reduction"], ["--floorplan", "--flow", "gates"]):
         proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "switch", *extra],
                               capture_output=True, text=True)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert any(flag in proc.stderr
                    for flag in ("--congestion", "--plot", "--placer", "--router", "--timeout",
-                                "--seed", "--speed"))
+                                "--seed", "--speed", "--floorplan"))
     proc = subprocess.run([sys.executable, "-m", "sim.cli", "synth", "reduce", "--ports", "4",
                            "--without-reduction"], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [

@@ -170,6 +170,11 @@ def _cmd_synth(args):
     if args.bram_outreg and args.flow != "ecp5":
         raise UsageError("--bram-outreg is about the ECP5's block RAMs: it does not go with "
                          "--flow gates")
+    if args.floorplan and (args.flow != "ecp5" or args.block not in ("reduce", "switch") or
+                           args.without_reduction):
+        raise UsageError("--floorplan places the reduction unit's bank block RAMs on the ECP5: "
+                         "it goes with innet synth reduce or switch, not --flow gates or "
+                         "--without-reduction")
     if args.speed != SPEED_GRADES[0] and (args.no_pnr or args.flow != "ecp5"):
         raise UsageError("--speed is the device's speed grade, which only nextpnr times: it "
                          "does not go with --no-pnr or --flow gates")
@@ -218,6 +223,8 @@ def _cmd_synth(args):
     flow = {"route": not args.no_route, "place": not args.no_pnr, "timeout": args.timeout,
             "congestion_s": args.congestion, "placer": args.placer, "router": args.router,
             "seed": first_seed, "bram_outreg": args.bram_outreg, "speed": args.speed,
+            "floorplan": (meta["parameters"]["ports"], meta["parameters"]["lanes"])
+                         if args.floorplan else None,
             "more_seeds": tuple(range(first_seed + 1, first_seed + (args.seeds or 1)))}
 
     def run(workdir):
@@ -245,6 +252,7 @@ def _cmd_synth(args):
                           if not kind.startswith("$"))
               + _longest_path_line(result.get("longest_logic_path"))
               + _outreg_line(result.get("bram_output_registers"))
+              + _floorplan_line(result.get("floorplan"))
               + "\n  LUT4 by block: "
               + ", ".join(f"{block} {n:,}"
                           for block, n in list(result["luts_by_block"].items())[:6]))
@@ -264,6 +272,7 @@ def _cmd_synth(args):
           + _critical_path_line(result.get("critical_path"))
           + _longest_path_line(result.get("longest_logic_path"))
           + _outreg_line(result.get("bram_output_registers"))
+          + _floorplan_line(result.get("floorplan"))
           + _slices_line(result.get("slices"))
           + "\n  LUT4 by block (before packing): "
           + ", ".join(f"{block} {n:,}" for block, n in list(result["luts_by_block"].items())[:6])
@@ -277,6 +286,12 @@ def _outreg_line(folded):
         return ""
     return (f"\n  block RAM output registers: {folded['flip_flops']:,} flip-flops folded into "
             f"{folded['block_rams']} DP16KD")
+
+
+def _floorplan_line(pinned):
+    if not pinned:
+        return ""
+    return f"\n  floorplan: {pinned['block_rams']} bank DP16KD fixed by lane and port"
 
 
 def _slices_line(slices):
@@ -733,6 +748,11 @@ def build_parser():
                        help="fold the registers that only take a block RAM's word into the "
                             "DP16KD's output register (0.97 ns from the clock instead of "
                             "5.61), as a vendor flow would; default: as Yosys maps them")
+    synth.add_argument("--floorplan", action="store_true",
+                       help="fix each of the reduction unit's bank block RAMs to a site, lane "
+                            "by column and port by row, so each lane's data stays in a stripe "
+                            "of the die (nextpnr's BEL constraint); default: nextpnr places "
+                            "them")
     synth.add_argument("--without-reduction", action="store_true",
                        help="switch only, a what-if: the reduction unit replaced by a sink "
                             "that takes every contribution and sends nothing, so the figures "

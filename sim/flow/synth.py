@@ -18,6 +18,7 @@ from pathlib import Path
 
 from sim.flow.congestion import HEATMAP_PREFIX, congestion_report
 from sim.flow.names import block_of
+from sim.flow.floorplan import FloorplanError, pin_banks
 from sim.flow.outreg import fold_output_registers
 from sim.flow.slices import PLACED_NETLIST, slice_use
 from sim.flow.tools import tool_env, yowasp_compiled
@@ -146,7 +147,8 @@ def _nextpnr_failure(log, rc):
 
 def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progress=None,
                route=True, place=True, congestion_s=None, placer="heap", router="router1",
-               seed=1, more_seeds=(), bram_outreg=False, speed=SPEED_GRADES[0]):
+               seed=1, more_seeds=(), bram_outreg=False, speed=SPEED_GRADES[0],
+               floorplan=None):
     """Synthesize and place-and-route ``top``; returns a dict of area, Fmax, the critical path
     and times. ``route=False`` stops after placement: the Fmax is nextpnr's post-placement
     estimate (``routed`` says which), there is no critical-path report, and the mapped
@@ -171,6 +173,9 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     register before nextpnr reads the netlist (:func:`sim.flow.outreg.fold_output_registers`;
     ``bram_output_registers`` says how many block RAMs and flip-flops). ``speed`` is the
     device's speed grade (:data:`SPEED_GRADES`: 6, the slowest and nextpnr's default, to 8).
+    ``floorplan`` = ``(ports, lanes)`` fixes the reduction unit's bank block RAMs to sites by
+    lane and port before nextpnr reads the netlist (:func:`sim.flow.floorplan.pin_banks`;
+    ``floorplan`` in the result says how many).
 
     Raises
     ------
@@ -188,6 +193,14 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
         folded = fold_output_registers(parsed, top)
         if folded["block_rams"]:
             netlist.write_text(json.dumps(parsed))
+    pinned = None
+    if floorplan is not None:
+        parsed = parsed or json.loads(netlist.read_text())
+        try:
+            pinned = {"block_rams": pin_banks(parsed, top, *floorplan)["block_rams"]}
+        except FloorplanError as err:
+            raise SynthError(f"--floorplan: {err}") from None
+        netlist.write_text(json.dumps(parsed))
     synth_s = time.monotonic() - began
     if not place:
         parsed = parsed or json.loads(netlist.read_text())
@@ -195,7 +208,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
                   "yosys_version": _yosys_version(), "yosys_mapping": mapping,
                   "requested_mhz": freq_mhz, "fmax_mhz": None, "met": None, "routed": False,
                   "placed": False, "critical_path": None, "synth_s": round(synth_s, 1),
-                  "pnr_s": 0.0, "bram_output_registers": folded,
+                  "pnr_s": 0.0, "bram_output_registers": folded, "floorplan": pinned,
                   "yosys_cells": cell_counts(parsed, top),
                   "luts_by_block": lut_breakdown(parsed, top)}
         result["longest_logic_path"] = _longest_logic_path(top, workdir, timeout)
@@ -251,7 +264,8 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
               "routed": routed, "placed": True, "placer": placer,
               "router": "router2" if congestion_s is not None else router, "seed": seed,
               "critical_path": critical_path(log) if routed else None,
-              "synth_s": round(synth_s, 1), "pnr_s": pnr_s, "bram_output_registers": folded}
+              "synth_s": round(synth_s, 1), "pnr_s": pnr_s, "bram_output_registers": folded,
+              "floorplan": pinned}
     for name, (used, available) in _utilisation(log).items():
         result[name] = used
         result[f"{name}_available"] = available
