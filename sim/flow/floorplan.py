@@ -4,9 +4,9 @@ lanes by column and ports by row.
 Every flit's data moves lane by lane: lane l of an ingress goes to lane l of its hold FIFO, of
 its bank, of the adder tree, of the result FIFO and of every egress. Only the headers and the
 control cross lanes. The banks are the one part of that way whose sites are few and fixed
-(four rows of 52 block RAMs on the ECP5-85), and nextpnr's placers, left to themselves, put a
-lane's eight banks anywhere in those rows, so the lane's adder tree gathers from across the
-die and every lane's wires cross every other's. This pass fixes each bank's block RAM to a
+(four rows of 52 block RAMs on the ECP5-85); nextpnr's placers, left to themselves, put a
+lane's eight banks only loosely together, over one to three rows and overlapping the next
+lane's, so the lanes' wires cross. This pass fixes each bank's block RAM to a
 site (nextpnr's ``BEL`` attribute on the cell, its one placement constraint this flow can
 reach: the YoWASP nextpnr-ecp5 has no Python, so no regions) in a grid: lane l in the l-th of
 ``lanes`` vertical stripes of the block-RAM columns, port k in row ``k × 4 // ports``. The

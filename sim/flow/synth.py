@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from sim.flow.congestion import HEATMAP_PREFIX, congestion_report
-from sim.flow.names import block_of
 from sim.flow.floorplan import FloorplanError, pin_banks
+from sim.flow.names import block_of
 from sim.flow.outreg import fold_output_registers
 from sim.flow.slices import PLACED_NETLIST, slice_use
 from sim.flow.tools import tool_env, yowasp_compiled
@@ -187,19 +187,18 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     netlist = workdir / f"{top}.json"
     yowasp_compiled("yosys")
     mapping = map_netlist(top, workdir, timeout)
-    folded = parsed = None
-    if bram_outreg:
+    # The passes between Yosys and nextpnr edit the one parsed netlist, written back once.
+    folded = pinned = parsed = None
+    if bram_outreg or floorplan is not None:
         parsed = json.loads(netlist.read_text())
+    if bram_outreg:
         folded = fold_output_registers(parsed, top)
-        if folded["block_rams"]:
-            netlist.write_text(json.dumps(parsed))
-    pinned = None
     if floorplan is not None:
-        parsed = parsed or json.loads(netlist.read_text())
         try:
             pinned = {"block_rams": pin_banks(parsed, top, *floorplan)["block_rams"]}
         except FloorplanError as err:
             raise SynthError(f"--floorplan: {err}") from None
+    if (folded and folded["block_rams"]) or (pinned and pinned["block_rams"]):
         netlist.write_text(json.dumps(parsed))
     synth_s = time.monotonic() - began
     if not place:
