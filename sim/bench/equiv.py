@@ -8,12 +8,12 @@ with the same random traffic, and compares, cycle by cycle, every ``ready`` the 
 its senders, every flit it presents, and every counter and flag.
 
 The traffic is a mix meant to reach every path: contributions of two tenants (one owning half
-the slot pool, one the other half with one port fewer), with wrong lengths, duplicates,
-unknown jobs, out-of-range slots and element types mixed in; memory packets to every port
+the slot pool, one the other half with one port fewer), with wrong lengths, duplicates, unknown
+jobs, out-of-range and foreign slots and element types mixed in; memory packets to every port
 including the sender's own and one beyond the switch; kinds the switch drops; packets whose
 sender drops ``last`` (truncations); job-table writes and counter clears while traffic flows;
-and egresses that accept at a random rate of their own. The reference's ``hw/`` is imported
-as a package of its own (``hw/`` imports nothing outside itself), so the two switches share
+and egresses that accept at a random rate of their own. The reference's ``hw/`` is imported as
+a package of its own (``hw/`` imports nothing outside itself), so the two switches share
 nothing but the flit format this tree defines.
 """
 
@@ -138,9 +138,9 @@ class _Traffic:
 
     def _contribution(self, k):
         """Port k's next chunk of a job it may send for (None if none), as flits. Now and then
-        a faulty copy goes before it (wrong length, unknown job, slot out of range, wrong
-        element type, truncated) or a duplicate after it: extra packets, so the chunk
-        itself still arrives and the reductions go on."""
+        a faulty copy goes before it (wrong length, unknown job, slot out of range, the other
+        tenant's slot, wrong element type, truncated) or a duplicate after it: extra packets,
+        so the chunk itself still arrives and the reductions go on."""
         rng = self.rng
         open_jobs = [j for j, (members, _, count, enable) in self.jobs.items()
                      if k in members and self.chunk[k, j] - self.results[k, j] < count]
@@ -156,7 +156,7 @@ class _Traffic:
         flits = self._flits(header, self.P)
         if rng.random() < 0.12:
             self.counts["faulty_contributions"] += 1
-            what = rng.randrange(6)
+            what = rng.randrange(7)
             if what == 0:
                 flits = self._flits(header, max(1, self.P + rng.choice((-1, 1)))) + flits
             elif what == 1:
@@ -170,6 +170,11 @@ class _Traffic:
                 # chunk would continue the truncated copy and the two be one packet too long)
                 flits = self._flits(replace(header, slot=self.S), rng.randrange(1, self.P + 1),
                                     truncated=True) + flits
+            elif what == 5:   # a slot of the other tenant's range (foreign_slot)
+                foreign = [s for s in range(self.S) if not base <= s < base + count]
+                if foreign:
+                    flits = self._flits(replace(header, slot=rng.choice(foreign)),
+                                        self.P) + flits
             else:
                 flits = flits + self._flits(header, self.P)
         return flits
