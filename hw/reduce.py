@@ -668,6 +668,14 @@ class ReductionUnit(wiring.Component):
         v_valid, v_job, v_seq = st.judge_v_valid, st.judge_v_job, st.judge_v_seq
         v_members, v_turn_arrived = st.judge_v_members, st.judge_v_turn_arrived
         jmembers = Mux(v_valid, v_members, jhead.members)
+        # whether the turn's port is in `jmembers`, chosen by step A (below) from the
+        # gathered header and the entry it read, so step B's checks are ORs of registers and
+        # of its comparisons: the turn -> the 8:1 choice of the member bit -> `judge_bad` ->
+        # a port's `good` was the routed critical path of the unit alone at 45f755c (seed 1,
+        # docs/timing-closure.md, "The foreign-slot comparison by the judge")
+        v_turn_member = Signal(name="judge_v_turn_member")
+        if platform == "formal":
+            m.d.comb += Assert(v_turn_member == jmembers.bit_select(turn, 1))
         # The checks that need no slot entry: kind, source, job, range, foreign, member (of
         # the job as the flit arrived), dtype. Registers loaded by step A from the gathered
         # header (the one step B will judge), with whether any fails and the header's slot
@@ -695,7 +703,7 @@ class ReductionUnit(wiring.Component):
                 Assert(alone_any == alone.any()),
                 Assert(jslot_hot == (Const(1, S) << jslot)[:S])]
         jchecks = [alone[0], alone[1], alone[2], alone[3], alone[4],
-                   ~jmembers.bit_select(turn, 1),   # the slot's snapshot, once it has one
+                   ~v_turn_member,   # the slot's snapshot, once it has one
                    alone[6],
                    v_valid & ((v_job != jhdr.user.job) | (v_seq != jhdr.user.seq)),
                    v_valid & v_turn_arrived]
@@ -1033,11 +1041,17 @@ class ReductionUnit(wiring.Component):
             m.d.comb += v_turn_arrived.eq(
                 landing | kept & by_group.bit_select(jslot[GB:], 1))
         m.d.comb += meta_judge.addr.eq(aslot)
+        valid_next = ~freed & (r_valid | claimed_here)
         m.d.sync += [
-            v_valid.eq(~freed & (r_valid | claimed_here)),
+            v_valid.eq(valid_next),
             v_job.eq(Mux(claimed_here, jhdr.user.job, meta_judge.data.job)),
             v_seq.eq(Mux(claimed_here, jhdr.user.seq, meta_judge.data.seq)),
             v_members.eq(Mux(claimed_here, jhead.members, meta_judge.data.members)),
+            # (each candidate's bit for the next turn's port first, then the choice among them)
+            v_turn_member.eq(Mux(valid_next,
+                                 Mux(claimed_here, jhead.members.bit_select(turn_next, 1),
+                                     meta_judge.data.members.bit_select(turn_next, 1)),
+                                 gathered.members.bit_select(turn_next, 1))),
         ]
 
         # Metadata travels beside the data through the pipeline.
