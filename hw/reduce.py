@@ -226,14 +226,11 @@ class ReductionUnit(wiring.Component):
 
     def _hold_layout(self):
         """A hold FIFO's word: the flit and what stage 0 worked out for it (the checks that
-        need only the header and the job table, the job's members and saturation, the slot id
-        clipped to the pool, and the job's slot range, which the judge compares)."""
-        S = self._slots
-        return data.StructLayout({"flit": flit_layout(self._lanes), "static": 5,
+        need only the header and the job table, the job's members and saturation, and the
+        slot id clipped to the pool)."""
+        return data.StructLayout({"flit": flit_layout(self._lanes), "static": 6,
                                   "members": self._ports, "sat": 1,
-                                  "slot": range(max(S, 2)),
-                                  # the job's own slots, compared by the judge's step A
-                                  "jwhole": 1, "jlo": range(S + 1), "jhi": range(S + 1)})
+                                  "slot": range(max(self._slots, 2))})
 
     def _slot_meta_layout(self):
         """A slot-table entry as a claim writes it."""
@@ -458,12 +455,8 @@ class ReductionUnit(wiring.Component):
             slot_id, job_id = hdr.user.slot, hdr.user.job
             slot = Signal(range(max(S, 2)), name=f"p{k}_hslot_in")
             m.d.comb += slot.eq(Mux(below(slot_id, S), slot_id, 0))
+            slot_low = slot_id[:len(slot)]
             members = select_tree(m, job_id, job_members, N, f"p{k}_jmembers")
-            # The job's slot range is looked up here and held with the flit; the foreign-slot
-            # comparison is the judge's (step A, from registers), so stage 0 ends at the
-            # lookup: the lookup and then the comparison's carry chain into the write register
-            # were the routed critical path of the unit and of the 4 x 8 x 16 switch (seeds 1
-            # and 2; docs/timing-closure.md, "The foreign-slot comparison by the judge").
             lo = select_tree(m, job_id, job_lo, range(S + 1), f"p{k}_jlo")
             hi = select_tree(m, job_id, job_hi, range(S + 1), f"p{k}_jhi")
             whole = job_whole.bit_select(job_id[:jbits], 1)
@@ -472,9 +465,13 @@ class ReductionUnit(wiring.Component):
                 hdr.src != k,
                 ~(below(job_id, J) & job_enable.bit_select(job_id[:jbits], 1)),
                 ~below(slot_id, S),
-                # (foreign_slot is the judge's, from jwhole/jlo/jhi; not_member is not stored
-                # either: the judge reads it from `members`, so a held flit cannot say two
-                # different things about it)
+                # the id's low bits, not the clipped `slot`: for an id < S they are the same,
+                # an id >= S is slot_range's, the cause ranked first; the clip's test of the
+                # id's high bits is then off this comparison (stage 0 began the routed 4 x 8 x
+                # 16 switch's critical path on one seed: docs/timing-closure.md)
+                ~whole & ((slot_low < lo) | (slot_low >= hi)),
+                # (not_member is not stored: the judge reads it from `members`, so a held
+                # flit cannot say two different things about it)
                 hdr.user.dtype.as_value() != select_tree(m, job_id, job_dtype, 2, f"p{k}_jdtype"),
             ]
             # A write register, then a buffered FIFO (HOLD_READ_LATENCY in all), in LUT-RAM
@@ -490,8 +487,7 @@ class ReductionUnit(wiring.Component):
             entry = Signal(hold_layout, name=f"p{k}_hold_in")
             m.d.comb += [entry.flit.eq(hdr), entry.static.eq(Cat(*checks)), entry.slot.eq(slot),
                          entry.members.eq(members),
-                         entry.sat.eq(job_sat.bit_select(job_id[:jbits], 1)),
-                         entry.jwhole.eq(whole), entry.jlo.eq(lo), entry.jhi.eq(hi)]
+                         entry.sat.eq(job_sat.bit_select(job_id[:jbits], 1))]
             # Back-pressure: a packet's first flit enters only when the FIFO has room for a
             # whole chunk behind what it holds, later flits while it has room at all; so a
             # well-formed contribution, once started, enters at one flit per cycle. (Which
@@ -668,32 +664,18 @@ class ReductionUnit(wiring.Component):
         v_valid, v_job, v_seq = st.judge_v_valid, st.judge_v_job, st.judge_v_seq
         v_members, v_turn_arrived = st.judge_v_members, st.judge_v_turn_arrived
         jmembers = Mux(v_valid, v_members, jhead.members)
-        # whether the turn's port is in `jmembers`, chosen by step A (below) from the
-        # gathered header and the entry it read, so step B's checks are ORs of registers and
-        # of its comparisons: the turn -> the 8:1 choice of the member bit -> `judge_bad` ->
-        # a port's `good` was the routed critical path of the unit alone at 45f755c (seed 1,
-        # docs/timing-closure.md, "The foreign-slot comparison by the judge")
-        v_turn_member = Signal(name="judge_v_turn_member")
-        if platform == "formal":
-            m.d.comb += Assert(v_turn_member == jmembers.bit_select(turn, 1))
         # The checks that need no slot entry: kind, source, job, range, foreign, member (of
         # the job as the flit arrived), dtype. Registers loaded by step A from the gathered
         # header (the one step B will judge), with whether any fails and the header's slot
         # one-hot, so the claim is an AND of flip-flops and each slot's its own AND: from
         # step B's header register through the checks and the slot's decode to each
         # `slot_valid` was the routed critical path of the unit alone (seed 2 at 0dc7145).
-        # (reset to what the reset header register gives: slot 0, no members, an empty range)
-        alone = Signal(7, init=0b0110000, name="judge_alone")
+        # (reset to what the reset header register gives: slot 0, no members)
+        alone = Signal(7, init=1 << 5, name="judge_alone")
         alone_any = Signal(init=1, name="judge_alone_any")
         jslot_hot = Signal(S, init=1, name="judge_slot_hot")
         def checks_alone(head, port):   # of `head`, judged in `port`'s turn
-            # the slot id's low bits, not the clipped `slot`: for an id < S they are the same,
-            # an id >= S is slot_range's, the cause ranked first (so the clip's test of the
-            # id's high bits is off this comparison)
-            slot_low = head.flit.user.slot[:len(head.slot)]
-            foreign = ~head.jwhole & ((slot_low < head.jlo) | (slot_low >= head.jhi))
-            return Cat(head.static[:4], foreign, ~head.members.bit_select(port, 1),
-                       head.static[4])
+            return Cat(head.static[:5], ~head.members.bit_select(port, 1), head.static[5])
         alone_next = checks_alone(gathered, turn_next)
         m.d.sync += [alone.eq(alone_next), alone_any.eq(alone_next.any()),
                      jslot_hot.eq(Const(1, S) << gathered.slot)]
@@ -703,7 +685,7 @@ class ReductionUnit(wiring.Component):
                 Assert(alone_any == alone.any()),
                 Assert(jslot_hot == (Const(1, S) << jslot)[:S])]
         jchecks = [alone[0], alone[1], alone[2], alone[3], alone[4],
-                   ~v_turn_member,   # the slot's snapshot, once it has one
+                   ~jmembers.bit_select(turn, 1),   # the slot's snapshot, once it has one
                    alone[6],
                    v_valid & ((v_job != jhdr.user.job) | (v_seq != jhdr.user.seq)),
                    v_valid & v_turn_arrived]
@@ -1041,17 +1023,11 @@ class ReductionUnit(wiring.Component):
             m.d.comb += v_turn_arrived.eq(
                 landing | kept & by_group.bit_select(jslot[GB:], 1))
         m.d.comb += meta_judge.addr.eq(aslot)
-        valid_next = ~freed & (r_valid | claimed_here)
         m.d.sync += [
-            v_valid.eq(valid_next),
+            v_valid.eq(~freed & (r_valid | claimed_here)),
             v_job.eq(Mux(claimed_here, jhdr.user.job, meta_judge.data.job)),
             v_seq.eq(Mux(claimed_here, jhdr.user.seq, meta_judge.data.seq)),
             v_members.eq(Mux(claimed_here, jhead.members, meta_judge.data.members)),
-            # (each candidate's bit for the next turn's port first, then the choice among them)
-            v_turn_member.eq(Mux(valid_next,
-                                 Mux(claimed_here, jhead.members.bit_select(turn_next, 1),
-                                     meta_judge.data.members.bit_select(turn_next, 1)),
-                                 gathered.members.bit_select(turn_next, 1))),
         ]
 
         # Metadata travels beside the data through the pipeline.
