@@ -29,7 +29,8 @@ keep the synchronous read port, whose register Yosys maps to flip-flops with a c
 
 With ``read_slices=n`` the word (the part below the lookahead bits) is stored in ``n`` memories
 side by side, each with its own read port whose enable comes from copies of the FIFO's ``r_rdy``
-and "not empty" registers kept for that slice. The read enable loads the head register, the
+and "not empty" registers kept for that slice, and with its own copies of the write and read
+pointers (the LUT-RAM cells' addresses). The read enable loads the head register, the
 width of the word: driven by one net, its clock enables were a net of a fan-out of hundreds
 spread wherever the placer put the head's bits, at the end of the consumer's ``ready`` (at
 8 × 8 × 64 the switch's critical path, docs/timing-closure.md, "The head's read enable
@@ -155,6 +156,8 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
 
         produce = Signal(range(inner_depth))
         consume = Signal(range(inner_depth))
+        produce_next = Signal.like(produce, name="produce_next")
+        consume_next = Signal.like(consume, name="consume_next")
         attrs = {"ram_style": STORAGE_STYLES[self.storage], "no_rw_check": 1}
         plain = self.width - self.lookahead      # low bits: the synchronous read port
         # next cycle's r_rdy, as the update below sets it
@@ -172,6 +175,7 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                 m.d.sync += [rdy.eq(self.r_rdy_next), nonempty.eq(nonempty_next)]
                 copies.append((rdy, nonempty))
         read_addr, lagged_reads, plain_attrs = consume, [], attrs
+        pointer_copies, lagged_addrs = [], []   # per read slice, when there are several
         if plain:
             bounds = [plain * j // self.read_slices for j in range(self.read_slices + 1)]
             if self.data_lag:   # the read a cycle late: its address and enables registered
@@ -186,9 +190,21 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                                                       init=[], attrs=plain_attrs)
                 w_port = storage.write_port()
                 r_port = storage.read_port(domain="sync")
+                slice_produce, slice_read_addr = produce, read_addr
                 if copies:
                     rdy, nonempty = copies[j]
                     read_here = nonempty & (~rdy | self.r_en)   # do_inner_read, from copies
+                    # and the slice's own pointers, so each pointer bit reaches the LUT-RAM
+                    # cells of one slice, not every cell of the word across the die (the
+                    # pointers of the result and ingress FIFOs were a fifth of the 8 x 8 x 64
+                    # switch's overused wires: docs/timing-closure.md, "The FIFOs' pointers
+                    # per read slice"). Loaded from the pointers' next values: flip-flops
+                    # alone (an incrementer per copy cost 1,261 LUT4s at 8 x 8 x 64).
+                    slice_produce = Signal.like(produce, name=f"produce_{j}", attrs={"keep": 1})
+                    slice_consume = Signal.like(consume, name=f"consume_{j}", attrs={"keep": 1})
+                    m.d.sync += [slice_produce.eq(produce_next), slice_consume.eq(consume_next)]
+                    slice_read_addr = slice_consume
+                    pointer_copies.append((slice_produce, slice_consume))
                 else:
                     read_here = do_inner_read
                 if self.data_lag:
@@ -196,8 +212,12 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                     m.d.sync += read_late.eq(read_here)
                     lagged_reads.append(read_late)
                     read_here = read_late
-                m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data[lo:hi]),
-                             w_port.en.eq(do_write), r_port.addr.eq(read_addr),
+                    if copies:   # the slice's own late address
+                        slice_read_addr = Signal.like(consume, name=f"consume_lag_{j}")
+                        m.d.sync += slice_read_addr.eq(slice_consume)
+                        lagged_addrs.append(slice_read_addr)
+                m.d.comb += [w_port.addr.eq(slice_produce), w_port.data.eq(self.w_data[lo:hi]),
+                             w_port.en.eq(do_write), r_port.addr.eq(slice_read_addr),
                              r_port.en.eq(read_here), self.r_data[lo:hi].eq(r_port.data)]
         if self.lookahead:
             # The same read as the synchronous port's, written out, and a word ahead: `after`
@@ -268,10 +288,13 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                 m.d.sync += after.eq(written)
             with m.Elif(do_inner_read):
                 m.d.sync += after.eq(second)
-        with m.If(do_write):
-            m.d.sync += produce.eq(_wrap(produce, inner_depth))
-        with m.If(do_inner_read):   # (with a lookahead, `following` is the increment)
-            m.d.sync += consume.eq(following if self.lookahead else _wrap(consume, inner_depth))
+        m.d.comb += [
+            produce_next.eq(Mux(do_write, _wrap(produce, inner_depth), produce)),
+            # (with a lookahead, `following` is the increment)
+            consume_next.eq(Mux(do_inner_read,
+                                following if self.lookahead else _wrap(consume, inner_depth),
+                                consume))]
+        m.d.sync += [produce.eq(produce_next), consume.eq(consume_next)]
         with m.If(do_write & ~do_inner_read):
             m.d.sync += inner_level.eq(inner_level + 1)
         with m.If(do_inner_read & ~do_write):
@@ -309,6 +332,8 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
             m.d.comb += Assert(~(do_write & do_inner_read & (produce == consume)))
             # each read slice's copies are the registers they copy
             same = [(rdy == self.r_rdy) & (nonempty == inner_r_rdy) for rdy, nonempty in copies]
+            same += [(w == produce) & (r == consume) for w, r in pointer_copies]
+            same += [late == read_addr for late in lagged_addrs]
             with m.If(Initial()):
                 m.d.comb += [Assume(eq) for eq in same]
             with m.Else():
