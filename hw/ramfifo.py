@@ -57,7 +57,7 @@ egress arbiters, which then see each requester's ``valid`` from a register of th
 """
 
 from amaranth.asserts import Initial
-from amaranth.hdl import Assert, Assume, Elaboratable, Module, Mux, Signal
+from amaranth.hdl import Assert, Assume, Cat, Const, Elaboratable, Module, Mux, Signal
 from amaranth.lib import fifo
 from amaranth.lib.memory import Memory
 
@@ -69,6 +69,34 @@ STORAGE_STYLES = {"block": "block", "lut": "distributed"}
 
 def _wrap(value, modulo):
     return Mux(value == modulo - 1, 0, value + 1)
+
+
+#: Taps of a maximal-length k-bit LFSR (the 0-based bits XORed into bit 0 as the state shifts
+#: up): from any nonzero state it steps through all 2**k - 1 of them.
+LFSR_TAPS = {2: (1, 0), 3: (2, 1), 4: (3, 2), 5: (4, 2), 6: (5, 4), 7: (6, 5), 8: (7, 5, 4, 3)}
+
+
+def lfsr_step(state, taps):
+    """The LFSR's next state: ``state`` shifted up, the XOR of its ``taps`` into bit 0 (an int
+    for an int ``state``, a value for a signal)."""
+    if isinstance(state, int):
+        feedback = 0
+        for tap in taps:
+            feedback ^= state >> tap & 1
+        return (state << 1 | feedback) & ((1 << max(taps) + 1) - 1)
+    feedback = state[taps[0]]
+    for tap in taps[1:]:
+        feedback = feedback ^ state[tap]
+    return Cat(feedback, state[:-1])
+
+
+def lfsr_sequence(taps, length):
+    """The first ``length`` states from 1."""
+    states, state = [], 1
+    for _ in range(length):
+        states.append(state)
+        state = lfsr_step(state, taps)
+    return states
 
 
 class RamFIFO(Elaboratable, fifo.FIFOInterface):
@@ -176,6 +204,7 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                 copies.append((rdy, nonempty))
         read_addr, lagged_reads, plain_attrs = consume, [], attrs
         pointer_copies, lagged_addrs = [], []   # per read slice, when there are several
+        taps = None
         if plain:
             bounds = [plain * j // self.read_slices for j in range(self.read_slices + 1)]
             if self.data_lag:   # the read a cycle late: its address and enables registered
@@ -184,10 +213,17 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                 # a late read meets the write of the same slot when the FIFO was full: it
                 # must see the word before the write (a read port that is not transparent)
                 plain_attrs = {"ram_style": attrs["ram_style"]}
+            # Each read slice's pointer copies (below) step as an LFSR where the memory's
+            # depth is one fewer than a power of two (the switch's 16-flit ingress FIFOs: 15):
+            # the same addresses in another order, one LUT a copy instead of an incrementer
+            # of four; otherwise they are loaded from the pointers' next values.
+            taps = LFSR_TAPS.get(inner_depth.bit_length()) if copies and not (
+                inner_depth & (inner_depth + 1)) else None
             for j, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
                 name = "storage" if self.read_slices == 1 else f"storage{j}"
-                storage = m.submodules[name] = Memory(shape=hi - lo, depth=inner_depth,
-                                                      init=[], attrs=plain_attrs)
+                storage = m.submodules[name] = Memory(
+                    shape=hi - lo, depth=inner_depth + 1 if taps else inner_depth, init=[],
+                    attrs=plain_attrs)
                 w_port = storage.write_port()
                 r_port = storage.read_port(domain="sync")
                 slice_produce, slice_read_addr = produce, read_addr
@@ -198,11 +234,26 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                     # cells of one slice, not every cell of the word across the die (the
                     # pointers of the result and ingress FIFOs were a fifth of the 8 x 8 x 64
                     # switch's overused wires: docs/timing-closure.md, "The FIFOs' pointers
-                    # per read slice"). Loaded from the pointers' next values: flip-flops
-                    # alone (an incrementer per copy cost 1,261 LUT4s at 8 x 8 x 64).
-                    slice_produce = Signal.like(produce, name=f"produce_{j}", attrs={"keep": 1})
-                    slice_consume = Signal.like(consume, name=f"consume_{j}", attrs={"keep": 1})
-                    m.d.sync += [slice_produce.eq(produce_next), slice_consume.eq(consume_next)]
+                    # per read slice"). Each steps on its own, so only the enables cross
+                    # the slices (copies loaded from the next values left 4-5 bit nets across
+                    # the die, and the switch's congestion four times as high).
+                    if taps:
+                        width = max(taps) + 1
+                        slice_produce = Signal(width, init=1, name=f"produce_{j}",
+                                               attrs={"keep": 1})
+                        slice_consume = Signal(width, init=1, name=f"consume_{j}",
+                                               attrs={"keep": 1})
+                        with m.If(do_write):
+                            m.d.sync += slice_produce.eq(lfsr_step(slice_produce, taps))
+                        with m.If(read_here):
+                            m.d.sync += slice_consume.eq(lfsr_step(slice_consume, taps))
+                    else:
+                        slice_produce = Signal.like(produce, name=f"produce_{j}",
+                                                    attrs={"keep": 1})
+                        slice_consume = Signal.like(consume, name=f"consume_{j}",
+                                                    attrs={"keep": 1})
+                        m.d.sync += [slice_produce.eq(produce_next),
+                                     slice_consume.eq(consume_next)]
                     slice_read_addr = slice_consume
                     pointer_copies.append((slice_produce, slice_consume))
                 else:
@@ -213,7 +264,7 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                     lagged_reads.append(read_late)
                     read_here = read_late
                     if copies:   # the slice's own late address
-                        slice_read_addr = Signal.like(consume, name=f"consume_lag_{j}")
+                        slice_read_addr = Signal.like(slice_consume, name=f"consume_lag_{j}")
                         m.d.sync += slice_read_addr.eq(slice_consume)
                         lagged_addrs.append(slice_read_addr)
                 m.d.comb += [w_port.addr.eq(slice_produce), w_port.data.eq(self.w_data[lo:hi]),
@@ -332,8 +383,16 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
             m.d.comb += Assert(~(do_write & do_inner_read & (produce == consume)))
             # each read slice's copies are the registers they copy
             same = [(rdy == self.r_rdy) & (nonempty == inner_r_rdy) for rdy, nonempty in copies]
-            same += [(w == produce) & (r == consume) for w, r in pointer_copies]
-            same += [late == read_addr for late in lagged_addrs]
+            def address(pointer):   # a slice's address for a pointer's value
+                if not taps:
+                    return pointer
+                value = Const(1, max(taps) + 1)
+                for i, state in enumerate(lfsr_sequence(taps, inner_depth)):
+                    value = Mux(pointer == i, state, value)
+                return value
+            same += [(w == address(produce)) & (r == address(consume))
+                     for w, r in pointer_copies]
+            same += [late == address(read_addr) for late in lagged_addrs]
             with m.If(Initial()):
                 m.d.comb += [Assume(eq) for eq in same]
             with m.Else():

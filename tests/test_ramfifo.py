@@ -11,7 +11,7 @@ from amaranth.lib import fifo
 from amaranth.back import rtlil
 from amaranth.sim import Simulator
 
-from hw.ramfifo import RamFIFO
+from hw.ramfifo import LFSR_TAPS, RamFIFO, lfsr_sequence
 from hw.reduce import ReductionUnit
 from hw.spec import SwitchSpec
 from hw.switch import Switch
@@ -19,7 +19,7 @@ from hw.switch import Switch
 
 @pytest.mark.parametrize("depth, lookahead, slices", [
     (2, 0, 1), (3, 0, 1), (5, 0, 1), (16, 0, 1), (27, 0, 1), (2, 5, 1), (3, 12, 1), (17, 5, 1),
-    (2, 0, 3), (5, 0, 5), (9, 0, 12), (5, 5, 3), (16, 4, 8)])
+    (2, 0, 3), (5, 0, 5), (9, 0, 12), (5, 5, 3), (16, 4, 8), (4, 0, 2), (8, 3, 3)])
 def test_matches_sync_fifo_buffered(depth, lookahead, slices):
     """Both FIFOs see the same random writes and reads (some into a full or out of an empty
     FIFO); every output — level, w_rdy, r_rdy, r_data when r_rdy — agrees every cycle. (The
@@ -31,7 +31,8 @@ def test_matches_sync_fifo_buffered(depth, lookahead, slices):
     bits are the ``r_*_in_two`` of the number of reads in between; without, ``r_rdy_next``
     alone; ``r_rdy_if_read_next`` is the next cycle's ``r_rdy_if_read``. With ``slices`` read
     slices each slice's read
-    enable comes from its own copies of the FIFO's registers: the word read is the same."""
+    enable comes from its own copies of the FIFO's registers and its addresses from its own
+    pointers (LFSRs where the memory is 3, 7 or 15 words): the word read is the same."""
     m = Module()
     m.submodules.dut = dut = RamFIFO(width=12, depth=depth,
                                      storage="lut" if depth % 2 else "block",
@@ -202,3 +203,14 @@ def test_switch_ingress_fifos_follow_the_one_column_rule(depth, style):
     slices = spec.lanes + 1 if style == "distributed" else 1
     # (and the top bits the egresses read a cycle ahead, in LUT-RAM whatever the rest is)
     assert _memory_styles(text, ".ingress") == [[style] * slices + ["distributed"]] * spec.ports
+
+
+def test_lfsr_taps_are_maximal():
+    """Each width's taps step from 1 through every nonzero state once and back to 1, so a
+    slice's LFSR pointers address each of its 2**k - 1 words once a lap (no word twice, never
+    address 0, which the memory of 2**k words leaves unused)."""
+    for width, taps in LFSR_TAPS.items():
+        lap = (1 << width) - 1
+        states = lfsr_sequence(taps, lap + 1)
+        assert sorted(states[:lap]) == list(range(1, lap + 1)), width
+        assert states[lap] == 1, width
