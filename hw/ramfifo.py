@@ -30,7 +30,8 @@ keep the synchronous read port, whose register Yosys maps to flip-flops with a c
 With ``read_slices=n`` the word (the part below the lookahead bits) is stored in ``n`` memories
 side by side, each with its own read port whose enable comes from copies of the FIFO's ``r_rdy``
 and "not empty" registers kept for that slice, and with its own copies of the write and read
-pointers (the LUT-RAM cells' addresses). The read enable loads the head register, the
+pointers (the LUT-RAM cells' addresses): LFSRs of their own where the memory is 2**k - 1 words
+(then it has 2**k, address 0 unused), else loaded from the pointers' next values. The read enable loads the head register, the
 width of the word: driven by one net, its clock enables were a net of a fan-out of hundreds
 spread wherever the placer put the head's bits, at the end of the consumer's ``ready`` (at
 8 × 8 × 64 the switch's critical path, docs/timing-closure.md, "The head's read enable
@@ -234,9 +235,10 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                     # cells of one slice, not every cell of the word across the die (the
                     # pointers of the result and ingress FIFOs were a fifth of the 8 x 8 x 64
                     # switch's overused wires: docs/timing-closure.md, "The FIFOs' pointers
-                    # per read slice"). Each steps on its own, so only the enables cross
-                    # the slices (copies loaded from the next values left 4-5 bit nets across
-                    # the die, and the switch's congestion four times as high).
+                    # per read slice"). An LFSR copy steps on its own, so only the enables
+                    # cross the slices; copies loaded from the next values leave 4-5-bit nets
+                    # across the die (router2's plateau at 8 x 8 x 64, seed 3: 5,848 overused
+                    # wires with every copy so, 2,493 with the ingress FIFOs' as LFSRs).
                     if taps:
                         width = max(taps) + 1
                         slice_produce = Signal(width, init=1, name=f"produce_{j}",
