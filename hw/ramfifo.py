@@ -31,14 +31,14 @@ With ``read_slices=n`` the word (the part below the lookahead bits) is stored in
 side by side, each with its own read port whose enable comes from copies of the FIFO's ``r_rdy``
 and "not empty" registers kept for that slice, and with its own copies of the write and read
 pointers (the LUT-RAM cells' addresses): LFSRs of their own where the memory is 2**k - 1 words
-(then it has 2**k, address 0 unused), else loaded from the pointers' next values. The read enable loads the head register, the
-width of the word: driven by one net, its clock enables were a net of a fan-out of hundreds
-spread wherever the placer put the head's bits, at the end of the consumer's ``ready`` (at
-8 × 8 × 64 the switch's critical path, docs/timing-closure.md, "The head's read enable
-replicated"). With the copies the consumer's ``ready`` reaches ``n`` LUTs, each beside its
-slice. ``keep`` stops Yosys merging the copies. (The write side is not sliced: a write enable
-per slice, each from a copy of the "not full" register, cost about 300 LUT4s at 4 × 8 × 16,
-docs/timing-closure.md.)
+(then it has 2**k, address 0 unused), else loaded from the pointers' next values. The read
+enable loads the head register, the width of the word: driven by one net, its clock enables were
+a net of a fan-out of hundreds spread wherever the placer put the head's bits, at the end of the
+consumer's ``ready`` (at 8 × 8 × 64 the switch's critical path, docs/timing-closure.md, "The
+head's read enable replicated"). With the copies the consumer's ``ready`` reaches ``n`` LUTs,
+each beside its slice. ``keep`` stops Yosys merging the copies. (The write side is not sliced: a
+write enable per slice, each from a copy of the "not full" register, cost about 300 LUT4s at 4 ×
+8 × 16, docs/timing-closure.md.)
 
 With ``data_lag=True`` the bits below the lookahead are the head's as they were a cycle
 earlier: ``r_data[:width - lookahead]`` in cycle t + 1 is the head's in cycle t. A consumer
@@ -78,13 +78,8 @@ LFSR_TAPS = {2: (1, 0), 3: (2, 1), 4: (3, 2), 5: (4, 2), 6: (5, 4), 7: (6, 5), 8
 
 
 def lfsr_step(state, taps):
-    """The LFSR's next state: ``state`` shifted up, the XOR of its ``taps`` into bit 0 (an int
-    for an int ``state``, a value for a signal)."""
-    if isinstance(state, int):
-        feedback = 0
-        for tap in taps:
-            feedback ^= state >> tap & 1
-        return (state << 1 | feedback) & ((1 << max(taps) + 1) - 1)
+    """The LFSR's next state: the signal ``state`` shifted up, the XOR of its ``taps`` into
+    bit 0."""
     feedback = state[taps[0]]
     for tap in taps[1:]:
         feedback = feedback ^ state[tap]
@@ -92,11 +87,14 @@ def lfsr_step(state, taps):
 
 
 def lfsr_sequence(taps, length):
-    """The first ``length`` states from 1."""
-    states, state = [], 1
+    """The first ``length`` states from 1, as :func:`lfsr_step` steps them (ints)."""
+    states, state, mask = [], 1, (1 << max(taps) + 1) - 1
     for _ in range(length):
         states.append(state)
-        state = lfsr_step(state, taps)
+        feedback = 0
+        for tap in taps:
+            feedback ^= state >> tap & 1
+        state = (state << 1 | feedback) & mask
     return states
 
 

@@ -170,11 +170,10 @@ class _Traffic:
                 # chunk would continue the truncated copy and the two be one packet too long)
                 flits = self._flits(replace(header, slot=self.S), rng.randrange(1, self.P + 1),
                                     truncated=True) + flits
-            elif what == 5:   # a slot of the other tenant's range (foreign_slot)
-                foreign = [s for s in range(self.S) if not base <= s < base + count]
-                if foreign:
-                    flits = self._flits(replace(header, slot=rng.choice(foreign)),
-                                        self.P) + flits
+            elif what == 5 and (foreign := [s for s in range(self.S)
+                                            if not base <= s < base + count]):
+                # a slot of the other tenant's range (foreign_slot); with none, a duplicate
+                flits = self._flits(replace(header, slot=rng.choice(foreign)), self.P) + flits
             else:
                 flits = flits + self._flits(header, self.P)
         return flits
