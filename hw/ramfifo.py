@@ -30,15 +30,16 @@ keep the synchronous read port, whose register Yosys maps to flip-flops with a c
 With ``read_slices=n`` the word (the part below the lookahead bits) is stored in ``n`` memories
 side by side, each with its own read port whose enable comes from copies of the FIFO's ``r_rdy``
 and "not empty" registers kept for that slice, and with its own copies of the write and read
-pointers (the LUT-RAM cells' addresses): LFSRs of their own where the memory is 2**k - 1 words
-(then it has 2**k, address 0 unused), else loaded from the pointers' next values. The read
-enable loads the head register, the width of the word: driven by one net, its clock enables were
-a net of a fan-out of hundreds spread wherever the placer put the head's bits, at the end of the
-consumer's ``ready`` (at 8 × 8 × 64 the switch's critical path, docs/timing-closure.md, "The
-head's read enable replicated"). With the copies the consumer's ``ready`` reaches ``n`` LUTs,
-each beside its slice. ``keep`` stops Yosys merging the copies. (The write side is not sliced: a
-write enable per slice, each from a copy of the "not full" register, cost about 300 LUT4s at 4 ×
-8 × 16, docs/timing-closure.md.)
+pointers (the LUT-RAM cells' addresses): k-bit LFSRs of their own where a memory of 2**k words
+takes no more LUT-RAM columns than the FIFO's words (the pointers then run round 2**k - 1
+addresses, address 0 unused, whatever the depth), else loaded from the pointers' next values.
+The read enable loads the head register, the width of the word: driven by one net, its clock
+enables were a net of a fan-out of hundreds spread wherever the placer put the head's bits, at
+the end of the consumer's ``ready`` (at 8 × 8 × 64 the switch's critical path,
+docs/timing-closure.md, "The head's read enable replicated"). With the copies the consumer's
+``ready`` reaches ``n`` LUTs, each beside its slice. ``keep`` stops Yosys merging the copies.
+(The write side is not sliced: a write enable per slice, each from a copy of the "not full"
+register, cost about 300 LUT4s at 4 × 8 × 16, docs/timing-closure.md.)
 
 With ``data_lag=True`` the bits below the lookahead are the head's as they were a cycle
 earlier: ``r_data[:width - lookahead]`` in cycle t + 1 is the head's in cycle t. A consumer
@@ -61,6 +62,8 @@ from amaranth.asserts import Initial
 from amaranth.hdl import Assert, Assume, Cat, Const, Elaboratable, Module, Mux, Signal
 from amaranth.lib import fifo
 from amaranth.lib.memory import Memory
+
+from .spec import LUTRAM_WORDS
 
 __all__ = ["RamFIFO", "STORAGE_STYLES"]
 
@@ -161,6 +164,17 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
 
         inner_depth = self.depth - 1
         inner_level = Signal(range(inner_depth + 1))
+        # Read slices' pointer copies step as k-bit LFSRs of their own (below) where the
+        # pointers can run round 2**k - 1 addresses at no cost in memory: a ring of 2**k - 1
+        # addresses at least as many as the words, in a memory of 2**k words (address 0
+        # unused) that takes no more LUT-RAM columns than the words would. The pointers then
+        # wrap at the ring, not at the depth; how full the FIFO is stays the level's alone.
+        taps = None
+        if self.read_slices > 1 and self.width > self.lookahead:
+            k = inner_depth.bit_length()
+            if -(-(1 << k) // LUTRAM_WORDS) == -(-inner_depth // LUTRAM_WORDS):
+                taps = LFSR_TAPS.get(k)
+        ring = (1 << max(taps) + 1) - 1 if taps else inner_depth
         # Whether the memory holds a word: a register kept equal to `inner_level != 0`, so
         # the lookahead's choices below start from flip-flops, not from the level's compare
         # (in the routed 4 x 8 x 16 switch a hold FIFO's lookahead began the critical path:
@@ -181,8 +195,8 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
         ]
         m.d.sync += not_full.eq(not_full_next)
 
-        produce = Signal(range(inner_depth))
-        consume = Signal(range(inner_depth))
+        produce = Signal(range(ring))
+        consume = Signal(range(ring))
         produce_next = Signal.like(produce, name="produce_next")
         consume_next = Signal.like(consume, name="consume_next")
         attrs = {"ram_style": STORAGE_STYLES[self.storage], "no_rw_check": 1}
@@ -203,7 +217,6 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                 copies.append((rdy, nonempty))
         read_addr, lagged_reads, plain_attrs = consume, [], attrs
         pointer_copies, lagged_addrs = [], []   # per read slice, when there are several
-        taps = None
         if plain:
             bounds = [plain * j // self.read_slices for j in range(self.read_slices + 1)]
             if self.data_lag:   # the read a cycle late: its address and enables registered
@@ -212,16 +225,14 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                 # a late read meets the write of the same slot when the FIFO was full: it
                 # must see the word before the write (a read port that is not transparent)
                 plain_attrs = {"ram_style": attrs["ram_style"]}
-            # Each read slice's pointer copies (below) step as an LFSR where the memory's
-            # depth is one fewer than a power of two (the switch's 16-flit ingress FIFOs: 15):
+            # Each read slice's pointer copies (below) step as an LFSR where the ring allows
+            # (the switch's ingress FIFOs: 15 words; int32 result FIFOs: 10, in a ring of 15):
             # the same addresses in another order, one LUT a copy instead of an incrementer
             # of four; otherwise they are loaded from the pointers' next values.
-            taps = LFSR_TAPS.get(inner_depth.bit_length()) if copies and not (
-                inner_depth & (inner_depth + 1)) else None
             for j, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
                 name = "storage" if self.read_slices == 1 else f"storage{j}"
                 storage = m.submodules[name] = Memory(
-                    shape=hi - lo, depth=inner_depth + 1 if taps else inner_depth, init=[],
+                    shape=hi - lo, depth=ring + 1 if taps else ring, init=[],
                     attrs=plain_attrs)
                 w_port = storage.write_port()
                 r_port = storage.read_port(domain="sync")
@@ -278,7 +289,7 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
             # read one word further on (at `consume + 1`) when the inner FIFO is read, or from
             # the written word when that word becomes the oldest.
             # (LUT-RAM whatever the storage of the rest: the read is asynchronous)
-            ahead = m.submodules.ahead = Memory(shape=self.lookahead, depth=inner_depth,
+            ahead = m.submodules.ahead = Memory(shape=self.lookahead, depth=ring,
                                                 init=[], attrs={**attrs,
                                                                 "ram_style": "distributed"})
             w_port = ahead.write_port()
@@ -290,9 +301,9 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
             # in the routed 4 x 8 x 16 switch a hold FIFO's `consume` -> the increment -> a
             # wire across the die to this memory -> the judge's gather was one seed's critical
             # path (docs/timing-closure.md).
-            following = Signal.like(consume, name="following", init=1 % inner_depth)
+            following = Signal.like(consume, name="following", init=1 % ring)
             with m.If(do_inner_read):
-                m.d.sync += following.eq(_wrap(following, inner_depth))
+                m.d.sync += following.eq(_wrap(following, ring))
             m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data[plain:]),
                          w_port.en.eq(do_write), r_port.addr.eq(following),
                          self.r_rdy_if_read_next.eq(nonempty_next),
@@ -340,10 +351,10 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
             with m.Elif(do_inner_read):
                 m.d.sync += after.eq(second)
         m.d.comb += [
-            produce_next.eq(Mux(do_write, _wrap(produce, inner_depth), produce)),
+            produce_next.eq(Mux(do_write, _wrap(produce, ring), produce)),
             # (with a lookahead, `following` is the increment)
             consume_next.eq(Mux(do_inner_read,
-                                following if self.lookahead else _wrap(consume, inner_depth),
+                                following if self.lookahead else _wrap(consume, ring),
                                 consume))]
         m.d.sync += [produce.eq(produce_next), consume.eq(consume_next)]
         with m.If(do_write & ~do_inner_read):
@@ -359,21 +370,22 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
         if platform == "formal":
             # The pointer invariants (as Amaranth's own FIFOs state them), assumed in the
             # initial state of an induction and asserted after; and the reason no_rw_check
-            # is safe: a write never meets a read of the same word.
-            invariants = [produce < inner_depth, consume < inner_depth,
+            # is safe: a write never meets a read of the same word. (The pointers run round
+            # the ring, which may hold more addresses than the FIFO holds words.)
+            invariants = [produce < ring, consume < ring, inner_level <= inner_depth,
                           (produce != consume) | (inner_level == 0) |
-                          (inner_level == inner_depth),
+                          (inner_level == ring),
                           (produce <= consume) | (inner_level == produce - consume),
                           (produce >= consume) |
-                          (inner_level == inner_depth + produce - consume),
+                          (inner_level == ring + produce - consume),
                           inner_r_rdy == (inner_level != 0),
                           not_full == (inner_level != inner_depth)]
             if self.lookahead:
-                invariants.append(following == _wrap(consume, inner_depth))
+                invariants.append(following == _wrap(consume, ring))
             if lagged_reads:   # the late read's address and enables: last cycle's
                 was_read = Signal(name="inner_read_lag")
                 m.d.sync += was_read.eq(do_inner_read)
-                invariants += [consume == Mux(was_read, _wrap(read_addr, inner_depth),
+                invariants += [consume == Mux(was_read, _wrap(read_addr, ring),
                                               read_addr),
                                *(late == was_read for late in lagged_reads)]
             with m.If(Initial()):
@@ -387,7 +399,7 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                 if not taps:
                     return pointer
                 value = Const(1, max(taps) + 1)
-                for i, state in enumerate(lfsr_sequence(taps, inner_depth)):
+                for i, state in enumerate(lfsr_sequence(taps, ring)):
                     value = Mux(pointer == i, state, value)
                 return value
             same += [(w == address(produce)) & (r == address(consume))

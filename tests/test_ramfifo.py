@@ -19,7 +19,8 @@ from hw.switch import Switch
 
 @pytest.mark.parametrize("depth, lookahead, slices", [
     (2, 0, 1), (3, 0, 1), (5, 0, 1), (16, 0, 1), (27, 0, 1), (2, 5, 1), (3, 12, 1), (17, 5, 1),
-    (2, 0, 3), (5, 0, 5), (9, 0, 12), (5, 5, 3), (16, 4, 8), (4, 0, 2), (8, 3, 3)])
+    (2, 0, 3), (5, 0, 5), (9, 0, 12), (5, 5, 3), (16, 4, 8), (4, 0, 2), (8, 3, 3), (17, 0, 2),
+    (11, 1, 9)])
 def test_matches_sync_fifo_buffered(depth, lookahead, slices):
     """Both FIFOs see the same random writes and reads (some into a full or out of an empty
     FIFO); every output — level, w_rdy, r_rdy, r_data when r_rdy — agrees every cycle. (The
@@ -32,7 +33,9 @@ def test_matches_sync_fifo_buffered(depth, lookahead, slices):
     alone; ``r_rdy_if_read_next`` is the next cycle's ``r_rdy_if_read``. With ``slices`` read
     slices each slice's read
     enable comes from its own copies of the FIFO's registers and its addresses from its own
-    pointers (LFSRs where the memory is 3, 7 or 15 words): the word read is the same."""
+    pointers (LFSRs running round 3, 7 or 15 addresses, more than the FIFO holds at depths 5,
+    9 and 11; copies of the pointers' next values at 2 and 17): the word read is the
+    same."""
     m = Module()
     m.submodules.dut = dut = RamFIFO(width=12, depth=depth,
                                      storage="lut" if depth % 2 else "block",
@@ -205,6 +208,24 @@ def test_switch_ingress_fifos_follow_the_one_column_rule(depth, style):
     assert _memory_styles(text, ".ingress") == [[style] * slices + ["distributed"]] * spec.ports
 
 
+@pytest.mark.parametrize("depth, memory, copy_bits", [
+    (4, 4, 2),      # 3 words: a ring of 3, a memory of 4
+    (11, 16, 4),    # 10 words (the int32 result FIFOs at 8 ports) in a ring of 15
+    (16, 16, 4),    # 15 words (the ingress FIFOs): the ring is the depth
+    (17, 16, 4),    # 16 words: a ring of 31 would take a second column, so next values
+    (18, 32, 5),    # 17 words: two columns either way, a ring of 31
+])
+def test_slices_step_their_pointers_where_the_ring_takes_no_more_columns(depth, memory,
+                                                                        copy_bits):
+    """A sliced FIFO's pointer copies are LFSRs (a memory of 2**k words) only where those
+    words fit the LUT-RAM columns the FIFO's own words take; else copies of the binary
+    pointers, in a memory of the FIFO's words: read from the exported RTLIL."""
+    q = RamFIFO(width=8, depth=depth, storage="lut", lookahead=1, read_slices=2)
+    text = rtlil.convert(q, ports=[q.w_data, q.w_en, q.r_en, q.r_data])
+    assert re.findall(r"memory width \d+ size (\d+) \\storage", text) == [str(memory)] * 2
+    assert re.findall(r"wire width (\d+) .*\\produce_0$", text, flags=re.M) == [str(copy_bits)]
+
+
 def test_lfsr_taps_are_maximal():
     """Each width's taps step from 1 through every nonzero state once and back to 1, so a
     slice's LFSR pointers address each of its 2**k - 1 words once a lap (no word twice, never
@@ -214,3 +235,33 @@ def test_lfsr_taps_are_maximal():
         states = lfsr_sequence(taps, lap + 1)
         assert sorted(states[:lap]) == list(range(1, lap + 1)), width
         assert states[lap] == 1, width
+
+
+def _prove_fifo(workdir, depth=4, *, fifo_depth, **params):
+    from sim.flow.formal import run_sby
+    q = RamFIFO(width=6, depth=fifo_depth, storage="lut", read_slices=2, **params)
+    text = rtlil.convert(q, ports=[q.w_data, q.w_en, q.r_en, q.r_data], platform="formal")
+    return run_sby(text, workdir, mode="prove", depth=depth)
+
+
+@pytest.mark.parametrize("depth, lookahead, data_lag", [
+    (11, 1, False), (11, 1, True),   # an LFSR ring of 15 round 10 words, and the late read
+    (16, 2, False),                  # a ring of 15 round 15 words
+    (17, 0, True),                   # copies of the pointers' next values
+])
+def test_pointer_invariants_and_copies_are_proved(tmp_path, depth, lookahead, data_lag):
+    """k-induction (SymbiYosys) on a sliced FIFO alone, its inputs free: the pointers' and
+    the level's invariants, and every slice's copies addressing what the pointers do."""
+    result = _prove_fifo(tmp_path, fifo_depth=depth, lookahead=lookahead, data_lag=data_lag)
+    assert result["status"] == "PASS", result["log"]
+
+
+def test_a_copy_stepping_off_its_pointer_fails_the_proof(tmp_path, monkeypatch):
+    """The proof above can fail: with taps whose LFSR comes back to its first state after six
+    steps, not fifteen, the base case finds the slices' copies leaving their pointers'
+    addresses where the pointers wrap round the ring of 15 (the fifteenth write)."""
+    import hw.ramfifo
+    monkeypatch.setitem(hw.ramfifo.LFSR_TAPS, 4, (3, 1))
+    assert lfsr_sequence((3, 1), 7)[6] == 1
+    result = _prove_fifo(tmp_path, depth=18, fifo_depth=11, lookahead=1)
+    assert result["status"] == "FAIL", result["log"]
