@@ -247,7 +247,8 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                     # per read slice"). An LFSR copy steps on its own, so only the enables
                     # cross the slices; copies loaded from the next values leave 4-5-bit nets
                     # across the die (router2's plateau at 8 x 8 x 64, seed 3: 5,848 overused
-                    # wires with every copy so, 2,493 with the ingress FIFOs' as LFSRs).
+                    # wires with every copy so, 2,493 with the ingress FIFOs' as LFSRs, 838
+                    # with the result FIFOs' too).
                     if taps:
                         width = max(taps) + 1
                         slice_produce = Signal(width, init=1, name=f"produce_{j}",
