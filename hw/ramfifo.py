@@ -164,15 +164,19 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
 
         inner_depth = self.depth - 1
         inner_level = Signal(range(inner_depth + 1))
-        # Read slices' pointer copies step as k-bit LFSRs of their own (below) where the
-        # pointers can run round 2**k - 1 addresses at no cost in memory: a ring of 2**k - 1
-        # addresses at least as many as the words, in a memory of 2**k words (address 0
-        # unused) that takes no more LUT-RAM columns than the words would. The pointers then
-        # wrap at the ring, not at the depth; how full the FIFO is stays the level's alone.
+        # Read slices' pointer copies step as k-bit LFSRs of their own (below; one LUT a copy
+        # instead of an incrementer of four) where the pointers can run round 2**k - 1
+        # addresses at no cost in memory: a ring at least as long as the FIFO holds words
+        # (the switch's ingress FIFOs: 15 words; the int32 result FIFOs: 10, in a ring of
+        # 15), in a memory of 2**k words (address 0 unused) that takes no more LUT-RAM columns
+        # than the words would. The pointers then wrap at the ring, not at the depth; how full
+        # the FIFO is stays the level's alone. Elsewhere the copies take the next values.
+        def columns(words):
+            return -(-words // LUTRAM_WORDS)
         taps = None
         if self.read_slices > 1 and self.width > self.lookahead:
             k = inner_depth.bit_length()
-            if -(-(1 << k) // LUTRAM_WORDS) == -(-inner_depth // LUTRAM_WORDS):
+            if columns(1 << k) == columns(inner_depth):
                 taps = LFSR_TAPS.get(k)
         ring = (1 << max(taps) + 1) - 1 if taps else inner_depth
         # Whether the memory holds a word: a register kept equal to `inner_level != 0`, so
@@ -225,10 +229,6 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                 # a late read meets the write of the same slot when the FIFO was full: it
                 # must see the word before the write (a read port that is not transparent)
                 plain_attrs = {"ram_style": attrs["ram_style"]}
-            # Each read slice's pointer copies (below) step as an LFSR where the ring allows
-            # (the switch's ingress FIFOs: 15 words; int32 result FIFOs: 10, in a ring of 15):
-            # the same addresses in another order, one LUT a copy instead of an incrementer
-            # of four; otherwise they are loaded from the pointers' next values.
             for j, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
                 name = "storage" if self.read_slices == 1 else f"storage{j}"
                 storage = m.submodules[name] = Memory(
@@ -403,9 +403,12 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                 for i, state in enumerate(lfsr_sequence(taps, ring)):
                     value = Mux(pointer == i, state, value)
                 return value
-            same += [(w == address(produce)) & (r == address(consume))
-                     for w, r in pointer_copies]
-            same += [late == address(read_addr) for late in lagged_addrs]
+            if pointer_copies:
+                produce_at, consume_at = address(produce), address(consume)
+                same += [(w == produce_at) & (r == consume_at) for w, r in pointer_copies]
+            if lagged_addrs:
+                read_at = address(read_addr)
+                same += [late == read_at for late in lagged_addrs]
             with m.If(Initial()):
                 m.d.comb += [Assume(eq) for eq in same]
             with m.Else():

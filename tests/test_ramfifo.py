@@ -237,11 +237,12 @@ def test_lfsr_taps_are_maximal():
         assert states[lap] == 1, width
 
 
-def _prove_fifo(workdir, depth=4, *, fifo_depth, **params):
+def _prove_fifo(workdir, *, steps=4, **params):
+    """SymbiYosys's proof (``steps`` deep) of a two-slice LUT-RAM FIFO's own assertions."""
     from sim.flow.formal import run_sby
-    q = RamFIFO(width=6, depth=fifo_depth, storage="lut", read_slices=2, **params)
+    q = RamFIFO(width=6, storage="lut", read_slices=2, **params)
     text = rtlil.convert(q, ports=[q.w_data, q.w_en, q.r_en, q.r_data], platform="formal")
-    return run_sby(text, workdir, mode="prove", depth=depth)
+    return run_sby(text, workdir, mode="prove", depth=steps)
 
 
 @pytest.mark.parametrize("depth, lookahead, data_lag", [
@@ -252,7 +253,7 @@ def _prove_fifo(workdir, depth=4, *, fifo_depth, **params):
 def test_pointer_invariants_and_copies_are_proved(tmp_path, depth, lookahead, data_lag):
     """k-induction (SymbiYosys) on a sliced FIFO alone, its inputs free: the pointers' and
     the level's invariants, and every slice's copies addressing what the pointers do."""
-    result = _prove_fifo(tmp_path, fifo_depth=depth, lookahead=lookahead, data_lag=data_lag)
+    result = _prove_fifo(tmp_path, depth=depth, lookahead=lookahead, data_lag=data_lag)
     assert result["status"] == "PASS", result["log"]
 
 
@@ -263,5 +264,5 @@ def test_a_copy_stepping_off_its_pointer_fails_the_proof(tmp_path, monkeypatch):
     import hw.ramfifo
     monkeypatch.setitem(hw.ramfifo.LFSR_TAPS, 4, (3, 1))
     assert lfsr_sequence((3, 1), 7)[6] == 1
-    result = _prove_fifo(tmp_path, depth=18, fifo_depth=11, lookahead=1)
+    result = _prove_fifo(tmp_path, steps=18, depth=11, lookahead=1)
     assert result["status"] == "FAIL", result["log"]
