@@ -232,8 +232,8 @@ def fix_initial_values(text):
 
 # (a name with a `$`, as Amaranth gives a second signal of one name, is an escaped
 # identifier: a backslash before it and a space after)
-_KEEP_REG_RE = re.compile(r"\(\* keep = 32'd1 \*\)\n\s*reg (?:signed )?(?:\[[^\]]+\] )?"
-                          r"([A-Za-z_][\w$]*|\\\S+) ?;")
+_KEEP_REG_RE = re.compile(r"\(\* keep = 32'd1 \*\)\n(?:\s*output [^;\n]*;\n)?"
+                          r"\s*reg (?:signed )?(?:\[[^\]]+\] )?([A-Za-z_][\w$]*|\\\S+) ?;")
 
 
 def keep_registers(text):

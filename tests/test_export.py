@@ -233,3 +233,13 @@ def test_keep_reaches_escaped_names_and_only_the_kept_modules_registers():
     first, second = out.split("endmodule\n")[:2]
     assert first.count("(* keep *)\n  always @(posedge clk)") == 2
     assert "(* keep *)" not in second
+
+
+def test_keep_reaches_a_kept_register_that_is_also_an_output():
+    """A kept register read by the module above (the arbiter's `cur_lane{k}`, which the switch
+    reads to zero a tail lane by lane) is written as an ``output`` and then a ``reg``; its
+    ``always`` block gets `keep` too, where before the ``output`` line hid it and Yosys merged
+    the eight lane copies into one."""
+    text = ("module a(q, clk);\n  (* keep = 32'd1 *)\n  output [2:0] q;\n  reg [2:0] q;\n"
+            "  always @(posedge clk)\n    q <= d;\nendmodule\n")
+    assert "(* keep *)\n  always @(posedge clk)\n    q <= d;" in keep_registers(text)
