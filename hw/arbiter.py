@@ -193,6 +193,10 @@ class LinkArbiter(wiring.Component):
         choice's next value; zero if none). A requester that keeps a copy of its bit knows
         from a register of its own whether the arbiter reads it, so its ``ready`` need not
         come from the arbiter.
+    lane_choice : list of Signal(range(ports))
+        The choice register's copy that selects lane ``k``'s slice of the output multiplexer
+        (``cur_lane{k}``, kept; always equal to the choice register): logic that acts on one
+        lane's bits reads the lane's own copy, placed beside them.
 
     Raises
     ------
@@ -225,6 +229,8 @@ class LinkArbiter(wiring.Component):
         self.busy = Signal()
         self.pointer = Signal(range(ports))
         self.select_next = Signal(ports)
+        self.lane_choice = [Signal(range(ports), name=f"cur_lane{k}", attrs={"keep": 1})
+                            for k in range(lanes)]
 
     @property
     def ports(self):
@@ -273,10 +279,8 @@ class LinkArbiter(wiring.Component):
         # switch's critical path (docs/timing-closure.md, "The egress select replicated").
         # A copy per slice can sit by its slice. `keep` stops Yosys merging the copies back
         # into one.
-        cur_copies = []
-        for name in self._mux_slices():
-            copy = Signal(range(n), name=f"cur_{name}", attrs={"keep": 1})
-            cur_copies.append(copy)
+        cur_copies = [*self.lane_choice, Signal(range(n), name="cur_header", attrs={"keep": 1})]
+        for copy in cur_copies:
             with m.If(~busy_next):
                 m.d.sync += copy.eq(pick)
             if platform == "formal":   # the copies are `cur` (hw.formal, arbiter property 6)

@@ -211,22 +211,27 @@ class Switch(wiring.Component):
             # multiplexer's LUTs, behind it it took a LUT a bit), and every flit egress d
             # carries is addressed to d (memory traffic is routed by dst, results are d's),
             # a constant given the stage (the link register's dst bits have no loads). Whether
-            # the flit is a tail is read from registers beside the arbiter: its choice as it
-            # stands (its `choice`, decoded from its choice register) and the requesters'
-            # `req_tail`. The choice is not gated by `valid` as the `grant` is: the zeroed data
+            # the flit is a tail is read lane by lane: the requesters' `req_tail` at the lane's
+            # own copy of the arbiter's choice register (its `lane_choice`), the copy that
+            # selects the lane's slice of the multiplexer, so each lane's zeroing starts beside
+            # its lane (one `offers_tail` for the whole flit was a net to all 256 data bits,
+            # the routed switch's critical path: docs/timing-closure.md, "The tail's zeroing
+            # per lane"). The choice is not gated by `valid` as the `grant` is: the zeroed data
             # is read only when the link register takes a flit, and then the two agree, so the
-            # 256 data bits' select starts at flip-flops beside the arbiter, not at the
-            # arbiter's `valid` and `busy` (docs/timing-closure.md).
+            # select starts at flip-flops, not at the arbiter's `valid` and `busy`.
             m.submodules[f"egress{d}_link"] = link = LinkRegister(layout)
             m.submodules[f"egress{d}_out"] = out = CreditSlice(layout, write_slices=L + 1)
             outs.append(link)
             m.d.comb += link.o_room_next.eq(out.room_next)
             # (Each a whole flit in one assignment: field by field, a constant field would be a
             # process that reads nothing, Verilator's ALWNEVER.)
-            offers_tail = Signal(name=f"egress{d}_offers_tail")
-            m.d.comb += offers_tail.eq((arb.choice & req_tail[d]).any())
             flit = arb.o.payload
-            zeroed = {"data": Mux(offers_tail, 0, flit.data)}
+            lanes_out = []
+            for j, lane_choice in enumerate(arb.lane_choice):
+                offers_tail = Signal(name=f"egress{d}_offers_tail_lane{j}")
+                m.d.comb += offers_tail.eq(req_tail[d].bit_select(lane_choice, 1))
+                lanes_out.append(Mux(offers_tail, 0, flit.data[j]))
+            zeroed = {"data": Cat(*lanes_out)}
             m.d.comb += [link.i.valid.eq(arb.o.valid), arb.o.ready.eq(link.i.ready),
                          link.i.payload.eq(Cat(zeroed.get(name, flit[name])
                                                for name, _ in layout))]

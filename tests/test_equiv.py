@@ -46,7 +46,8 @@ MUTATIONS = {
     "flow control": ("regslice.py", "self.i.ready.eq(~(full[0] & full[1]))",
                      "self.i.ready.eq(~(full[0] | full[1]))"),
     # a truncated packet's NULLIFIED tail keeps its data instead of zeros
-    "tail data": ("switch.py", '"data": Mux(offers_tail, 0, flit.data)', '"data": flit.data'),
+    "tail data": ("switch.py", "lanes_out.append(Mux(offers_tail, 0, flit.data[j]))",
+                  "lanes_out.append(flit.data[j])"),
 }
 
 

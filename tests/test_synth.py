@@ -327,6 +327,21 @@ def test_the_arbiters_select_copies_survive_yosys(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_lane_choice_copies_survive_yosys_in_the_switch(tmp_path):
+    """The switch reads each lane's copy of an egress's choice register (`lane_choice`) to
+    zero a truncated tail lane by lane, so the copies are outputs of the arbiter: each still
+    maps to flip-flops of its own (hw.export.keep_registers reaches kept outputs)."""
+    _synth("switch", "--ports", "3", "--lanes", "2", "--slots", "2", "--without-reduction",
+           "--no-pnr", "--keep", str(tmp_path))
+    (netlist,) = tmp_path.glob("innet_switch_*.json")
+    ffs = _flip_flops_by_register(netlist)
+    for d in range(3):   # (a bit no choice sets is a constant: without the unit, d's own)
+        bits = [ffs[f"switch.egress{d}.{copy}"] for copy in ("cur_lane0", "cur_lane1",
+                                                             "cur_header")]
+        assert bits[0] == bits[1] == bits[2] >= 1, (d, bits)
+
+
+@pytest.mark.slow
 def test_the_judges_port_copies_survive_yosys(tmp_path):
     """The judge's `judged` drives the claim and each port's kept copy `p{k}_judged` its hold
     FIFO's read (docs/hw.md, reduction unit): Yosys keeps both, where it merged the judge's
