@@ -216,9 +216,10 @@ class Switch(wiring.Component):
             # selects the lane's slice of the multiplexer, so each lane's zeroing starts beside
             # its lane (one `offers_tail` for the whole flit was a net to all 256 data bits,
             # the routed switch's critical path: docs/timing-closure.md, "The tail's zeroing
-            # per lane"). The choice is not gated by `valid` as the `grant` is: the zeroed data
-            # is read only when the link register takes a flit, and then the two agree, so the
-            # select starts at flip-flops, not at the arbiter's `valid` and `busy`.
+            # per lane, routed"). The choice is not gated by `valid` as the `grant` is: the
+            # zeroed data is read only when the link register takes a flit, and then the two
+            # agree, so the select starts at flip-flops, not at the arbiter's `valid` and
+            # `busy`.
             m.submodules[f"egress{d}_link"] = link = LinkRegister(layout)
             m.submodules[f"egress{d}_out"] = out = CreditSlice(layout, write_slices=L + 1)
             outs.append(link)
