@@ -212,13 +212,15 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
         m.d.comb += nonempty_next.eq(
             Mux(do_write, 1, Mux(do_inner_read, inner_level != 1, inner_r_rdy)))
         m.d.sync += inner_r_rdy.eq(nonempty_next)
-        # Whether the memory holds exactly one word: a register kept equal to `inner_level ==
-        # 1`, so the lookahead's choices below (is the written word the next oldest, does the
-        # memory hold two) are flip-flops of this FIFO's, not comparisons of its pointers.
-        inner_one = Signal(name="inner_one")
-        m.d.sync += inner_one.eq(Mux(do_write & ~do_inner_read, ~inner_r_rdy,
-                                     Mux(do_inner_read & ~do_write, inner_level == 2,
-                                         inner_one)))
+        if self.lookahead:
+            # Whether the memory holds exactly one word: a register kept equal to
+            # `inner_level == 1`, so the lookahead's choices below (is the written word the
+            # next oldest, does the memory hold two) are flip-flops of this FIFO's, not
+            # comparisons of its pointers.
+            inner_one = Signal(name="inner_one")
+            m.d.sync += inner_one.eq(Mux(do_write & ~do_inner_read, ~inner_r_rdy,
+                                         Mux(do_inner_read & ~do_write, inner_level == 2,
+                                             inner_one)))
         copies = []   # (r_rdy, not empty) kept per read slice, when there are several
         if self.read_slices > 1:
             for j in range(self.read_slices):
@@ -384,10 +386,10 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                           (produce >= consume) |
                           (inner_level == ring + produce - consume),
                           inner_r_rdy == (inner_level != 0),
-                          inner_one == (inner_level == 1),
                           not_full == (inner_level != inner_depth)]
             if self.lookahead:
-                invariants.append(following == _wrap(consume, ring))
+                invariants += [following == _wrap(consume, ring),
+                               inner_one == (inner_level == 1)]
             if lagged_reads:   # the late read's address and enables: last cycle's
                 was_read = Signal(name="inner_read_lag")
                 m.d.sync += was_read.eq(do_inner_read)
