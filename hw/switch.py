@@ -24,18 +24,19 @@ port counts, keep each egress's output multiplexer to the FPGA's wide-mux cells 
 cost nearly five times the LUTs at 8 lanes; docs/hw.md). Each arbiter's output passes a
 register on the link (:class:`hw.regslice.LinkRegister`: the multiplexer's inputs come from
 across the die) and a two-flit stage (:class:`hw.regslice.CreditSlice`), so the egress ports
-are driven from flip-flops (``SwitchSpec.egress_output_latency``). The arbitration policy is chosen at
-elaboration; priorities / weights are set per traffic class at run time (``cfg_mem_*``,
-``cfg_result_*``).
+are driven from flip-flops (``SwitchSpec.egress_output_latency``). The arbitration policy is
+chosen at elaboration; priorities / weights are set per traffic class at run time
+(``cfg_mem_*``, ``cfg_result_*``).
 
 The crossbar's links are registered both ways: an arbiter reads each requester's ``valid``
 and ``last`` from registers beside it, loaded a cycle ahead from what the requester's FIFO
-will hold, and a requester moves its head by copies of its own of the arbiter's choice and of
-the egress's room, loaded a cycle ahead too; the flits the arbiter chooses stop in the link
-register. No path runs from an ingress through an arbiter and back, nor from an ingress to
-the egress stage. With every egress ready a flit leaves a cycle later than it would with
-combinational links, at the same rate; when a GPU stalls, its egress takes two more flits than
-a combinational ``ready`` would have let through (one in the link register, one in the stage).
+will hold, and a requester moves its head by copies of its own of the arbiter's choice, the
+egress's room and its own target, loaded a cycle ahead too; the flits the arbiter chooses stop
+in the link register. No path runs from an ingress through an arbiter and back, nor from an
+ingress to the egress stage. With every egress ready a flit leaves a cycle later than it would
+with combinational links, at the same rate; when a GPU stalls, its egress takes two more flits
+than a combinational ``ready`` would have let through (one in the link register, one in the
+stage).
 
 Why results and memory traffic cannot deadlock each other: the reduction unit never
 back-pressures its inputs (a contribution is written into its own bank or dropped), so
@@ -175,9 +176,10 @@ class Switch(wiring.Component):
         # links registered"). Each egress arbiter reads its requesters' `valid` and `last`
         # from registers beside it (`req_valid`, `req_last`), which each requester loads a
         # cycle ahead from what its own FIFO will hold next cycle; each requester decides
-        # whether its head moves from copies of its own (`granted`): the arbiter's choice for
-        # it and the room of the egress's link register, both loaded a cycle ahead too. So no
-        # path goes from an ingress through an arbiter and back.
+        # whether its head moves from copies of its own (`granted_by`): the arbiter's choice
+        # for it and the room of the egress's link register (and, for an ingress, whether its
+        # head goes to that egress), loaded a cycle ahead too. So no path goes from an ingress
+        # through an arbiter and back.
         arbiters, outs = [], []
         req_valid = [Signal(N, name=f"egress{d}_req_valid") for d in range(N)]
         req_last = [Signal(N, name=f"egress{d}_req_last", attrs={"keep": 1})
@@ -357,10 +359,17 @@ class Switch(wiring.Component):
             m.d.comb += [red_in.payload.eq(to_unit), red_in.valid.eq(q.r_rdy & cur[_REDUCE])]
             targets = [red_in.ready & cur[_REDUCE], cur[_DROP]]
             egresses = [d for d in range(N) if d != k]
-            for sel, d in zip(cur[_EGRESS:], egresses):
+            # Egress d's grant register holds its choice of k already ANDed with `cur`'s bit
+            # for d (both loaded a cycle ahead, below): the move is an OR of registers, not
+            # of seven ANDs, so the read enable that crosses the die to the FIFO's read slices
+            # starts fewer LUT levels from them (docs/timing-closure.md, "The grant aimed at
+            # the next target").
+            grants = [Signal(name=f"ingress{k}_granted_by{d}", attrs={"keep": 1})
+                      for d in egresses]
+            for grant, d in zip(grants, egresses):
                 # (requester k of egress k carries the reduction results)
                 m.d.comb += arbiters[d].i[k].payload.eq(offer)
-                targets.append(granted(f"ingress{k}", k, d) & sel)
+                targets.append(grant)
             m.d.comb += [moved.eq(q.r_rdy & Cat(*targets).any()), q.r_en.eq(moved & ~cut)]
             in_pkt_next = Signal(name=f"ingress{k}_in_packet_next")
             route_next = Signal(targets_n, name=f"ingress{k}_route_next")
@@ -383,6 +392,8 @@ class Switch(wiring.Component):
             m.d.comb += Cat(last_ahead, fresh_ahead, breaks_ahead).eq(q.r_data_next)
             cur_next = Mux(in_pkt_next, route_next, fresh_ahead)
             m.d.sync += cur.eq(cur_next)
+            for grant, sel, d in zip(grants, cur_next[_EGRESS:], egresses):
+                m.d.sync += grant.eq(arbiters[d].select_next[k] & outs[d].room_next & sel)
             tail_ahead = in_pkt_next & breaks_ahead
             m.d.sync += tail_next.eq(tail_ahead)
             for sel, d in zip(cur_next[_EGRESS:], egresses):
