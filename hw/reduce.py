@@ -84,6 +84,8 @@ ERROR_CAUSES = (
 )
 #: Width of each saturating error counter.
 COUNTER_BITS = 16
+# foreign_slot's bit in a hold word's `static` checks (the first five causes, then wrong_dtype)
+_FOREIGN_SLOT = ERROR_CAUSES.index("foreign_slot")
 
 
 def lowest_set(m, mask, name):
@@ -455,7 +457,6 @@ class ReductionUnit(wiring.Component):
             slot_id, job_id = hdr.user.slot, hdr.user.job
             slot = Signal(range(max(S, 2)), name=f"p{k}_hslot_in")
             m.d.comb += slot.eq(Mux(below(slot_id, S), slot_id, 0))
-            slot_low = slot_id[:len(slot)]
             members = select_tree(m, job_id, job_members, N, f"p{k}_jmembers")
             lo = select_tree(m, job_id, job_lo, range(S + 1), f"p{k}_jlo")
             hi = select_tree(m, job_id, job_hi, range(S + 1), f"p{k}_jhi")
@@ -465,11 +466,7 @@ class ReductionUnit(wiring.Component):
                 hdr.src != k,
                 ~(below(job_id, J) & job_enable.bit_select(job_id[:jbits], 1)),
                 ~below(slot_id, S),
-                # the id's low bits, not the clipped `slot`: for an id < S they are the same,
-                # an id >= S is slot_range's, the cause ranked first; the clip's test of the
-                # id's high bits is then off this comparison (stage 0 began the routed 4 x 8 x
-                # 16 switch's critical path on one seed: docs/timing-closure.md)
-                ~whole & ((slot_low < lo) | (slot_low >= hi)),
+                Const(0, 1),   # foreign_slot: compared behind the write register (below)
                 # (not_member is not stored: the judge reads it from `members`, so a held
                 # flit cannot say two different things about it)
                 hdr.user.dtype.as_value() != select_tree(m, job_id, job_dtype, 2, f"p{k}_jdtype"),
@@ -508,10 +505,26 @@ class ReductionUnit(wiring.Component):
             staged = Signal(hold_layout, name=f"p{k}_hold_staged", reset_less=True)
             staged_valid = Signal(name=f"p{k}_hold_staged_valid")
             stuck = staged_valid & ~hold.w_rdy
+            # The job's slot range is looked up in stage 0 and compared with the slot behind
+            # the write register, not in front of it: the job table's read and the comparison's
+            # carry chain in one cycle, from an ingress's head across the die, were the routed
+            # 8 x 8 x 64 switch's critical path at ea92011 (docs/timing-closure.md, "The slot
+            # range compared behind the write register"). The id's low bits, not the clipped
+            # `slot`: for an id < S they are the same, an id >= S is slot_range's, the cause
+            # ranked first.
+            staged_range = Signal(data.StructLayout({"lo": range(S + 1), "hi": range(S + 1),
+                                                     "whole": 1}),
+                                  name=f"p{k}_hold_staged_range", reset_less=True)
             with m.If(took):
-                m.d.sync += staged.eq(entry)
+                m.d.sync += [staged.eq(entry), staged_range.eq(Cat(lo, hi, whole))]
             m.d.sync += staged_valid.eq(took | stuck)
-            m.d.comb += [hold.w_data.eq(staged), hold.w_en.eq(staged_valid)]
+            written = Signal(hold_layout, name=f"p{k}_hold_written")
+            staged_slot = staged.flit.user.slot[:len(slot)]
+            m.d.comb += [written.eq(staged),
+                         written.static[_FOREIGN_SLOT].eq(
+                             ~staged_range.whole & ((staged_slot < staged_range.lo) |
+                                                    (staged_slot >= staged_range.hi))),
+                         hold.w_data.eq(written), hold.w_en.eq(staged_valid)]
             occupancy = Signal(range(H + 1), name=f"p{k}_hold_occupancy")
             m.d.sync += occupancy.eq(occupancy + took - popped)
             opened_next = Mux(took, ~hdr.last, opened)
