@@ -472,7 +472,6 @@ def simulate_iteration(workload, gpu, config=None, record=True):
     """Simulate one iteration; returns an :class:`IterationResult`."""
     config = config or IterationConfig()
     config.validate_for(workload, gpu)
-    layers = workload.layers
     buckets = make_buckets(workload, config)
 
     queue, launches, final = _kernel_queue(workload, config, buckets)

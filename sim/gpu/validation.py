@@ -13,7 +13,6 @@ Rows come from provider functions (:data:`PROVIDERS`); another module adds its o
 ``innet model calibrate --write docs/calibration.md`` writes them as Markdown.
 """
 
-from sim.gpu.collectives import allreduce_cost
 from sim.gpu.collective_figures import collective_rows
 from sim.gpu.iteration import IterationConfig, simulate_iteration
 from sim.gpu.multinode_figures import multinode_rows
