@@ -245,12 +245,14 @@ class Switch(wiring.Component):
                                               for name, _ in layout))]
             wiring.connect(m, out.o, wiring.flipped(self.o[d]))
 
-        def granted(source, k, d):
+        def granted(source, k, d, aimed=1):
             """Whether egress d takes requester k's flit this cycle, if it offers one: a
             register kept at the requester (``source`` names it), loaded a cycle ahead with
-            the arbiter's choice for k and the room of egress d's link register."""
+            the arbiter's choice for k, the room of egress d's link register and ``aimed``,
+            whether the requester's next flit goes to d (an ingress's; a result FIFO's always
+            does)."""
             copy = Signal(name=f"{source}_granted_by{d}", attrs={"keep": 1})
-            m.d.sync += copy.eq(arbiters[d].select_next[k] & outs[d].room_next)
+            m.d.sync += copy.eq(arbiters[d].select_next[k] & outs[d].room_next & aimed)
             return copy
 
         # Requester d of egress d: the reduction unit's results for d.
@@ -357,22 +359,27 @@ class Switch(wiring.Component):
             moved = Signal(name=f"ingress{k}_moved")
             red_in = red.i[k]
             m.d.comb += [red_in.payload.eq(to_unit), red_in.valid.eq(q.r_rdy & cur[_REDUCE])]
+            # Where the head goes next cycle (`cur`'s next value), from the packet state after
+            # this cycle's move and the FIFO's next head (its top bits, a cycle ahead).
+            in_pkt_next = Signal(name=f"ingress{k}_in_packet_next")
+            route_next = Signal(targets_n, name=f"ingress{k}_route_next")
+            last_ahead = Signal(name=f"ingress{k}_head_last_next")
+            fresh_ahead = Signal(targets_n, name=f"ingress{k}_head_fresh_next")
+            breaks_ahead = Signal(name=f"ingress{k}_head_breaks_next")
+            m.d.comb += Cat(last_ahead, fresh_ahead, breaks_ahead).eq(q.r_data_next)
+            cur_next = Mux(in_pkt_next, route_next, fresh_ahead)
             targets = [red_in.ready & cur[_REDUCE], cur[_DROP]]
             egresses = [d for d in range(N) if d != k]
             # Egress d's grant register holds its choice of k already ANDed with `cur`'s bit
-            # for d (both loaded a cycle ahead, below): the move is an OR of registers, not
-            # of seven ANDs, so the read enable that crosses the die to the FIFO's read slices
+            # for d (loaded together a cycle ahead): the move is an OR of registers, not of
+            # seven ANDs, so the read enable that crosses the die to the FIFO's read slices
             # starts fewer LUT levels from them (docs/timing-closure.md, "The grant aimed at
             # the next target").
-            grants = [Signal(name=f"ingress{k}_granted_by{d}", attrs={"keep": 1})
-                      for d in egresses]
-            for grant, d in zip(grants, egresses):
+            for sel_next, d in zip(cur_next[_EGRESS:], egresses):
                 # (requester k of egress k carries the reduction results)
                 m.d.comb += arbiters[d].i[k].payload.eq(offer)
-                targets.append(grant)
+                targets.append(granted(f"ingress{k}", k, d, aimed=sel_next))
             m.d.comb += [moved.eq(q.r_rdy & Cat(*targets).any()), q.r_en.eq(moved & ~cut)]
-            in_pkt_next = Signal(name=f"ingress{k}_in_packet_next")
-            route_next = Signal(targets_n, name=f"ingress{k}_route_next")
             # The route and the header of the packet in progress are read only in a packet,
             # so between packets they follow the head, whether it moves or not: they hold
             # the first flit's when its move starts the packet, and their load enable is
@@ -384,16 +391,9 @@ class Switch(wiring.Component):
             with m.If(~in_pkt):
                 m.d.sync += held.eq(head)
 
-            # What the egresses will see next cycle: the FIFO's next head (its top bits, a
-            # cycle ahead), and the packet state after this cycle's move.
-            last_ahead = Signal(name=f"ingress{k}_head_last_next")
-            fresh_ahead = Signal(targets_n, name=f"ingress{k}_head_fresh_next")
-            breaks_ahead = Signal(name=f"ingress{k}_head_breaks_next")
-            m.d.comb += Cat(last_ahead, fresh_ahead, breaks_ahead).eq(q.r_data_next)
-            cur_next = Mux(in_pkt_next, route_next, fresh_ahead)
+            # What the egresses will see next cycle: the head's target and whether it ends or
+            # breaks a packet.
             m.d.sync += cur.eq(cur_next)
-            for grant, sel, d in zip(grants, cur_next[_EGRESS:], egresses):
-                m.d.sync += grant.eq(arbiters[d].select_next[k] & outs[d].room_next & sel)
             tail_ahead = in_pkt_next & breaks_ahead
             m.d.sync += tail_next.eq(tail_ahead)
             for sel, d in zip(cur_next[_EGRESS:], egresses):
