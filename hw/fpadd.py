@@ -329,16 +329,13 @@ def delay_by(m, value, cycles, tag):
     return value
 
 
-def tree_node(m, a, b, a_present, b_present, fmt, stages, prefix="node"):
-    """One node of the reduction unit's adder tree: ``a + b`` when both members are present,
-    else the present one passed through (its NaN payload too), in the level register
-    ``stages`` cycles after the operands. The presence choice is made beside the adder's first
-    stage and delayed with it. Returns the level register."""
-    total = float_add(m, a, b, fmt, prefix=prefix, stages=stages)
-    both = delay_by(m, a_present & b_present, stages - 1, f"{prefix}_both")
-    passed = delay_by(m, Mux(a_present, a, b), stages - 1, f"{prefix}_pass")
+def tree_node(m, a, b, fmt, stages, prefix="node"):
+    """One node of the reduction unit's adder tree: ``a + b`` in the level register ``stages``
+    cycles after the operands. An absent member reaches the tree as −0, the addition's
+    identity (x + (−0) = x exactly for every x but NaN, whose sum is the canonical NaN), so
+    a node needs no pass-through. Returns the level register."""
     level = Signal(fmt.width, name=prefix)
-    m.d.sync += level.eq(Mux(both, total, passed))
+    m.d.sync += level.eq(float_add(m, a, b, fmt, prefix=prefix, stages=stages))
     return level
 
 
@@ -350,7 +347,6 @@ class TreeNode(wiring.Component):
     Members
     -------
     a, b : In(fmt.width)
-    a_present, b_present : In(1)
     result : Out(fmt.width)
     """
 
@@ -359,18 +355,14 @@ class TreeNode(wiring.Component):
             raise TypeError(f"Format must be a FloatFormat, not {fmt!r}")
         _check_stages(stages)
         self._fmt, self._stages = fmt, stages
-        super().__init__({"a": In(fmt.width), "b": In(fmt.width), "a_present": In(1),
-                          "b_present": In(1), "result": Out(fmt.width)})
+        super().__init__({"a": In(fmt.width), "b": In(fmt.width), "result": Out(fmt.width)})
 
     fmt = property(lambda self: self._fmt)
     stages = property(lambda self: self._stages)
 
     def elaborate(self, platform):
         m = Module()
-        ops = [Signal(len(port), name=f"{name}_q")
-               for name, port in (("a", self.a), ("b", self.b), ("a_present", self.a_present),
-                                  ("b_present", self.b_present))]
-        m.d.sync += [ops[0].eq(self.a), ops[1].eq(self.b), ops[2].eq(self.a_present),
-                     ops[3].eq(self.b_present)]
-        m.d.comb += self.result.eq(tree_node(m, *ops, self._fmt, self._stages))
+        a, b = Signal(len(self.a), name="a_q"), Signal(len(self.b), name="b_q")
+        m.d.sync += [a.eq(self.a), b.eq(self.b)]
+        m.d.comb += self.result.eq(tree_node(m, a, b, self._fmt, self._stages))
         return m

@@ -9,8 +9,9 @@ number and carries one chunk: ``chunk_flits`` flits × ``lanes`` 32-bit lanes. T
    nothing is accumulated on arrival;
 2. marks the member arrived in the slot when the contribution's last flit lands;
 3. when a slot's arrived bitmap equals its member set, **reads every bank in parallel** and
-   reduces through a fixed adder tree in member (port) order — absent members pass the other
-   operand through — so the result does not depend on the order contributions arrived in;
+   reduces through a fixed adder tree in member (port) order — an absent member's leaf is the
+   addition's identity, 0 or −0 — so the result does not depend on the order contributions
+   arrived in;
 4. writes each result flit into the result FIFO of every member's egress (multicast), and frees
    the slot when its last flit has been read: the result is the credit to reuse the slot
    (SwitchML-style self-clocking).
@@ -381,6 +382,16 @@ class ReductionUnit(wiring.Component):
         read_en = Signal(name="eng_read")
         bank_data = []
         write_ports = []
+        # An absent member's word enters its read register as the tree's identity instead of
+        # the bank's stale word: 0 for int32, −0 for fp32 and each bf16 half (x + (−0) = x for
+        # every x but NaN, whose sum is the canonical NaN anyway). Most of those bits are
+        # constants, so the read register takes them by its flip-flops' own synchronous reset
+        # or set, with no LUT: the trees need no operand masks or pass multiplexers. Each bank
+        # has its copy of the member bit, a cycle ahead of the word (loaded below, beside the
+        # pipeline's metadata), so the bit does not cross the die to 128 slices' resets.
+        bank_present = [Signal(name=f"bank{k}_present", attrs={"keep": 1}) for k in range(N)]
+        read_dtype = Signal(DType, name="bank_read_dtype")
+        absent_word = self._absent_word(read_dtype)
         for k in range(N):
             # no_rw_check: the engine never reads the word a bank is writing in the same cycle
             # (it reads only complete slots; a bank writes only a slot its port has not yet
@@ -426,7 +437,7 @@ class ReductionUnit(wiring.Component):
                 m.d.comb += [bank_wp.en.eq(st.bank_write[k]), bank_wp.addr.eq(wreq_addr),
                              bank_wp.data.eq(wp.data[lane]),
                              rp.addr.eq(raddr), rp.en.eq(ren)]
-                m.d.sync += word[lane].eq(rp.data)
+                m.d.sync += word[lane].eq(Mux(bank_present[k], rp.data, absent_word))
             bank_data.append(word)
             if k == 0:
                 m.d.comb += [st.bank_read.eq(ren), st.bank_read_addr.eq(raddr)]
@@ -1088,14 +1099,16 @@ class ReductionUnit(wiring.Component):
                         m.d.sync += [occupancy[k].eq(settled + delta),
                                      room_k[k].eq(below(settled, D - 1 - delta))]
 
-        # Adder trees over the bank words (registered at stage bank_read_latency - 1), one
-        # level per stage.
-        members0 = stages[self._spec.bank_read_latency - 1].members
+        # Each bank's member bit a cycle before its word is registered (stage
+        # bank_read_latency - 1, where the tree takes it).
+        m.d.sync += [bank_present[k].eq(stages[self._spec.bank_read_latency - 3].members[k])
+                     for k in range(N)]
+        m.d.comb += read_dtype.eq(stages[self._spec.bank_read_latency - 2].dtype)
+        # Adder trees over the bank words, one level per stage.
         result_lanes = []
         sat_flags = []
         for lane in range(L):
-            leaves = [(bank_data[k][lane], members0[k]) for k in range(N)]
-            r, flag = self._reduce_lane(m, leaves, stages, lane)
+            r, flag = self._reduce_lane(m, [bank_data[k][lane] for k in range(N)], stages, lane)
             result_lanes.append(r)
             sat_flags.append(flag)
 
@@ -1143,13 +1156,31 @@ class ReductionUnit(wiring.Component):
 
     # -- one lane's reduction tree -------------------------------------------------------------
 
+    def _absent_word(self, read_dtype):
+        """The lane word an absent member's read register takes: the trees' identity for the
+        chunk's element type, 0 for int32 and −0 for fp32 and both bf16 halves. Constant when
+        the unit builds one element type; with several, the sign bits follow ``read_dtype``
+        (the type of the chunk being read)."""
+        dtypes = set(self._dtypes)
+
+        def sign(fp_types):
+            if not dtypes & fp_types:
+                return Const(0, 1)
+            if dtypes <= fp_types:
+                return Const(1, 1)
+            return Cat(read_dtype == DType[t.upper()] for t in sorted(fp_types)).any()
+
+        return Cat(Const(0, 15), sign({"bf16"}), Const(0, 15), sign({"fp32", "bf16"}))
+
     def _reduce_lane(self, m, leaves, stages, lane):
-        """Reduce ``leaves`` ([(word, present)] in member order) through ``self._levels``
-        registered levels; returns ``(word at the last stage, saturated flag)``.
+        """Reduce ``leaves`` (the banks' words for this lane, in member order; an absent
+        member's is the identity, :meth:`_absent_word`) through ``self._levels`` registered
+        levels; returns ``(word at the last stage, saturated flag)``.
 
         An int32 level takes one cycle; a floating-point level takes ``adder_level_stages``
         (pipelined adders), so with fp adders built the int32 root is delayed to meet the fp
-        roots at the result select."""
+        roots at the result select. Every node adds; a node without a partner (the last of an
+        odd level) is delayed."""
         dtypes = self._dtypes
         k_fp = self._spec.adder_level_stages
         int_width = LANE_BITS + self._levels
@@ -1157,55 +1188,36 @@ class ReductionUnit(wiring.Component):
             ("f32", FP32, "fp32" in dtypes), ("b0", BF16, "bf16" in dtypes),
             ("b1", BF16, "bf16" in dtypes)) if enabled]
 
-        # int32: one registered level per cycle; "p" marks a present member.
+        # int32: one registered level per cycle.
         int_root = None
         if "int32" in dtypes:
-            # An absent member is zeroed once, at its leaf (an AND per bit), so every level
-            # is a plain sum: no operand multiplexers inside the tree.
-            nodes = []
-            for n, (word, present) in enumerate(leaves):
-                leaf = Signal(signed(LANE_BITS), name=f"l{lane}_leaf{n}")
-                m.d.comb += leaf.eq(word & present.replicate(LANE_BITS))
-                nodes.append({"int": leaf})
+            nodes = [word.as_signed() for word in leaves]
             for level in range(self._levels):
                 nxt = []
                 for pair in range(0, len(nodes), 2):
                     a = nodes[pair]
                     b = nodes[pair + 1] if pair + 1 < len(nodes) else None
-                    tag = f"l{lane}_v{level}_{pair // 2}"
-                    node = {"int": Signal(signed(int_width), name=f"{tag}_int")}
-                    m.d.sync += node["int"].eq(a["int"] if b is None else a["int"] + b["int"])
+                    node = Signal(signed(int_width), name=f"l{lane}_v{level}_{pair // 2}_int")
+                    m.d.sync += node.eq(a if b is None else a + b)
                     nxt.append(node)
                 nodes = nxt
-            int_root = delay_by(m, nodes[0]["int"], self._levels * (k_fp - 1),
-                             f"l{lane}_int_root").as_signed()
+            int_root = delay_by(m, nodes[0], self._levels * (k_fp - 1),
+                                f"l{lane}_int_root").as_signed()
 
-        # fp32 / bf16: k_fp cycles per level. A node with both operands present is their sum;
-        # with one, that operand passes (its NaN payload too); the choice is registered with
-        # the adder's first stage and travels beside it.
+        # fp32 / bf16: k_fp cycles per level.
         fp_root = {}
         if fp_keys:
-            nodes = []
-            for word, present in leaves:
-                nodes.append({"f32": word, "b0": word[:16], "b1": word[16:], "p": present})
+            nodes = [{"f32": word, "b0": word[:16], "b1": word[16:]} for word in leaves]
             for level in range(self._levels):
                 nxt = []
                 for pair in range(0, len(nodes), 2):
                     a = nodes[pair]
                     b = nodes[pair + 1] if pair + 1 < len(nodes) else None
                     tag = f"l{lane}_v{level}_{pair // 2}"
-                    node = {}
-                    if b is None:
-                        for key, fmt in fp_keys:
-                            node[key] = delay_by(m, a[key], k_fp, f"{tag}_{key}")
-                        node["p"] = delay_by(m, a["p"], k_fp, f"{tag}_p")
-                        nxt.append(node)
-                        continue
-                    node["p"] = delay_by(m, a["p"] | b["p"], k_fp, f"{tag}_p")
-                    for key, fmt in fp_keys:
-                        node[key] = tree_node(m, a[key], b[key], a["p"], b["p"], fmt, k_fp,
-                                              prefix=f"{tag}_{key}")
-                    nxt.append(node)
+                    nxt.append({key: delay_by(m, a[key], k_fp, f"{tag}_{key}") if b is None
+                                else tree_node(m, a[key], b[key], fmt, k_fp,
+                                               prefix=f"{tag}_{key}")
+                                for key, fmt in fp_keys})
                 nodes = nxt
             fp_root = nodes[0]
         root = dict(fp_root)

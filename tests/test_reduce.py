@@ -254,6 +254,49 @@ def test_membership_changes_between_chunks():
                             (1, 2): (2, [2], DType.INT32, False, c2)}, N)
 
 
+_FP32_SPECIAL = [0x00000000, 0x80000000, 0x00000001, 0x807FFFFF, 0x3F800000, 0xBF800001,
+                 0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800005,
+                 0xFFC00123, 0x00800000, 0x33800000, 0x40400000]
+
+
+@pytest.mark.parametrize("dtype", [DType.INT32, DType.FP32, DType.BF16], ids=lambda d: d.name)
+def test_absent_members_are_the_identity(dtype):
+    """A slot reused by a smaller group: the absent members' banks still hold the earlier
+    chunk's words, and the tree must take the identity in their place (0, or −0 in fp32 and
+    each bf16 half), so a single member's chunk comes back as its own words, bit for bit —
+    −0 and +0, subnormals, infinities — with every NaN the canonical one."""
+    N, P, L = 4, 2, 8
+    rng = np.random.default_rng(11)
+    unit = _unit(N, L, 2, P)
+    if dtype == DType.INT32:
+        mine = random_words(rng, dtype, (P, L))
+        want = mine
+    else:
+        if dtype == DType.FP32:
+            mine = np.array(_FP32_SPECIAL, np.uint32).reshape(P, L)
+        else:   # bf16: the fp32 values' top halves, in both halves of a lane, one reversed
+            top = np.array(_FP32_SPECIAL, np.uint32) >> 16
+            mine = (top | (top[::-1] << 16)).reshape(P, L)
+        width, frac_bits = (32, 23) if dtype == DType.FP32 else (16, 7)
+        exp_mask = ((1 << (width - 1 - frac_bits)) - 1) << frac_bits
+        nan = 0x7FC00000 if dtype == DType.FP32 else 0x7FC0
+        want = np.zeros_like(mine)
+        for shift in range(0, 32, width):
+            x = (mine >> shift) & ((1 << width) - 1)
+            is_nan = ((x & exp_mask) == exp_mask) & ((x & ((1 << frac_bits) - 1)) != 0)
+            want |= np.where(is_nan, nan, x).astype(np.uint32) << shift
+    before = {k: random_words(rng, dtype, (P, L)) for k in range(N)}
+    traffic = {k: [contribution(k, 1, 0, 0, before[k], dtype)] for k in range(N)}
+    traffic[2].append((contribution(2, 1, 0, 1, mine, dtype), (1, 0)))
+    packets, res = run_unit(unit, {1: (list(range(N)), dtype, False)}, traffic,
+                            reconfigure={3: {1: ([2], dtype, False)}})
+    check_results(packets, {(1, 0): (0, list(range(N)), dtype, False, before),
+                            (1, 1): (0, [2], dtype, False, {2: mine})}, N)
+    got = [p for p in packets[2] if p.header.seq == 1]
+    np.testing.assert_array_equal(np.array(got[0].flits, dtype=np.uint32), want)
+    assert all(v == 0 for v in res["errors"].values()), res["errors"]
+
+
 def _every_mask(build, expect):
     """For n in (1, 2, 3, 5, 8): the combinational outputs ``build(m, mask)`` returns, for
     every n-bit mask, against ``expect(value, n)``."""

@@ -1,7 +1,8 @@
 """Golden model of the reduction unit's arithmetic (numpy; no simulator).
 
 The RTL reduces a chunk through a binary tree over port numbers (leaf k = port k's contribution,
-absent members pass the other operand through); this function computes the same tree with
+an absent member's leaf the addition's identity: 0, or −0 in fp32 and each bf16 half); this
+function computes the same tree with
 numpy's IEEE float32 additions, bf16 as float32 addition rounded once to bf16 (exact for
 addition), and int32 as an exact sum wrapped or saturated once.
 """
@@ -68,18 +69,14 @@ def reduce_words(contributions, members, dtype, saturate=False):
             out = np.clip(total, INT32_MIN, INT32_MAX)
             return out.astype(np.int64).astype(np.uint32), bool(over.any())
         return (total & 0xFFFFFFFF).astype(np.uint32), False
-    # The RTL pairs neighbours level by level; an odd node at the end passes through.
-    nodes = [contributions[k] if k in members else None for k in range(n_ports)]
+    # The RTL pairs neighbours level by level; an odd node at the end passes through. An
+    # absent member is −0 (each half in bf16): x + (−0) = x for every x but NaN, and every leaf
+    # meets an adder on its way to the root (there are at least two ports), so a NaN result is
+    # always the canonical NaN, even a single member's.
+    shape = np.shape(contributions[members[0]])
+    neg_zero = np.full(shape, 0x80000000 if dtype == DType.FP32 else 0x80008000, np.uint32)
+    nodes = [contributions[k] if k in members else neg_zero for k in range(max(n_ports, 2))]
     while len(nodes) > 1:
-        nxt = []
-        for i in range(0, len(nodes), 2):
-            a = nodes[i]
-            b = nodes[i + 1] if i + 1 < len(nodes) else None
-            if a is None:
-                nxt.append(b)
-            elif b is None:
-                nxt.append(a)
-            else:
-                nxt.append(add_words(a, b, dtype))
-        nodes = nxt
+        nodes = [nodes[i] if i + 1 == len(nodes) else add_words(nodes[i], nodes[i + 1], dtype)
+                 for i in range(0, len(nodes), 2)]
     return nodes[0], False
