@@ -11,10 +11,14 @@ this pass does it on Yosys's JSON netlist before nextpnr reads it, when ``innet 
 A block RAM is folded only when nothing changes a cycle: it is in the pseudo-dual-port 36-bit
 mode Yosys maps wide memories to (write on port A, read on port B, both clocks the same net,
 not inverted, output resets tied low), and every data output that anything reads feeds
-exactly one flip-flop and nothing else, each flip-flop a plain register on the RAM's clock
-(no clock enable, no set or reset, no global reset). Then both ports' output registers are
-enabled every cycle (``OCEA`` = ``OCEB`` = 1), each output drives what its flip-flop drove,
-and the flip-flops are removed.
+exactly one flip-flop and nothing else, each flip-flop a register on the RAM's clock with no
+clock enable and no global reset, either plain or cleared by a synchronous reset (``LSR``,
+not inverted, over the clock enable) that all of the RAM's flip-flops share. Then both ports'
+output registers are enabled every cycle (``OCEA`` = ``OCEB`` = 1), a shared reset drives the
+read port's ``RSTB`` in the synchronous reset mode (which clears the output register at the
+clock edge: the reset Yosys maps a read port's to in this mode), each output drives what its
+flip-flop drove, and the flip-flops are removed. A flip-flop that a reset sets, not clears,
+has no counterpart in the RAM and stays (the reduction unit's sign bits of −0 in fp builds).
 """
 
 from collections import defaultdict
@@ -29,18 +33,29 @@ def _const(bits, value):
     return bits == [value]
 
 
-def _plain_register(cell, clock):
-    """Whether ``cell`` is a TRELLIS_FF that loads its input every cycle on ``clock``."""
+def _read_register(cell, clock):
+    """Whether ``cell`` is a TRELLIS_FF that loads its input every cycle on ``clock``, unless
+    a synchronous reset clears it: ``(True, reset)`` with the reset's net bit (None for
+    none), or ``(False, None)``."""
     if cell["type"] != "TRELLIS_FF":
-        return False
+        return False, None
     params, conn = cell["parameters"], cell["connections"]
     enable_always = (str(params.get("CEMUX", "CE")).strip() == "1" or
                      _const(conn.get("CE", ["1"]), "1"))
-    no_reset = (str(params.get("LSRMUX", "LSR")).strip() == "0" or
-                _const(conn.get("LSR", ["0"]), "0"))
-    return (enable_always and no_reset and conn.get("CLK") == clock and
-            str(params.get("CLKMUX", "CLK")).strip() == "CLK" and
-            str(params.get("GSR", "DISABLED")).strip() == "DISABLED")
+    plain = (enable_always and conn.get("CLK") == clock and
+             str(params.get("CLKMUX", "CLK")).strip() == "CLK" and
+             str(params.get("GSR", "DISABLED")).strip() == "DISABLED")
+    if not plain:
+        return False, None
+    if (str(params.get("LSRMUX", "LSR")).strip() == "0" or
+            _const(conn.get("LSR", ["0"]), "0")):
+        return True, None
+    lsr = conn.get("LSR", [])
+    clears = (str(params.get("LSRMUX", "LSR")).strip() == "LSR" and
+              str(params.get("SRMODE", "LSR_OVER_CE")).strip() == "LSR_OVER_CE" and
+              str(params.get("REGSET", "RESET")).strip() == "RESET" and
+              len(lsr) == 1 and isinstance(lsr[0], int))
+    return (True, lsr[0]) if clears else (False, None)
 
 
 def _foldable(ram):
@@ -86,13 +101,17 @@ def fold_output_registers(netlist, top):
         if clock is None:
             continue
         plan = {}                      # output port -> the flip-flop behind it
+        resets = set()                 # the flip-flops' synchronous resets (None: none)
         for port in _OUTPUTS:
             bits = ram["connections"].get(port, [])
             if not bits or not isinstance(bits[0], int) or bits[0] not in loads:
                 continue               # not read by anything
             readers = loads[bits[0]]
-            if (bits[0] in outputs or len(readers) != 1 or readers[0][1] != "DI" or
-                    not _plain_register(cells[readers[0][0]], clock)):
+            foldable, reset = (False, None) if (
+                bits[0] in outputs or len(readers) != 1 or readers[0][1] != "DI") else \
+                _read_register(cells[readers[0][0]], clock)
+            resets.add(reset)
+            if not foldable or len(resets) > 1:
                 plan = None
                 break
             plan[port] = readers[0][0]
@@ -103,6 +122,10 @@ def fold_output_registers(netlist, top):
             del cells[ff]
         ram["parameters"]["REGMODE_A"] = ram["parameters"]["REGMODE_B"] = "OUTREG"
         ram["connections"]["OCEA"] = ram["connections"]["OCEB"] = ["1"]
+        reset = resets.pop()
+        if reset is not None:
+            ram["connections"]["RSTB"] = [reset]
+            ram["parameters"]["RESETMODE"] = ram["parameters"]["ASYNC_RESET_RELEASE"] = "SYNC"
         folded_rams += 1
         folded_ffs += len(plan)
     return {"block_rams": folded_rams, "flip_flops": folded_ffs}

@@ -2,8 +2,9 @@
 // (DATA_WIDTH_A = DATA_WIDTH_B = 36): port A writes (address ADA13..5, byte enables ADA3..0,
 // data DIB17..0 above DIA17..0), port B reads (address ADB13..5) into the output latch, and
 // with REGMODE OUTREG the latch passes through the output register, loaded while OCEB (or
-// OCEA) is high. Yosys's own DP16KD model has no behaviour; this one is for the tests of
-// sim.flow.outreg only (tests/test_outreg.py), and stops the simulation in any other mode.
+// OCEA) is high; RSTB clears the output synchronously (RESETMODE SYNC). Yosys's own DP16KD
+// model has no behaviour; this one is for the tests of sim.flow.outreg only
+// (tests/test_outreg.py), and stops the simulation in any other mode.
 module DP16KD(
   input DIA17, DIA16, DIA15, DIA14, DIA13, DIA12, DIA11, DIA10, DIA9, DIA8, DIA7, DIA6, DIA5, DIA4, DIA3, DIA2, DIA1, DIA0,
   input ADA13, ADA12, ADA11, ADA10, ADA9, ADA8, ADA7, ADA6, ADA5, ADA4, ADA3, ADA2, ADA1, ADA0,
@@ -112,9 +113,17 @@ module DP16KD(
     if (CEA && WEA && {CSA2, CSA1, CSA0} == 3'b000)
       for (i = 0; i < 4; i = i + 1)
         if (be[i]) mem[wa][i * 9 +: 9] <= di[i * 9 +: 9];
+  // RSTB, with RESETMODE SYNC, clears the read output at the clock edge, before the clock
+  // enables: the output register with REGMODE OUTREG, else the latch (Yosys's map of a read
+  // port's synchronous reset to zero; the asynchronous mode is not modelled).
   always @(posedge CLKB) begin
-    if (CEB && {CSB2, CSB1, CSB0} == 3'b000) latch <= mem[ra];
-    if (OCEB || OCEA) outreg <= latch;
+    if (RSTB && RESETMODE != "SYNC") begin
+      $display("dp16kd_pdp36.v: asynchronous reset not modelled"); $finish;
+    end
+    if (RSTB && REGMODE_B != "OUTREG") latch <= 36'd0;
+    else if (CEB && {CSB2, CSB1, CSB0} == 3'b000) latch <= mem[ra];
+    if (RSTB && REGMODE_B == "OUTREG") outreg <= 36'd0;
+    else if (OCEB || OCEA) outreg <= latch;
   end
   wire [35:0] do_ = (REGMODE_B == "OUTREG") ? outreg : latch;
   assign {DOB17, DOB16, DOB15, DOB14, DOB13, DOB12, DOB11, DOB10, DOB9, DOB8, DOB7, DOB6, DOB5, DOB4, DOB3, DOB2, DOB1, DOB0,
