@@ -1099,8 +1099,9 @@ class ReductionUnit(wiring.Component):
                         m.d.sync += [occupancy[k].eq(settled + delta),
                                      room_k[k].eq(below(settled, D - 1 - delta))]
 
-        # Each bank's member bit a cycle before its word is registered (stage
-        # bank_read_latency - 1, where the tree takes it).
+        # The word register loads in the cycle stage bank_read_latency - 2 describes (its word
+        # is the tree's at stage bank_read_latency - 1), so each bank's member bit is loaded
+        # from the stage before that one: a register of that stage's bit, beside the bank.
         m.d.sync += [bank_present[k].eq(stages[self._spec.bank_read_latency - 3].members[k])
                      for k in range(N)]
         m.d.comb += read_dtype.eq(stages[self._spec.bank_read_latency - 2].dtype)
