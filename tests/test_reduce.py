@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from hw.fpadd import BF16, FP32
 from hw.packet import DType, Kind
 from hw.reduce import ReductionUnit
 from hw.spec import SwitchSpec
@@ -277,14 +278,13 @@ def test_absent_members_are_the_identity(dtype):
         else:   # bf16: the fp32 values' top halves, in both halves of a lane, one reversed
             top = np.array(_FP32_SPECIAL, np.uint32) >> 16
             mine = (top | (top[::-1] << 16)).reshape(P, L)
-        width, frac_bits = (32, 23) if dtype == DType.FP32 else (16, 7)
-        exp_mask = ((1 << (width - 1 - frac_bits)) - 1) << frac_bits
-        nan = 0x7FC00000 if dtype == DType.FP32 else 0x7FC0
+        fmt = FP32 if dtype == DType.FP32 else BF16
         want = np.zeros_like(mine)
-        for shift in range(0, 32, width):
-            x = (mine >> shift) & ((1 << width) - 1)
-            is_nan = ((x & exp_mask) == exp_mask) & ((x & ((1 << frac_bits) - 1)) != 0)
-            want |= np.where(is_nan, nan, x).astype(np.uint32) << shift
+        for shift in range(0, 32, fmt.width):
+            x = (mine >> shift) & ((1 << fmt.width) - 1)
+            is_nan = (((x >> fmt.frac_bits) & fmt.exp_max) == fmt.exp_max) & \
+                ((x & ((1 << fmt.frac_bits) - 1)) != 0)
+            want |= np.where(is_nan, fmt.canonical_nan, x).astype(np.uint32) << shift
     before = {k: random_words(rng, dtype, (P, L)) for k in range(N)}
     traffic = {k: [contribution(k, 1, 0, 0, before[k], dtype)] for k in range(N)}
     traffic[2].append((contribution(2, 1, 0, 1, mine, dtype), (1, 0)))

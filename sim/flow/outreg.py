@@ -107,9 +107,10 @@ def fold_output_registers(netlist, top):
             if not bits or not isinstance(bits[0], int) or bits[0] not in loads:
                 continue               # not read by anything
             readers = loads[bits[0]]
-            foldable, reset = (False, None) if (
-                bits[0] in outputs or len(readers) != 1 or readers[0][1] != "DI") else \
-                _read_register(cells[readers[0][0]], clock)
+            if bits[0] in outputs or len(readers) != 1 or readers[0][1] != "DI":
+                plan = None
+                break
+            foldable, reset = _read_register(cells[readers[0][0]], clock)
             resets.add(reset)
             if not foldable or len(resets) > 1:
                 plan = None
