@@ -10,8 +10,9 @@ import pytest
 import sim.flow.synth as synth_flow
 from sim.flow.congestion import congestion_report
 from sim.flow.slices import slice_use
-from sim.flow.synth import (SynthError, _nextpnr_failure, _run, cell_counts, critical_path,
-                            longest_path, lut_breakdown, routed_fmax, timed_out)
+from sim.flow.synth import (SynthError, _endpoint_counts, _nextpnr_failure, _run, cell_counts,
+                            critical_path, endpoints_slower_than, longest_path, lut_breakdown,
+                            routed_fmax, slack_histogram, timed_out)
 
 # The shape of a nextpnr-ecp5 critical-path report (cell names shortened).
 NEXTPNR_REPORT = """\
@@ -38,6 +39,41 @@ def test_critical_path_parse():
     assert path == {"from": "arbiter.pointer_FF.Q", "to": "arbiter.pointer_FF.CE",
                     "logic_levels": 2, "logic_ns": 1.0, "routing_ns": 1.61, "total_ns": 2.61}
     assert critical_path("Info: no timing here\n") is None
+
+
+# The shape of nextpnr-ecp5's slack histogram (ps at the requested frequency).
+HISTOGRAM = """\
+Info: Slack histogram:
+Info:  legend: * represents 10 endpoint(s)
+Info:          + represents [1,10) endpoint(s)
+Info: [  -300,    200) |+
+Info: [   200,    700) |**+
+Info: [   700,   1200) |***
+Info: [  1200,   1700) |*+
+"""
+
+
+def test_slack_histogram_parse():
+    """Each bin's endpoints are known only within bounds: a ``*`` is the legend's count, a
+    ``+`` one to that count less one; the last histogram of the log counts."""
+    assert slack_histogram("Info: Slack histogram:\nInfo: nothing\n" + HISTOGRAM) == [
+        (-300, 200, 1, 9), (200, 700, 21, 29), (700, 1200, 30, 30), (1200, 1700, 11, 19)]
+    assert slack_histogram("Info: no timing here\n") is None
+
+
+def test_endpoints_slower_than_a_target():
+    """At 100 MHz requested, a 125 MHz clock is 2,000 ps shorter: every bin is below that,
+    so all endpoints count; 1,000 ps shorter (about 111 MHz) takes the two bins below 700
+    whole and the bin across 1,000 in the upper bound only; the requested frequency itself
+    takes only what has negative slack, which here is within the first bin."""
+    histogram = slack_histogram(HISTOGRAM)
+    assert endpoints_slower_than(histogram, 100, 125) == (63, 87)
+    assert endpoints_slower_than(histogram, 100, 1e5 / 900) == (22, 68)
+    assert endpoints_slower_than(histogram, 100, 100) == (0, 9)
+    counts = _endpoint_counts(HISTOGRAM, 100)
+    assert counts["total"] == [63, 87]
+    assert list(counts["slower_than"]) == ["100", "150", "200"]
+    assert counts["slower_than"]["200"] == [63, 87]
 
 
 PLACED = "Info: Max frequency for clock 'clk': 33.54 MHz (FAIL at 200.00 MHz)\n"
@@ -116,6 +152,16 @@ def test_synth_small_arbiter():
     assert 0.5 * result["luts"] < sum(result["luts_by_block"].values()) < 2 * result["luts"]
     assert result["critical_path"]["total_ns"] == pytest.approx(1000 / result["fmax_mhz"],
                                                                 rel=0.01)
+    # The slack histogram agrees with the critical path: no endpoint is slower than a
+    # frequency the design meets, and one at least is slower than one it misses.
+    endpoints = result["endpoints"]
+    assert set(endpoints["slower_than"]) == {"150", "200"}
+    for mhz, (least, most) in endpoints["slower_than"].items():
+        assert 0 <= least <= most <= endpoints["total"][1]
+        if result["fmax_mhz"] >= float(mhz):
+            assert least == 0, mhz
+        else:
+            assert most >= 1, mhz
 
 
 def _placed_cell(kind, bel, q=None):

@@ -270,6 +270,7 @@ def _cmd_synth(args):
           f"{result['pnr_s']} s (Yosys {result['yosys_version']}, {result['yosys_mapping']}; "
           f"nextpnr {result['placer']} placer, {result['router']}, seed {result['seed']})"
           + _critical_path_line(result.get("critical_path"))
+          + _endpoints_line(result.get("endpoints"))
           + _longest_path_line(result.get("longest_logic_path"))
           + _outreg_line(result.get("bram_output_registers"))
           + _floorplan_line(result.get("floorplan"))
@@ -396,6 +397,18 @@ def _longest_path_line(path):
         return ""
     return (f"\n  longest logic path (no routing, so no critical path): {path['cells']} cells, "
             f"{path['from']} -> {path['to']}")
+
+
+def _endpoints_line(endpoints):
+    """How many timing endpoints would not meet each frequency (nextpnr's slack histogram
+    gives bounds, not counts)."""
+    if not endpoints:
+        return ""
+    def span(pair):
+        return f"{pair[0]:,}" if pair[0] == pair[1] else f"{pair[0]:,}-{pair[1]:,}"
+    return (f"\n  endpoints {span(endpoints['total'])}; too slow for "
+            + ", ".join(f"{mhz} MHz: {span(pair)}"
+                        for mhz, pair in endpoints["slower_than"].items()))
 
 
 def _critical_path_line(path):

@@ -24,7 +24,8 @@ from sim.flow.slices import PLACED_NETLIST, slice_use
 from sim.flow.tools import tool_env, yowasp_compiled
 from sim.flow.watch import FMAX_LINE, run_nextpnr
 
-__all__ = ["synthesize", "critical_path", "routed_fmax", "cell_counts", "device_name", "CELLS",
+__all__ = ["synthesize", "critical_path", "slack_histogram", "endpoints_slower_than",
+           "ENDPOINT_TARGETS_MHZ", "routed_fmax", "cell_counts", "device_name", "CELLS",
            "SPEED_GRADES", "SynthError"]
 
 #: nextpnr's placers innet synth offers (``--placer``); the first is the default.
@@ -110,6 +111,53 @@ def critical_path(log):
             "logic_levels": sum(1 for kind, _, _ in sources if kind == "logic"),
             "logic_ns": float(split.group(1)), "routing_ns": float(split.group(2)),
             "total_ns": float(sources[-1][1])}
+
+
+#: The issue-20 targets (MHz) every routed run counts its slow endpoints against, beside the
+#: requested frequency: 150 (fp32, bf16) and 200 (int32).
+ENDPOINT_TARGETS_MHZ = (150, 200)
+
+
+def slack_histogram(log):
+    """The last slack histogram of a nextpnr log, as ``[(from_ps, to_ps, least, most)]``: the
+    endpoints whose slack at the requested frequency is in ``[from_ps, to_ps)``, between
+    ``least`` and ``most`` of them (nextpnr draws each bin as whole ``*`` of a number of
+    endpoints the legend states and a ``+`` for a remainder of 1 to that number less one, so
+    only the bounds are known). ``None`` if the log has none."""
+    blocks = log.split("Slack histogram:")
+    if len(blocks) < 2:
+        return None
+    unit = re.search(r"\* represents (\d+) endpoint", blocks[-1])
+    bins = re.findall(r"^Info: \[\s*(-?\d+),\s*(-?\d+)\) \|(\**)(\+?)", blocks[-1], re.M)
+    if not unit or not bins:
+        return None
+    per = int(unit.group(1))
+    return [(int(lo), int(hi), len(stars) * per + (1 if plus else 0),
+             len(stars) * per + (per - 1 if plus else 0))
+            for lo, hi, stars, plus in bins]
+
+
+def endpoints_slower_than(histogram, requested_mhz, target_mhz):
+    """``(least, most)`` endpoints of :func:`slack_histogram` whose path does not fit a clock
+    of ``target_mhz``: their slack at ``requested_mhz`` is below the difference of the two
+    periods. A bin that straddles that bound counts in ``most`` only."""
+    bound = 1e6 / requested_mhz - 1e6 / target_mhz   # ps
+    least = sum(lo_n for lo, hi, lo_n, hi_n in histogram if hi <= bound)
+    most = sum(hi_n for lo, hi, lo_n, hi_n in histogram if lo < bound)
+    return least, most
+
+
+def _endpoint_counts(log, requested_mhz):
+    """The routed run's endpoints: how many in all and how many would not meet each of the
+    requested frequency and :data:`ENDPOINT_TARGETS_MHZ`, as ``[least, most]`` pairs."""
+    histogram = slack_histogram(log)
+    if histogram is None:
+        return None
+    total = [sum(b[2] for b in histogram), sum(b[3] for b in histogram)]
+    targets = sorted({float(requested_mhz), *map(float, ENDPOINT_TARGETS_MHZ)})
+    return {"total": total,
+            "slower_than": {f"{mhz:g}": list(endpoints_slower_than(histogram, requested_mhz, mhz))
+                            for mhz in targets}}
 
 
 def routed_fmax(log):
@@ -263,6 +311,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
               "routed": routed, "placed": True, "placer": placer,
               "router": "router2" if congestion_s is not None else router, "seed": seed,
               "critical_path": critical_path(log) if routed else None,
+              "endpoints": _endpoint_counts(log, freq_mhz) if routed else None,
               "synth_s": round(synth_s, 1), "pnr_s": pnr_s, "bram_output_registers": folded,
               "floorplan": pinned}
     for name, (used, available) in _utilisation(log).items():
