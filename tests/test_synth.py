@@ -8,11 +8,13 @@ import sys
 import pytest
 
 import sim.flow.synth as synth_flow
+from sim.cli.main import _slow_registers_lines
 from sim.flow.congestion import congestion_report
 from sim.flow.slices import slice_use
 from sim.flow.synth import (SynthError, _endpoint_counts, _nextpnr_failure, _run, cell_counts,
                             critical_path, endpoints_slower_than, longest_path, lut_breakdown,
                             routed_fmax, slack_histogram, timed_out)
+from sim.flow.timing_report import register_of, slow_registers
 
 # The shape of a nextpnr-ecp5 critical-path report (cell names shortened).
 NEXTPNR_REPORT = """\
@@ -59,6 +61,37 @@ def test_slack_histogram_parse():
     assert slack_histogram("Info: Slack histogram:\nInfo: nothing\n" + HISTOGRAM) == [
         (-300, 200, 1, 9), (200, 700, 21, 29), (700, 1200, 30, 30), (1200, 1700, 11, 19)]
     assert slack_histogram("Info: no timing here\n") is None
+
+
+def test_slow_registers_from_a_hand_made_report():
+    """Arrivals made up and counted by hand: two egresses' copies of one register are one row,
+    an endpoint two nets reach keeps its later arrival, and a register with no endpoint too
+    slow for the fastest target is not listed."""
+    def net(*ends):
+        return {"net": "n", "endpoints": [{"cell": cell, "port": port, "delay": [0.5, late]}
+                                          for cell, port, late in ends]}
+    report = {"detailed_net_timings": [
+        net(("switch.egress0.cur_TRELLIS_FF_Q", "DI", 6.0),
+            ("switch.egress1.cur_TRELLIS_FF_Q_3", "CE", 7.5)),
+        net(("switch.egress1.cur_TRELLIS_FF_Q_3", "CE", 4.0),        # earlier: not kept
+            ("switch.reduce.judge_gathered_TRELLIS_FF_Q_12", "M", 5.5)),
+        net(("switch.reduce.bank3_word[5]_TRELLIS_FF_Q", "DI", 4.2),
+            ("switch.reduce.hold2.mem_TRELLIS_DPR16X4_Z", "DI0", 8.0))]}
+    slow = slow_registers(report, [100, 150, 200])
+    assert slow["endpoints"] == 5 and slow["worst_ns"] == 8.0
+    assert slow["slower_than"] == {"100": 0, "150": 2, "200": 4}
+    assert slow["by_block"] == {"switch.egress*": {"100": 0, "150": 1, "200": 2},
+                                "switch.reduce": {"100": 0, "150": 1, "200": 2}}
+    assert [(row["register"], row["endpoints"], row["worst_ns"], row["slower_than"]["200"])
+            for row in slow["by_register"]] == [
+        ("switch.egress*.cur", 2, 7.5, 2), ("switch.reduce.hold*.mem", 1, 8.0, 1),
+        ("switch.reduce.judge_gathered", 1, 5.5, 1)]
+    assert register_of("\\switch.reduce.bank3_word[5]_TRELLIS_FF_Q") == "switch.reduce.bank*_word"
+    assert _slow_registers_lines(slow, shown=2).splitlines()[1:] == [
+        "  too slow for 200 MHz by block: switch.egress* 2, switch.reduce 2",
+        "  too slow for 200 MHz by register (slow/endpoints, latest arrival): "
+        "switch.egress*.cur 2/2 (7.5 ns), switch.reduce.hold*.mem 1/1 (8.0 ns)"]
+    assert slow_registers({"critical_paths": []}, [200]) is None
 
 
 def test_endpoints_slower_than_a_target():
@@ -162,6 +195,16 @@ def test_synth_small_arbiter():
             assert least == 0, mhz
         else:
             assert most >= 1, mhz
+    # The endpoints' arrivals (nextpnr's detailed report) say the same as its histogram and
+    # its critical path: the same endpoints, as many too slow for each target, and the latest
+    # arrival the critical path's.
+    slow = result["slow_registers"]
+    assert endpoints["total"][0] <= slow["endpoints"] <= endpoints["total"][1]
+    assert slow["worst_ns"] == pytest.approx(result["critical_path"]["total_ns"], abs=0.01)
+    for mhz, (least, most) in endpoints["slower_than"].items():
+        assert least <= slow["slower_than"][mhz] <= most, mhz
+        assert sum(row["slower_than"][mhz] for row in slow["by_register"]) <= \
+            slow["slower_than"][mhz]
 
 
 def _placed_cell(kind, bel, q=None):

