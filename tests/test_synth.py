@@ -64,33 +64,40 @@ def test_slack_histogram_parse():
 
 
 def test_slow_registers_from_a_hand_made_report():
-    """Arrivals made up and counted by hand: two egresses' copies of one register are one row,
-    an endpoint two nets reach keeps its later arrival, and a register with no endpoint too
-    slow for the fastest target is not listed."""
+    """Arrivals made up and counted by hand: two egresses' copies of one register are one row
+    per kind of pin, an endpoint two nets reach keeps its later arrival, and a register with no
+    endpoint too slow for the fastest target is not listed."""
     def net(*ends):
         return {"net": "n", "endpoints": [{"cell": cell, "port": port, "delay": [0.5, late]}
                                           for cell, port, late in ends]}
     report = {"detailed_net_timings": [
         net(("switch.egress0.cur_TRELLIS_FF_Q", "DI", 6.0),
-            ("switch.egress1.cur_TRELLIS_FF_Q_3", "CE", 7.5)),
+            ("switch.egress1.cur_TRELLIS_FF_Q_3", "CE", 7.5),
+            ("switch.egress1.cur_TRELLIS_FF_Q_4", "CE", 5.2)),
         net(("switch.egress1.cur_TRELLIS_FF_Q_3", "CE", 4.0),        # earlier: not kept
             ("switch.reduce.judge_gathered_TRELLIS_FF_Q_12", "M", 5.5)),
         net(("switch.reduce.bank3_word[5]_TRELLIS_FF_Q", "DI", 4.2),
-            ("switch.reduce.hold2.mem_TRELLIS_DPR16X4_Z", "DI0", 8.0))]}
+            ("switch.reduce.hold2.mem_TRELLIS_DPR16X4_Z", "WAD3", 8.0))]}
     slow = slow_registers(report, [100, 150, 200])
-    assert slow["endpoints"] == 5 and slow["worst_ns"] == 8.0
-    assert slow["slower_than"] == {"100": 0, "150": 2, "200": 4}
-    assert slow["by_block"] == {"switch.egress*": {"100": 0, "150": 1, "200": 2},
+    assert slow["endpoints"] == 6 and slow["worst_ns"] == 8.0
+    assert slow["slower_than"] == {"100": 0, "150": 2, "200": 5}
+    assert slow["by_block"] == {"switch.egress*": {"100": 0, "150": 1, "200": 3},
                                 "switch.reduce": {"100": 0, "150": 1, "200": 2}}
-    assert [(row["register"], row["endpoints"], row["worst_ns"], row["slower_than"]["200"])
-            for row in slow["by_register"]] == [
-        ("switch.egress*.cur", 2, 7.5, 2), ("switch.reduce.hold*.mem", 1, 8.0, 1),
-        ("switch.reduce.judge_gathered", 1, 5.5, 1)]
+    assert slow["by_pin"] == {"CE": {"100": 0, "150": 1, "200": 2},
+                              "DI": {"100": 0, "150": 0, "200": 1},
+                              "M": {"100": 0, "150": 0, "200": 1},
+                              "WAD": {"100": 0, "150": 1, "200": 1}}
+    assert [(row["register"], row["pin"], row["endpoints"], row["worst_ns"],
+             row["slower_than"]["200"]) for row in slow["by_register"]] == [
+        ("switch.egress*.cur", "CE", 2, 7.5, 2), ("switch.reduce.hold*.mem", "WAD", 1, 8.0, 1),
+        ("switch.egress*.cur", "DI", 1, 6.0, 1),
+        ("switch.reduce.judge_gathered", "M", 1, 5.5, 1)]
     assert register_of("\\switch.reduce.bank3_word[5]_TRELLIS_FF_Q") == "switch.reduce.bank*_word"
     assert _slow_registers_lines(slow, shown=2).splitlines()[1:] == [
-        "  too slow for 200 MHz by block: switch.egress* 2, switch.reduce 2",
-        "  too slow for 200 MHz by register (slow/endpoints, latest arrival): "
-        "switch.egress*.cur 2/2 (7.5 ns), switch.reduce.hold*.mem 1/1 (8.0 ns)"]
+        "  too slow for 200 MHz by block: switch.egress* 3, switch.reduce 2; by pin: "
+        "CE (clock enable) 2, DI (data) 1",
+        "  too slow for 200 MHz by register and pin (slow/endpoints, latest arrival): "
+        "switch.egress*.cur CE 2/2 (7.5 ns), switch.reduce.hold*.mem WAD 1/1 (8.0 ns)"]
     assert slow_registers({"critical_paths": []}, [200]) is None
 
 

@@ -413,17 +413,24 @@ def _endpoints_line(endpoints):
 
 
 def _slow_registers_lines(slow, shown=6):
-    """The blocks and registers with the most endpoints too slow for the fastest target, from
-    nextpnr's per-endpoint arrivals (``slow_registers``)."""
+    """The blocks, kinds of pin and registers with the most endpoints too slow for the
+    fastest target, from nextpnr's per-endpoint arrivals (``slow_registers``)."""
     if not slow or not slow["by_register"]:
         return ""
     mhz = list(slow["slower_than"])[-1]
-    blocks = [(block, counts[mhz]) for block, counts in slow["by_block"].items() if counts[mhz]]
-    return (f"\n  too slow for {mhz} MHz by block: "
-            + ", ".join(f"{block} {n:,}" for block, n in blocks[:shown])
-            + f"\n  too slow for {mhz} MHz by register (slow/endpoints, latest arrival): "
-            + ", ".join(f"{row['register']} {row['slower_than'][mhz]:,}/{row['endpoints']:,} "
-                        f"({row['worst_ns']} ns)" for row in slow["by_register"][:shown]))
+
+    from sim.flow.timing_report import PINS
+
+    def most(groups, says=None):
+        return ", ".join(f"{name}{f' ({says[name]})' if says and name in says else ''} "
+                         f"{counts[mhz]:,}"
+                         for name, counts in list(groups.items())[:shown] if counts[mhz])
+    return (f"\n  too slow for {mhz} MHz by block: {most(slow['by_block'])}; by pin: "
+            f"{most(slow['by_pin'], PINS)}"
+            f"\n  too slow for {mhz} MHz by register and pin (slow/endpoints, latest arrival): "
+            + ", ".join(f"{row['register']} {row['pin']} {row['slower_than'][mhz]:,}/"
+                        f"{row['endpoints']:,} ({row['worst_ns']} ns)"
+                        for row in slow["by_register"][:shown]))
 
 
 def _critical_path_line(path):
