@@ -10,13 +10,17 @@ that copy whether it may send, with no path from ``o.ready`` back to it.
 A flit crossing the die needs a register on the way as well: :class:`LinkRegister` is one
 flit's register in front of such a stage, moving on when the stage has room, so the wire from
 the sender's multiplexer to the stage is cut in two and the room is still known a cycle ahead.
+
+:class:`SlicedLink` is the two, once per slice of the flit, each slice with its own control:
+a register that steers a flit's 300-odd bits from one place cannot reach them all in a fast
+clock's cycle, a copy per slice beside its bits can.
 """
 
-from amaranth.hdl import Assert, Module, Mux, Signal, Value
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["CreditSlice", "LinkRegister"]
+__all__ = ["CreditSlice", "LinkRegister", "SlicedLink"]
 
 
 class CreditSlice(wiring.Component):
@@ -29,12 +33,9 @@ class CreditSlice(wiring.Component):
     register slice, and one flit per cycle passes; when ``o.ready`` falls the stage takes one
     more flit (the one its sender decided on before it could know) and then refuses.
 
-    The two data registers are loaded in ``write_slices`` slices of the payload's bits, each
-    slice's load enable from its own copy of the write pointer. The enables drive hundreds of
-    flip-flops and the placer puts each by its loads; from a copy they share no LUT with the
-    occupancy logic, which stays by the sender. (Sharing one, the routed 4 × 8 × 16 switch's
-    critical path went from the egress arbiter's choice to an enable LUT placed across the die
-    and back to ``room_next``: docs/hw.md, "Egress output stage".)
+    The switch builds one stage per slice of the flit (a lane's data each, and the header),
+    each with its own control, so the load enables of a slice's flip-flops come from registers
+    beside them (hw/switch.py).
 
     Members
     -------
@@ -44,12 +45,7 @@ class CreditSlice(wiring.Component):
         ``i.ready`` of the next cycle, from this cycle's registers and handshakes.
     """
 
-    def __init__(self, shape, *, write_slices=1):
-        if (not isinstance(write_slices, int) or isinstance(write_slices, bool) or
-                write_slices < 1):
-            raise ValueError(f"CreditSlice write_slices must be a count of at least 1, not "
-                             f"{write_slices!r}")
-        self._write_slices = write_slices
+    def __init__(self, shape):
         super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape)),
                           "room_next": Out(1)})
 
@@ -77,22 +73,9 @@ class CreditSlice(wiring.Component):
             m.d.comb += nxt.eq(filled | (full[j] & ~emptied))
             m.d.sync += full[j].eq(nxt)
             full_next.append(nxt)
-        # The data registers' load enables, a slice at a time, from copies of `write_sel`
-        # (`keep`: Yosys would merge them back into one).
-        payload = Value.cast(self.i.payload)
-        width = len(payload)
-        n = min(self._write_slices, width)
-        bounds = [width * s // n for s in range(n + 1)]
-        for s in range(n):
-            lo, hi = bounds[s], bounds[s + 1]
-            copy = Signal(name=f"write_sel_{s}", attrs={"keep": 1})
-            with m.If(take):
-                m.d.sync += copy.eq(~copy)
-            if platform == "formal":
-                m.d.comb += Assert(copy == write_sel)
-            for j in range(2):
-                with m.If(take & (copy == j)):
-                    m.d.sync += Value.cast(data[j])[lo:hi].eq(payload[lo:hi])
+        for j in range(2):
+            with m.If(take & (write_sel == j)):
+                m.d.sync += data[j].eq(self.i.payload)
         with m.If(take):
             m.d.sync += write_sel.eq(~write_sel)
         with m.If(give):
@@ -145,4 +128,59 @@ class LinkRegister(wiring.Component):
         # not the sender's `valid`; an empty register's word is never read)
         with m.If(self.i.ready):
             m.d.sync += self.o.payload.eq(self.i.payload)
+        return m
+
+
+class SlicedLink(wiring.Component):
+    """A :class:`LinkRegister` and a :class:`CreditSlice` behind it, once per slice of the
+    payload's bits, each slice with its own control.
+
+    Every slice sees the same handshakes (``i.valid``, ``o.ready``), so all hold the same state
+    and move their bits in the same cycles: together they are one link register and one stage
+    on the whole payload, cycle for cycle. What differs is where the control is: each slice's
+    load enables come from its own flip-flops, which the placer puts beside its bits, not from
+    one register whose enable nets reach every slice. (At 8 × 8 × 64 the clock enables of the
+    switch's egress stages and link registers, one each for 314 bits, were 6,500 of the routed
+    switch's endpoints too slow for 200 MHz: docs/timing-closure.md, "The slow endpoints
+    named, and the egress sliced by lane".) The last slice is the master: ``i.ready``,
+    ``o.valid`` and ``room_next`` are its.
+
+    Parameters
+    ----------
+    widths : list of int
+        The slices' widths, from the payload's low bits up.
+
+    Members
+    -------
+    i : In(stream.Signature(sum(widths)))
+    o : Out(stream.Signature(sum(widths)))
+    room_next : Out(1)
+        ``i.ready`` of the next cycle.
+    """
+
+    def __init__(self, widths):
+        widths = list(widths)
+        if not widths or any(not isinstance(w, int) or isinstance(w, bool) or w < 1
+                             for w in widths):
+            raise ValueError(f"SlicedLink widths must be bit counts of at least 1, not "
+                             f"{widths!r}")
+        self._widths = widths
+        width = sum(widths)
+        super().__init__({"i": In(stream.Signature(width)), "o": Out(stream.Signature(width)),
+                          "room_next": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        lo = 0
+        for s, width in enumerate(self._widths):
+            m.submodules[f"link{s}"] = link = LinkRegister(width)
+            m.submodules[f"stage{s}"] = stage = CreditSlice(width)
+            hi = lo + width
+            m.d.comb += [link.i.valid.eq(self.i.valid), link.i.payload.eq(self.i.payload[lo:hi]),
+                         stage.i.valid.eq(link.o.valid), stage.i.payload.eq(link.o.payload),
+                         link.o.ready.eq(stage.i.ready), link.o_room_next.eq(stage.room_next),
+                         stage.o.ready.eq(self.o.ready), self.o.payload[lo:hi].eq(stage.o.payload)]
+            lo = hi
+        m.d.comb += [self.i.ready.eq(link.i.ready), self.o.valid.eq(stage.o.valid),
+                     self.room_next.eq(link.room_next)]
         return m

@@ -24,9 +24,10 @@ port counts, keep each egress's output multiplexer to the FPGA's wide-mux cells 
 cost nearly five times the LUTs at 8 lanes; docs/hw.md). Each arbiter's output passes a
 register on the link (:class:`hw.regslice.LinkRegister`: the multiplexer's inputs come from
 across the die) and a two-flit stage (:class:`hw.regslice.CreditSlice`), so the egress ports
-are driven from flip-flops (``SwitchSpec.egress_output_latency``). The arbitration policy is
-chosen at elaboration; priorities / weights are set per traffic class at run time
-(``cfg_mem_*``, ``cfg_result_*``).
+are driven from flip-flops (``SwitchSpec.egress_output_latency``); both are built once per lane
+and once for the header, each with its own control (:class:`hw.regslice.SlicedLink`). The
+arbitration policy is chosen at elaboration; priorities / weights are set per traffic class at
+run time (``cfg_mem_*``, ``cfg_result_*``).
 
 The crossbar's links are registered both ways: an arbiter reads each requester's ``valid``
 and ``last`` from registers beside it, loaded a cycle ahead from what the requester's FIFO
@@ -52,10 +53,10 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .arbiter import PRIO_BITS, QUANTUM_BITS, WEIGHT_BITS, LinkArbiter, below
-from .packet import Kind, flit_layout
+from .packet import LANE_BITS, Kind, flit_layout
 from .ramfifo import RamFIFO
 from .reduce import ReductionUnit, config_signature, count_events
-from .regslice import CreditSlice, LinkRegister
+from .regslice import SlicedLink
 from .spec import Policy
 
 __all__ = ["Switch", "ContributionSink", "DROP_CAUSES"]
@@ -212,7 +213,7 @@ class Switch(wiring.Component):
             # truncating flit's data; in front of the link register the zeroing shares the
             # multiplexer's LUTs, behind it it took a LUT a bit), and every flit egress d
             # carries is addressed to d (memory traffic is routed by dst, results are d's),
-            # a constant given the stage (the link register's dst bits have no loads). Whether
+            # a constant given the link register. Whether
             # the flit is a tail is read lane by lane: the requesters' `req_tail` at the lane's
             # own copy of the arbiter's choice register (its `lane_choice`), the copy that
             # selects the lane's slice of the multiplexer, so each lane's zeroing starts beside
@@ -222,28 +223,31 @@ class Switch(wiring.Component):
             # zeroed data is read only when the link register takes a flit, and then the two
             # agree, so the select starts at flip-flops, not at the arbiter's `valid` and
             # `busy`.
-            m.submodules[f"egress{d}_link"] = link = LinkRegister(layout)
-            m.submodules[f"egress{d}_out"] = out = CreditSlice(layout, write_slices=L + 1)
-            outs.append(link)
-            m.d.comb += link.o_room_next.eq(out.room_next)
-            # (Each a whole flit in one assignment: field by field, a constant field would be a
-            # process that reads nothing, Verilator's ALWNEVER.)
+            # The link register and the stage are built once per slice of the flit, a lane's
+            # data each and the header (`SlicedLink`), each slice with its own control beside
+            # its bits: with one control for the whole flit, the clock enables of the stage's
+            # and the link register's 600-odd flip-flops were nets from one place to every
+            # lane's stripe, a sixth of the routed switch's endpoints too slow for 200 MHz
+            # (docs/timing-closure.md, "The slow endpoints named, and the egress sliced by
+            # lane").
             flit = arb.o.payload
             lanes_out = []
             for j, lane_choice in enumerate(arb.lane_choice):
                 offers_tail = Signal(name=f"egress{d}_offers_tail_lane{j}")
                 m.d.comb += offers_tail.eq(req_tail[d].bit_select(lane_choice, 1))
                 lanes_out.append(Mux(offers_tail, 0, flit.data[j]))
-            zeroed = {"data": Cat(*lanes_out)}
+            # (The data lanes are the flit's first bits, the header the rest. The flit is one
+            # assignment: field by field, a constant field would be a process that reads
+            # nothing, Verilator's ALWNEVER.)
+            changed = {"data": Cat(*lanes_out), "dst": Const(d, len(flit.dst))}
+            data_bits = layout["data"].width
+            m.submodules[f"egress{d}_link"] = link = SlicedLink(
+                [LANE_BITS] * L + [layout.size - data_bits])
+            outs.append(link)
             m.d.comb += [link.i.valid.eq(arb.o.valid), arb.o.ready.eq(link.i.ready),
-                         link.i.payload.eq(Cat(zeroed.get(name, flit[name])
+                         link.i.payload.eq(Cat(changed.get(name, flit[name])
                                                for name, _ in layout))]
-            flit = link.o.payload
-            addressed = {"dst": Const(d, len(flit.dst))}
-            m.d.comb += [out.i.valid.eq(link.o.valid), link.o.ready.eq(out.i.ready),
-                         out.i.payload.eq(Cat(addressed.get(name, flit[name])
-                                              for name, _ in layout))]
-            wiring.connect(m, out.o, wiring.flipped(self.o[d]))
+            wiring.connect(m, link.o, wiring.flipped(self.o[d]))
 
         def granted(source, k, d, aimed=1):
             """Whether egress d takes requester k's flit this cycle, if it offers one: a

@@ -1,5 +1,6 @@
-"""``hw.regslice``: the egress stage whose room is known a cycle ahead (``CreditSlice``) and
-the link register in front of it (``LinkRegister``).
+"""``hw.regslice``: the egress stage whose room is known a cycle ahead (``CreditSlice``), the
+link register in front of it (``LinkRegister``), and the two once per slice of the flit
+(``SlicedLink``).
 
 The golden is a plain Python queue of at most two flits (and, for the register and the stage
 together, one of one in front of it): every flit taken comes out once, in order; ``room_next``
@@ -16,11 +17,11 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from hw.regslice import CreditSlice, LinkRegister
+from hw.regslice import CreditSlice, LinkRegister, SlicedLink
 
 
-def _run(bench_fn, width=16, write_slices=1):
-    _simulate(CreditSlice(width, write_slices=write_slices), bench_fn)
+def _run(bench_fn, width=16):
+    _simulate(CreditSlice(width), bench_fn)
 
 
 def _simulate(dut, bench_fn):
@@ -32,10 +33,8 @@ def _simulate(dut, bench_fn):
     sim.run()
 
 
-@pytest.mark.parametrize("seed,write_slices", [(0, 1), (1, 1), (2, 1), (3, 3), (5, 16)])
-def test_flits_leave_once_in_order_and_room_is_known_a_cycle_ahead(seed, write_slices):
-    """Loaded in slices (each from its own copy of the write pointer), a flit still comes out
-    whole: a copy out of step would mix two flits' bits, which the word check catches."""
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_flits_leave_once_in_order_and_room_is_known_a_cycle_ahead(seed):
     rng = random.Random(seed)
     p_valid, p_ready = rng.uniform(0.3, 1.0), rng.uniform(0.2, 1.0)
 
@@ -63,13 +62,13 @@ def test_flits_leave_once_in_order_and_room_is_known_a_cycle_ahead(seed, write_s
             await ctx.tick()
         assert got > 500 and sent - got == len(queue)
 
-    _run(bench, write_slices=write_slices)
+    _run(bench)
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
-def test_write_slices_must_be_a_count(bad):
-    with pytest.raises(ValueError, match="write_slices"):
-        CreditSlice(16, write_slices=bad)
+@pytest.mark.parametrize("bad", [[], [0], [4, -1], [1.5], [True], ["2"]])
+def test_sliced_link_widths_must_be_bit_counts(bad):
+    with pytest.raises(ValueError, match="widths"):
+        SlicedLink(bad)
 
 
 class _LinkThenStage(wiring.Component):
@@ -83,7 +82,7 @@ class _LinkThenStage(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.link = link = LinkRegister(self._width)
-        m.submodules.stage = stage = CreditSlice(self._width, write_slices=2)
+        m.submodules.stage = stage = CreditSlice(self._width)
         wiring.connect(m, wiring.flipped(self.i), link.i)
         wiring.connect(m, link.o, stage.i)
         wiring.connect(m, stage.o, wiring.flipped(self.o))
@@ -91,15 +90,15 @@ class _LinkThenStage(wiring.Component):
         return m
 
 
-def _run_link(bench_fn, width=16):
-    _simulate(_LinkThenStage(width), bench_fn)
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_link_register_then_stage_hold_three_in_order_and_room_is_known_a_cycle_ahead(seed):
+@pytest.mark.parametrize("seed,slices", [(0, None), (1, None), (2, None), (3, None),
+                                         (4, [16]), (5, [3, 5, 8]), (6, [1] * 16)])
+def test_link_register_then_stage_hold_three_in_order_and_room_is_known_a_cycle_ahead(seed,
+                                                                                      slices):
     """The golden: the register holds one flit, which moves into the stage's queue of two
     whenever the stage has room (``i.ready``: the stage's registers alone); the pair takes a
-    flit while the register is empty or moving."""
+    flit while the register is empty or moving. ``SlicedLink`` (``slices``: the widths) must
+    be the same pair on the whole word: a slice out of step with the others would mix two
+    flits' bits, which the word check catches."""
     rng = random.Random(seed)
     p_valid, p_ready = rng.uniform(0.3, 1.0), rng.uniform(0.2, 1.0)
 
@@ -131,13 +130,14 @@ def test_link_register_then_stage_hold_three_in_order_and_room_is_known_a_cycle_
             await ctx.tick()
         assert got > 500 and sent - got == len(stage) + (reg is not None)
 
-    _run_link(bench)
+    _simulate(_LinkThenStage(16) if slices is None else SlicedLink(slices), bench)
 
 
-# (the stage alone, and the link register in front of it: cycles a flit takes through, and how
-# many flits a stalled output still takes)
+# (the stage alone, the link register in front of it, and the two in slices: cycles a flit takes
+# through, and how many flits a stalled output still takes)
 _PATHS = {"stage": (lambda: CreditSlice(16), 1, 2),
-          "link register and stage": (lambda: _LinkThenStage(16), 2, 3)}
+          "link register and stage": (lambda: _LinkThenStage(16), 2, 3),
+          "sliced link": (lambda: SlicedLink([5, 11]), 2, 3)}
 
 
 @pytest.mark.parametrize("path", _PATHS)
