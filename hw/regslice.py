@@ -35,7 +35,7 @@ class CreditSlice(wiring.Component):
 
     The switch builds one stage per slice of the flit (a lane's data each, and the header),
     each with its own control, so the load enables of a slice's flip-flops come from registers
-    beside them (hw/switch.py).
+    beside them (:class:`SlicedLink`).
 
     Members
     -------

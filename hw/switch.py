@@ -213,16 +213,15 @@ class Switch(wiring.Component):
             # truncating flit's data; in front of the link register the zeroing shares the
             # multiplexer's LUTs, behind it it took a LUT a bit), and every flit egress d
             # carries is addressed to d (memory traffic is routed by dst, results are d's),
-            # a constant given the link register. Whether
-            # the flit is a tail is read lane by lane: the requesters' `req_tail` at the lane's
-            # own copy of the arbiter's choice register (its `lane_choice`), the copy that
-            # selects the lane's slice of the multiplexer, so each lane's zeroing starts beside
-            # its lane (one `offers_tail` for the whole flit was a net to all 256 data bits,
-            # the routed switch's critical path: docs/timing-closure.md, "The tail's zeroing
-            # per lane, routed"). The choice is not gated by `valid` as the `grant` is: the
-            # zeroed data is read only when the link register takes a flit, and then the two
-            # agree, so the select starts at flip-flops, not at the arbiter's `valid` and
-            # `busy`.
+            # a constant given the link register. Whether the flit is a tail is read lane by
+            # lane: the requesters' `req_tail` at the lane's own copy of the arbiter's choice
+            # register (its `lane_choice`), the copy that selects the lane's slice of the
+            # multiplexer, so each lane's zeroing starts beside its lane (one `offers_tail` for
+            # the whole flit was a net to all 256 data bits, the routed switch's critical path:
+            # docs/timing-closure.md, "The tail's zeroing per lane, routed"). The choice is not
+            # gated by `valid` as the `grant` is: the zeroed data is read only when the link
+            # register takes a flit, and then the two agree, so the select starts at
+            # flip-flops, not at the arbiter's `valid` and `busy`.
             # The link register and the stage are built once per slice of the flit, a lane's
             # data each and the header (`SlicedLink`), each slice with its own control beside
             # its bits: with one control for the whole flit, the clock enables of the stage's

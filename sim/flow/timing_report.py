@@ -13,7 +13,6 @@ transfers a faster clock has to pipeline, and whether each is data or the contro
 it (docs/hw.md, Synthesis: ``slow_registers``).
 """
 
-import json
 import re
 
 from sim.flow.names import block_of, net_group
@@ -95,8 +94,6 @@ def slow_registers(report, targets_mhz, limit=12):
     for the fastest target (then the latest arrival first), each with how many endpoints it
     has; ``pin`` is :func:`pin_of` (:data:`PINS` says what each is).
     """
-    if isinstance(report, (str, bytes)):
-        report = json.loads(report)
     arrivals = endpoint_arrivals(report)
     if not arrivals:
         return None
