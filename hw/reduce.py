@@ -488,9 +488,13 @@ class ReductionUnit(wiring.Component):
             # beside the port (the routed 4 x 8 x 16 switch had an ingress's head -> the
             # foreign-slot comparison -> the FIFO's write data -> its lookahead register as a
             # critical path; docs/timing-closure.md). The two hold `judge_hold_flits` words.
+            # The FIFO's word is stored in L read slices, each with its own copies of the
+            # pointers, so a write address reaches one slice's LUT-RAM, not every cell of a
+            # word ~300 bits wide (at 8 x 8 x 64 the hold FIFOs' write addresses were 4,444 of
+            # the endpoints too slow for 200 MHz; docs/timing-closure.md).
             m.submodules[f"hold{k}"] = hold = RamFIFO(width=hold_layout.size, depth=H - 1,
                                                       storage="lut", lookahead=ahead_bits,
-                                                      data_lag=True)
+                                                      data_lag=True, read_slices=L)
             holds.append(hold)
             entry = Signal(hold_layout, name=f"p{k}_hold_in")
             m.d.comb += [entry.flit.eq(hdr), entry.static.eq(Cat(*checks)), entry.slot.eq(slot),

@@ -249,7 +249,8 @@ def _prove_fifo(workdir, *, steps=4, **params):
     (11, 1, False), (11, 1, True),   # an LFSR ring of 15 round 10 words, and the late read
     (16, 2, False),                  # a ring of 15 round 15 words
     (17, 0, True),                   # copies of the pointers' next values
-])
+    (17, 2, True),                   # the same with a lookahead: the reduction unit's hold
+])                                   # FIFOs at 8 x 8 (depth 17, read in L slices)
 def test_pointer_invariants_and_copies_are_proved(tmp_path, depth, lookahead, data_lag):
     """k-induction (SymbiYosys) on a sliced FIFO alone, its inputs free: the pointers' and
     the level's invariants, and every slice's copies addressing what the pointers do."""
