@@ -179,10 +179,10 @@ def test_export_reduce_cli(tmp_path):
     # Verilog tells Yosys for each of the four
     assert meta["parameters"]["result_fifo_storage"] == "block"
     assert out.read_text().count('ram_style = "block"') == 4
-    # ... and LUT-RAM for the hold FIFOs, two memories each (the part the judge reads a cycle
-    # ahead, and the flit's data), for each result FIFO's `last`, which the egress reads a
-    # cycle ahead, and for the slot table's claimed entries
-    assert out.read_text().count('ram_style = "distributed"') == 2 * 4 + 4 + 1
+    # ... and LUT-RAM for the hold FIFOs, three memories each (the part the judge reads a
+    # cycle ahead, and the flit's data in a read slice per lane), for each result FIFO's
+    # `last`, which the egress reads a cycle ahead, and for the slot table's claimed entries
+    assert out.read_text().count('ram_style = "distributed"') == (1 + 2) * 4 + 4 + 1
     status, _, stderr = run_cli("export", "reduce", "--ports", "4", "--slots", "0", "-o",
                                 str(tmp_path / "x.v"))
     assert status == 2 and "--slots must be at least 1" in stderr
