@@ -528,6 +528,7 @@ def test_synth_8x8_arbiter():
     Its 8:1 output multiplexer alone takes several LUT4s per bit of the 256-bit payload."""
     result = _synth("arbiter", "--ports", "8", "--lanes", "8")
     assert result["yosys_version"].startswith("0.69")
+    assert (result["yosys_mapping"], result["yosys_fallbacks"]) == ("synth_ecp5", [])
     assert result["luts"] > 4 * 256
     assert 20 < result["fmax_mhz"] < 1000
     assert result["critical_path"]["logic_levels"] >= 2
@@ -702,13 +703,16 @@ def test_silent_yosys_death_falls_back(tmp_path, monkeypatch):
     assert "synth_ecp5 -noflatten -top top; flatten;" in scripts[1]
     assert scripts[1].endswith("write_json top.json")
 
-    scripts = run_with([(1, ""), (1, ""), (0, "")])
-    assert synth.map_netlist("top", tmp_path) == "synth_ecp5 -dff"
+    scripts, failed = run_with([(1, ""), (1, ""), (0, "")]), []
+    assert synth.map_netlist("top", tmp_path, failed=failed) == "synth_ecp5 -dff"
     assert "-dff" not in scripts[0] + scripts[1] and "synth_ecp5 -dff -top top" in scripts[2]
+    assert failed == [f"'{mapping}' exited with status 1 and no error message (Yosys's abc9 "
+                      f"dies this way on some netlists)"
+                      for mapping in ("synth_ecp5", "synth_ecp5 -noflatten")]
 
-    scripts = run_with([(0, "")])
-    assert synth.map_netlist("top", tmp_path) == "synth_ecp5"
-    assert len(scripts) == 1
+    scripts, failed = run_with([(0, "")]), []
+    assert synth.map_netlist("top", tmp_path, failed=failed) == "synth_ecp5"
+    assert len(scripts) == 1 and failed == []
 
     scripts = run_with([(1, "ERROR: Module `top' not found!\n")])
     with pytest.raises(synth.SynthError, match="^yosys failed \\(exit 1\\): ERROR: Module"):
@@ -723,8 +727,9 @@ def test_silent_yosys_death_falls_back(tmp_path, monkeypatch):
         assert f"'{mapping}' exited with status 1" in str(failure.value)
 
     twice = _netlist([7], [7])
-    scripts = run_with([(0, "", twice), (0, "")])
-    assert synth.map_netlist("top", tmp_path) == "synth_ecp5 -noflatten"
+    scripts, failed = run_with([(0, "", twice), (0, "")]), []
+    assert synth.map_netlist("top", tmp_path, failed=failed) == "synth_ecp5 -noflatten"
+    assert failed == ["'synth_ecp5' drove y[0] twice"]
     scripts = run_with([(0, "", twice), (0, "", twice), (0, "")])
     assert synth.map_netlist("top", tmp_path) == "synth_ecp5 -dff"
     run_with([(0, "", twice), (0, "", twice), (0, "", twice)])
@@ -733,3 +738,13 @@ def test_silent_yosys_death_falls_back(tmp_path, monkeypatch):
                                                "'synth_ecp5 -dff' drove y\\[0\\] twice"):
         synth.map_netlist("top", tmp_path)
     assert not (tmp_path / "top.json").exists()   # nothing half-written is left as a result
+
+
+def test_a_fallback_mapping_says_why():
+    """A result mapped by a fallback says, in its summary, that its counts are not the
+    default mapping's and why the mappings before it failed; the default's says nothing."""
+    from sim.cli.main import _fallbacks_line
+    assert _fallbacks_line([]) == "" and _fallbacks_line(None) == ""
+    line = _fallbacks_line(["'synth_ecp5' drove y[0] twice"])
+    assert line.startswith("\n  mapped by a fallback") and "not comparable" in line
+    assert line.endswith("'synth_ecp5' drove y[0] twice")

@@ -253,6 +253,7 @@ def _cmd_synth(args):
               + _longest_path_line(result.get("longest_logic_path"))
               + _outreg_line(result.get("bram_output_registers"))
               + _floorplan_line(result.get("floorplan"))
+              + _fallbacks_line(result.get("yosys_fallbacks"))
               + "\n  LUT4 by block: "
               + ", ".join(f"{block} {n:,}"
                           for block, n in list(result["luts_by_block"].items())[:6]))
@@ -275,6 +276,7 @@ def _cmd_synth(args):
           + _longest_path_line(result.get("longest_logic_path"))
           + _outreg_line(result.get("bram_output_registers"))
           + _floorplan_line(result.get("floorplan"))
+          + _fallbacks_line(result.get("yosys_fallbacks"))
           + _slices_line(result.get("slices"))
           + "\n  LUT4 by block (before packing): "
           + ", ".join(f"{block} {n:,}" for block, n in list(result["luts_by_block"].items())[:6])
@@ -294,6 +296,14 @@ def _floorplan_line(pinned):
     if not pinned:
         return ""
     return f"\n  floorplan: {pinned['block_rams']} bank DP16KD fixed by lane and port"
+
+
+def _fallbacks_line(failed):
+    """Why Yosys's default mapping was not used: a fallback's counts are not comparable."""
+    if not failed:
+        return ""
+    return ("\n  mapped by a fallback (its LUT4 counts are not comparable with the default's): "
+            + "; ".join(failed))
 
 
 def _slices_line(slices):

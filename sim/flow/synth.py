@@ -235,7 +235,8 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     workdir, began = start_run(verilog_text, top, workdir, progress, f"yosys synth_ecp5 {top}")
     netlist = workdir / f"{top}.json"
     yowasp_compiled("yosys")
-    mapping = map_netlist(top, workdir, timeout)
+    fallbacks = []   # why each mapping before the one used failed
+    mapping = map_netlist(top, workdir, timeout, fallbacks)
     # The passes between Yosys and nextpnr edit the one parsed netlist, written back once.
     folded = pinned = parsed = None
     if bram_outreg or floorplan is not None:
@@ -254,6 +255,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
         parsed = parsed or json.loads(netlist.read_text())
         result = {"top": top, "device": device_name(speed), "speed_grade": speed,
                   "yosys_version": _yosys_version(), "yosys_mapping": mapping,
+                  "yosys_fallbacks": fallbacks,
                   "requested_mhz": freq_mhz, "fmax_mhz": None, "met": None, "routed": False,
                   "placed": False, "critical_path": None, "synth_s": round(synth_s, 1),
                   "pnr_s": 0.0, "bram_output_registers": folded, "floorplan": pinned,
@@ -308,6 +310,7 @@ def synthesize(verilog_text, top, workdir, freq_mhz=200.0, timeout=3600, progres
     pnr_s = round(time.monotonic() - began - synth_s, 1)
     result = {"top": top, "device": device_name(speed), "speed_grade": speed,
               "yosys_version": _yosys_version(), "yosys_mapping": mapping,
+              "yosys_fallbacks": fallbacks,
               "requested_mhz": freq_mhz, "fmax_mhz": fmax,
               # a placement estimate meets nothing: only a routed design has an Fmax
               "met": fmax >= freq_mhz if routed else None,
@@ -498,11 +501,13 @@ YOSYS_MAPPINGS = {
 }
 
 
-def map_netlist(top, workdir, timeout=3600):
+def map_netlist(top, workdir, timeout=3600, failed=None):
     """Run Yosys on ``workdir/top.v`` into ``workdir/top.json``; returns the mapping used
     (a name in :data:`YOSYS_MAPPINGS`). A failure with an ``ERROR:`` line is final; a silent
     one (the abc9 crash), or a netlist with a net driven twice, is retried with the next
-    mapping.
+    mapping, and what each mapping tried before did is appended to the list ``failed`` (one
+    line each), so a result from a fallback can say why: the fallbacks map the 8 x 8 x 64
+    switch with about 3,000 LUT4s more than the default (docs/timing-closure.md).
 
     Raises
     ------
@@ -522,12 +527,16 @@ def map_netlist(top, workdir, timeout=3600):
             if twice is None:
                 return mapping
             problems.append(f"'{mapping}' drove {twice} twice")
+            if failed is not None:
+                failed.append(problems[-1])
             continue
         errors = [line for line in log.splitlines() if line.startswith("ERROR:")]
         if errors:
             raise SynthError(f"yosys failed (exit {rc}): {errors[0]}")
         problems.append(f"'{mapping}' exited with status {rc} and no error message (Yosys's "
                         f"abc9 dies this way on some netlists)")
+        if failed is not None:
+            failed.append(problems[-1])
     netlist.unlink(missing_ok=True)
     raise SynthError(f"yosys wrote no valid netlist: {'; '.join(problems)} (docs/hw.md, "
                      f"Synthesis)")
