@@ -516,7 +516,7 @@ def map_netlist(top, workdir, timeout=3600, failed=None):
     """
     workdir = Path(workdir)
     netlist = workdir / f"{top}.json"
-    problems = []
+    problems = [] if failed is None else failed   # one line per mapping that failed
     for mapping, commands in YOSYS_MAPPINGS.items():
         netlist.unlink(missing_ok=True)
         script = f"read_verilog {top}.v; " + commands.format(top=top)
@@ -527,16 +527,12 @@ def map_netlist(top, workdir, timeout=3600, failed=None):
             if twice is None:
                 return mapping
             problems.append(f"'{mapping}' drove {twice} twice")
-            if failed is not None:
-                failed.append(problems[-1])
             continue
         errors = [line for line in log.splitlines() if line.startswith("ERROR:")]
         if errors:
             raise SynthError(f"yosys failed (exit {rc}): {errors[0]}")
         problems.append(f"'{mapping}' exited with status {rc} and no error message (Yosys's "
                         f"abc9 dies this way on some netlists)")
-        if failed is not None:
-            failed.append(problems[-1])
     netlist.unlink(missing_ok=True)
     raise SynthError(f"yosys wrote no valid netlist: {'; '.join(problems)} (docs/hw.md, "
                      f"Synthesis)")
