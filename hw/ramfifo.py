@@ -32,7 +32,8 @@ side by side, each with its own read port whose enable comes from copies of the 
 and "not empty" registers kept for that slice, and with its own copies of the write and read
 pointers (the LUT-RAM cells' addresses): k-bit LFSRs of their own where a memory of 2**k words
 takes no more LUT-RAM columns than the FIFO's words (the pointers then run round 2**k - 1
-addresses, address 0 unused, whatever the depth), else loaded from the pointers' next values.
+addresses, address 0 unused, whatever the depth), k-bit de Bruijn counters (all 2**k states)
+where the FIFO holds exactly 2**k words, else loaded from the pointers' next values.
 The read enable loads the head register, the width of the word: driven by one net, its clock
 enables were a net of a fan-out of hundreds spread wherever the placer put the head's bits, at
 the end of the consumer's ``ready`` (at 8 × 8 × 64 the switch's critical path,
@@ -89,14 +90,25 @@ def lfsr_step(state, taps):
     return Cat(feedback, state[:-1])
 
 
-def lfsr_sequence(taps, length):
-    """The first ``length`` states from 1, as :func:`lfsr_step` steps them (ints)."""
+def de_bruijn_step(state, taps):
+    """:func:`lfsr_step` with the all-zero state let in: the state with only its top bit set
+    steps to zero, and zero to 1, so the k bits step through all 2**k states. (The bits
+    below the top one all zero is the only case that changes the feedback; the top bit is
+    always a tap.)"""
+    return Cat(lfsr_step(state, taps)[0] ^ (state[:-1] == 0), state[:-1])
+
+
+def lfsr_sequence(taps, length, de_bruijn=False):
+    """The first ``length`` states from 1, as :func:`lfsr_step` (or, with ``de_bruijn``,
+    :func:`de_bruijn_step`) steps them (ints)."""
     states, state, mask = [], 1, (1 << max(taps) + 1) - 1
     for _ in range(length):
         states.append(state)
         feedback = 0
         for tap in taps:
             feedback ^= state >> tap & 1
+        if de_bruijn and state & mask >> 1 == 0:
+            feedback ^= 1
         state = (state << 1 | feedback) & mask
     return states
 
@@ -157,6 +169,31 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
             self.r_data_in_two = [Signal(lookahead, name=f"r_data_in_two_{n}")
                                   for n in range(3)]
 
+    def _copy_taps(self):
+        """The taps the read slices' pointer copies step by, and whether as a de Bruijn
+        counter; ``None`` where they are loaded from the pointers' next values (or there are
+        no copies)."""
+        inner_depth = self.depth - 1
+        def columns(words):
+            return -(-words // LUTRAM_WORDS)
+        if self.read_slices == 1 or self.width == self.lookahead:
+            return None, False
+        k = inner_depth.bit_length()
+        if columns(1 << k) == columns(inner_depth) and k in LFSR_TAPS:
+            return LFSR_TAPS[k], False
+        if inner_depth == 1 << k - 1 and k - 1 in LFSR_TAPS:
+            return LFSR_TAPS[k - 1], True
+        return None, False
+
+    @property
+    def copy_stepping(self):
+        """How the read slices' pointer copies step: ``"lfsr"``, ``"de_bruijn"``, ``"next"``
+        (loaded from the pointers' next values), or ``None`` with one slice."""
+        taps, de_bruijn = self._copy_taps()
+        if self.read_slices == 1 or self.width == self.lookahead:
+            return None
+        return "next" if taps is None else "de_bruijn" if de_bruijn else "lfsr"
+
     def elaborate(self, platform):
         m = Module()
         do_write = self.w_rdy & self.w_en
@@ -170,15 +207,15 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
         # (the switch's ingress FIFOs: 15 words; the int32 result FIFOs: 10, in a ring of
         # 15), in a memory of 2**k words (address 0 unused) that takes no more LUT-RAM columns
         # than the words would. The pointers then wrap at the ring, not at the depth; how full
-        # the FIFO is stays the level's alone. Elsewhere the copies take the next values.
-        def columns(words):
-            return -(-words // LUTRAM_WORDS)
-        taps = None
-        if self.read_slices > 1 and self.width > self.lookahead:
-            k = inner_depth.bit_length()
-            if columns(1 << k) == columns(inner_depth):
-                taps = LFSR_TAPS.get(k)
-        ring = (1 << max(taps) + 1) - 1 if taps else inner_depth
+        # the FIFO is stays the level's alone. Where the FIFO holds exactly 2**k words (the
+        # reduction unit's hold FIFOs at 8 x 8: 16), a ring of 2**(k+1) - 1 would take a
+        # second column, so the copies step as de Bruijn counters instead (the LFSR with the
+        # all-zero state let in: still one LUT a copy), round all 2**k addresses: the ring is
+        # the depth. Elsewhere the copies take the next values.
+        taps, de_bruijn = self._copy_taps()
+        ring = inner_depth if de_bruijn or not taps else (1 << max(taps) + 1) - 1
+        memory_depth = ring + 1 if taps and not de_bruijn else ring
+        step = de_bruijn_step if de_bruijn else lfsr_step
         # Whether the memory holds a word: a register kept equal to `inner_level != 0`, so
         # the lookahead's choices below start from flip-flops, not from the level's compare
         # (in the routed 4 x 8 x 16 switch a hold FIFO's lookahead began the critical path:
@@ -241,7 +278,7 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
             for j, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
                 name = "storage" if self.read_slices == 1 else f"storage{j}"
                 storage = m.submodules[name] = Memory(
-                    shape=hi - lo, depth=ring + 1 if taps else ring, init=[],
+                    shape=hi - lo, depth=memory_depth, init=[],
                     attrs=plain_attrs)
                 w_port = storage.write_port()
                 r_port = storage.read_port(domain="sync")
@@ -257,7 +294,8 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                     # cross the slices; copies loaded from the next values leave 4-5-bit nets
                     # across the die (router2's plateau at 8 x 8 x 64, seed 3: 5,848 overused
                     # wires with every copy so, 2,493 with the ingress FIFOs' as LFSRs, 838
-                    # with the result FIFOs' too).
+                    # with the result FIFOs' too; and the hold FIFOs' copies, loaded so, were
+                    # the routed switch's paths next to the critical one at 6d5acbb).
                     if taps:
                         width = max(taps) + 1
                         slice_produce = Signal(width, init=1, name=f"produce_{j}",
@@ -265,9 +303,9 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                         slice_consume = Signal(width, init=1, name=f"consume_{j}",
                                                attrs={"keep": 1})
                         with m.If(do_write):
-                            m.d.sync += slice_produce.eq(lfsr_step(slice_produce, taps))
+                            m.d.sync += slice_produce.eq(step(slice_produce, taps))
                         with m.If(read_here):
-                            m.d.sync += slice_consume.eq(lfsr_step(slice_consume, taps))
+                            m.d.sync += slice_consume.eq(step(slice_consume, taps))
                     else:
                         slice_produce = Signal.like(produce, name=f"produce_{j}",
                                                     attrs={"keep": 1})
@@ -407,7 +445,7 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                 if not taps:
                     return pointer
                 value = Const(1, max(taps) + 1)
-                for i, state in enumerate(lfsr_sequence(taps, ring)):
+                for i, state in enumerate(lfsr_sequence(taps, ring, de_bruijn)):
                     value = Mux(pointer == i, state, value)
                 return value
             if pointer_copies:

@@ -20,7 +20,7 @@ from hw.switch import Switch
 @pytest.mark.parametrize("depth, lookahead, slices", [
     (2, 0, 1), (3, 0, 1), (5, 0, 1), (16, 0, 1), (27, 0, 1), (2, 5, 1), (3, 12, 1), (17, 5, 1),
     (2, 0, 3), (5, 0, 5), (9, 0, 12), (5, 5, 3), (16, 4, 8), (4, 0, 2), (8, 3, 3), (17, 0, 2),
-    (11, 1, 9)])
+    (11, 1, 9), (35, 0, 2), (9, 2, 3)])
 def test_matches_sync_fifo_buffered(depth, lookahead, slices):
     """Both FIFOs see the same random writes and reads (some into a full or out of an empty
     FIFO); every output — level, w_rdy, r_rdy, r_data when r_rdy — agrees every cycle. (The
@@ -34,7 +34,8 @@ def test_matches_sync_fifo_buffered(depth, lookahead, slices):
     slices each slice's read
     enable comes from its own copies of the FIFO's registers and its addresses from its own
     pointers (LFSRs running round 3, 7 or 15 addresses, more than the FIFO holds at depths 5,
-    9 and 11; copies of the pointers' next values at 2 and 17): the word read is the
+    9 and 11; de Bruijn counters round the 16 or 8 words the FIFO holds at depths 17 and 9
+    with a lookahead; copies of the pointers' next values at 2 and 35): the word read is the
     same."""
     m = Module()
     m.submodules.dut = dut = RamFIFO(width=12, depth=depth,
@@ -208,33 +209,61 @@ def test_switch_ingress_fifos_follow_the_one_column_rule(depth, style):
     assert _memory_styles(text, ".ingress") == [[style] * slices + ["distributed"]] * spec.ports
 
 
-@pytest.mark.parametrize("depth, memory, copy_bits", [
-    (4, 4, 2),      # 3 words: a ring of 3, a memory of 4
-    (11, 16, 4),    # 10 words (the int32 result FIFOs at 8 ports) in a ring of 15
-    (16, 16, 4),    # 15 words (the ingress FIFOs): the ring is the depth
-    (17, 16, 4),    # 16 words: a ring of 31 would take a second column, so next values
-    (18, 32, 5),    # 17 words: two columns either way, a ring of 31
+@pytest.mark.parametrize("depth, memory, copy_bits, stepped", [
+    (4, 4, 2, "lfsr"),         # 3 words: a ring of 3, a memory of 4
+    (11, 16, 4, "lfsr"),       # 10 words (the int32 result FIFOs at 8 ports) in a ring of 15
+    (16, 16, 4, "lfsr"),       # 15 words (the ingress FIFOs): the ring is the depth
+    (17, 16, 4, "de_bruijn"),  # 16 words (the hold FIFOs at 8 x 8): a ring of 31 would take
+                               # a second column, so a de Bruijn ring of 16
+    (18, 32, 5, "lfsr"),       # 17 words: two columns either way, a ring of 31
+    (35, 34, 6, "next"),       # 34 words: a ring of 63 takes a fourth column, so next values
 ])
 def test_slices_step_their_pointers_where_the_ring_takes_no_more_columns(depth, memory,
-                                                                        copy_bits):
-    """A sliced FIFO's pointer copies are LFSRs (a memory of 2**k words) only where those
-    words fit the LUT-RAM columns the FIFO's own words take; else copies of the binary
-    pointers, in a memory of the FIFO's words: read from the exported RTLIL."""
+                                                                        copy_bits, stepped):
+    """A sliced FIFO's pointer copies step on their own (LFSRs in a memory of 2**k words, or
+    de Bruijn counters round 2**k words) only where those words fit the LUT-RAM columns the
+    FIFO's own words take; else copies of the binary pointers' next values, in a memory of
+    the FIFO's words: the memories read from the exported RTLIL (and
+    how they step, as the FIFO reports it)."""
     q = RamFIFO(width=8, depth=depth, storage="lut", lookahead=1, read_slices=2)
     text = rtlil.convert(q, ports=[q.w_data, q.w_en, q.r_en, q.r_data])
     assert re.findall(r"memory width \d+ size (\d+) \\storage", text) == [str(memory)] * 2
     assert re.findall(r"wire width (\d+) .*\\produce_0$", text, flags=re.M) == [str(copy_bits)]
+    assert q.copy_stepping == stepped
 
 
 def test_lfsr_taps_are_maximal():
     """Each width's taps step from 1 through every nonzero state once and back to 1, so a
     slice's LFSR pointers address each of its 2**k - 1 words once a lap (no word twice, never
-    address 0, which the memory of 2**k words leaves unused)."""
+    address 0, which the memory of 2**k words leaves unused); as de Bruijn counters, through
+    all 2**k states, 0 included."""
     for width, taps in LFSR_TAPS.items():
-        lap = (1 << width) - 1
-        states = lfsr_sequence(taps, lap + 1)
-        assert sorted(states[:lap]) == list(range(1, lap + 1)), width
-        assert states[lap] == 1, width
+        for lap, de_bruijn in (((1 << width) - 1, False), (1 << width, True)):
+            states = lfsr_sequence(taps, lap + 1, de_bruijn)
+            assert sorted(states[:lap]) == list(range(1 - de_bruijn, lap + 1 - de_bruijn)), width
+            assert states[lap] == 1, width
+
+
+@pytest.mark.parametrize("de_bruijn", [False, True])
+def test_pointer_steps_match_their_sequence(de_bruijn):
+    """The hardware step (simulated) follows the sequence the proofs map pointers through."""
+    from amaranth.hdl import Signal
+    from hw.ramfifo import de_bruijn_step, lfsr_step
+    taps = LFSR_TAPS[4]
+    m = Module()
+    state = Signal(4, init=1)
+    m.d.sync += state.eq((de_bruijn_step if de_bruijn else lfsr_step)(state, taps))
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    seen = []
+
+    async def bench(ctx):
+        for _ in range(20):
+            seen.append(ctx.get(state))
+            await ctx.tick()
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == lfsr_sequence(taps, 20, de_bruijn)
 
 
 def _prove_fifo(workdir, *, steps=4, **params):
@@ -248,9 +277,11 @@ def _prove_fifo(workdir, *, steps=4, **params):
 @pytest.mark.parametrize("depth, lookahead, data_lag", [
     (11, 1, False), (11, 1, True),   # an LFSR ring of 15 round 10 words, and the late read
     (16, 2, False),                  # a ring of 15 round 15 words
-    (17, 0, True),                   # copies of the pointers' next values
+    (17, 0, True),                   # de Bruijn counters round 16 words
     (17, 2, True),                   # the same with a lookahead: the reduction unit's hold
-])                                   # FIFOs at 8 x 8 (depth 17, read in L slices)
+                                     # FIFOs at 8 x 8 (depth 17, read in L slices)
+    (35, 1, True),                   # copies of the pointers' next values
+])
 def test_pointer_invariants_and_copies_are_proved(tmp_path, depth, lookahead, data_lag):
     """k-induction (SymbiYosys) on a sliced FIFO alone, its inputs free: the pointers' and
     the level's invariants, and every slice's copies addressing what the pointers do."""
