@@ -125,10 +125,14 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
     ``r_data_in_two[n]`` are ``r_rdy`` and the top ``K`` bits of the head two cycles on if
     the FIFO is read ``n`` times (0, 1 or 2) in this cycle and the next, for a consumer that
     must gather the head a cycle before it decides about it (the reduction unit's judge).
+    ``r_fresh_in_two[n]`` tells (from registers) whether ``r_data_in_two[n]`` is the word
+    written this cycle; with ``fresh_input=True`` that word's top bits there are taken from
+    the input ``w_fresh`` instead of ``w_data``, for a consumer that finishes some of those
+    bits after it gathers them (the reduction unit's foreign-slot check).
     ``data_lag=True``: the bits below the lookahead lag the head by a cycle."""
 
     def __init__(self, *, width, depth, storage="block", lookahead=0, read_slices=1,
-                 data_lag=False):
+                 data_lag=False, fresh_input=False):
         if depth < 2:
             raise ValueError(f"RamFIFO depth must be at least 2, not {depth}")
         if storage not in STORAGE_STYLES:
@@ -149,8 +153,13 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
         if data_lag and lookahead == width:
             raise ValueError("RamFIFO data_lag needs bits below the lookahead, and the "
                              f"lookahead is the whole width {width}")
+        if not isinstance(fresh_input, bool):
+            raise ValueError(f"RamFIFO fresh_input must be True or False, not {fresh_input!r}")
+        if fresh_input and not lookahead:
+            raise ValueError("RamFIFO fresh_input needs a lookahead")
         super().__init__(width=width, depth=depth)
         self.storage = storage
+        self.fresh_input = fresh_input
         self.data_lag = data_lag
         self.lookahead = lookahead
         self.read_slices = read_slices
@@ -168,6 +177,9 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
             self.r_rdy_in_two = [Signal(name=f"r_rdy_in_two_{n}") for n in range(3)]
             self.r_data_in_two = [Signal(lookahead, name=f"r_data_in_two_{n}")
                                   for n in range(3)]
+            self.r_fresh_in_two = [Signal(name=f"r_fresh_in_two_{n}") for n in range(3)]
+            if fresh_input:
+                self.w_fresh = Signal(lookahead)
 
     def _copy_taps(self):
         """The taps the read slices' pointer copies step by, and whether as a de Bruijn
@@ -373,16 +385,20 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
             two = Signal(name="inner_two")               # the memory holds two words or more
             m.d.comb += two.eq(inner_r_rdy & ~inner_one)
             written = self.w_data[plain:]
+            fresh = self.w_fresh if self.fresh_input else written
             second = r_port.data
             ready, one = self.r_rdy, inner_r_rdy
             m.d.comb += [
-                self.r_data_in_two[0].eq(Mux(ready, head, Mux(one, after, written))),
+                self.r_data_in_two[0].eq(Mux(ready, head, Mux(one, after, fresh))),
                 self.r_rdy_in_two[0].eq(ready | one | do_write),
-                self.r_data_in_two[1].eq(Mux(ready, Mux(one, after, written),
-                                             Mux(two, second, written))),
+                self.r_fresh_in_two[0].eq(~ready & ~one),
+                self.r_data_in_two[1].eq(Mux(ready, Mux(one, after, fresh),
+                                             Mux(two, second, fresh))),
                 self.r_rdy_in_two[1].eq(Mux(ready, one | do_write, two | (one & do_write))),
-                self.r_data_in_two[2].eq(Mux(two, second, written)),
+                self.r_fresh_in_two[1].eq(Mux(ready, ~one, ~two)),
+                self.r_data_in_two[2].eq(Mux(two, second, fresh)),
                 self.r_rdy_in_two[2].eq(ready & (two | (one & do_write))),
+                self.r_fresh_in_two[2].eq(~two),
             ]
             # Whether the written word becomes the oldest: the memory is empty, or holds one
             # word and this cycle reads it. Asked of the level's registers, not of the

@@ -462,7 +462,13 @@ class ReductionUnit(wiring.Component):
         # first in the word (flit_layout), so the FIFO's lookahead is the word's top bits
         data_bits = LANE_BITS * L
         ahead_bits = hold_layout.size - data_bits
-        heads, head_valid, holds = [], [], []
+        heads, head_valid, holds, staged_ranges = [], [], [], []
+        range_layout = data.StructLayout({"lo": range(S + 1), "hi": range(S + 1), "whole": 1})
+        def foreign(word, job_range):   # a hold word's slot outside its job's range
+            # (the id's low bits, not the clipped `slot`: for an id < S they are the same, an
+            # id >= S is slot_range's, the cause ranked first)
+            slot_low = word.flit.user.slot[:(max(S, 2) - 1).bit_length()]
+            return ~job_range.whole & ((slot_low < job_range.lo) | (slot_low >= job_range.hi))
         for k, port in enumerate(self.i):
             hdr = port.payload
             slot_id, job_id = hdr.user.slot, hdr.user.job
@@ -494,7 +500,8 @@ class ReductionUnit(wiring.Component):
             # the endpoints too slow for 200 MHz; docs/timing-closure.md).
             m.submodules[f"hold{k}"] = hold = RamFIFO(width=hold_layout.size, depth=H - 1,
                                                       storage="lut", lookahead=ahead_bits,
-                                                      data_lag=True, read_slices=L)
+                                                      data_lag=True, read_slices=L,
+                                                      fresh_input=True)
             holds.append(hold)
             entry = Signal(hold_layout, name=f"p{k}_hold_in")
             m.d.comb += [entry.flit.eq(hdr), entry.static.eq(Cat(*checks)), entry.slot.eq(slot),
@@ -524,22 +531,25 @@ class ReductionUnit(wiring.Component):
             # the write register, not in front of it: the job table's read and the comparison's
             # carry chain in one cycle, from an ingress's head across the die, were the routed
             # 8 x 8 x 64 switch's critical path at ea92011 (docs/timing-closure.md, "The slot
-            # range compared behind the write register"). The id's low bits, not the clipped
-            # `slot`: for an id < S they are the same, an id >= S is slot_range's, the cause
-            # ranked first.
-            staged_range = Signal(data.StructLayout({"lo": range(S + 1), "hi": range(S + 1),
-                                                     "whole": 1}),
-                                  name=f"p{k}_hold_staged_range", reset_less=True)
+            # range compared behind the write register").
+            staged_range = Signal(range_layout, name=f"p{k}_hold_staged_range",
+                                  reset_less=True)
             with m.If(took):
                 m.d.sync += [staged.eq(entry), staged_range.eq(Cat(lo, hi, whole))]
             m.d.sync += staged_valid.eq(took | stuck)
             written = Signal(hold_layout, name=f"p{k}_hold_written")
-            staged_slot = staged.flit.user.slot[:len(slot)]
             m.d.comb += [written.eq(staged),
-                         written.static[_FOREIGN_SLOT].eq(
-                             ~staged_range.whole & ((staged_slot < staged_range.lo) |
-                                                    (staged_slot >= staged_range.hi))),
+                         written.static[_FOREIGN_SLOT].eq(foreign(staged, staged_range)),
                          hold.w_data.eq(written), hold.w_en.eq(staged_valid)]
+            # The word the judge may gather the cycle it is written (when it will head the
+            # FIFO two cycles on) goes to the gather without its foreign-slot bit, and its
+            # range with it: the judge compares it behind the gather. Compared in front, the
+            # comparison was the first levels of the routed 8 x 8 x 64 switch's critical path
+            # at 6d5acbb (p5_hold_staged -> the foreign-slot bit -> the lookahead -> the
+            # gather; docs/timing-closure.md, "The fresh word's range compared behind the
+            # gather").
+            m.d.comb += hold.w_fresh.eq(staged.as_value()[data_bits:])   # (its bit is 0)
+            staged_ranges.append(staged_range)
             occupancy = Signal(range(H + 1), name=f"p{k}_hold_occupancy")
             m.d.sync += occupancy.eq(occupancy + took - popped)
             opened_next = Mux(took, ~hdr.last, opened)
@@ -621,6 +631,7 @@ class ReductionUnit(wiring.Component):
         # were the first levels of the reduction unit's routed critical path (the hold FIFO's
         # `r_rdy` -> the gather; docs/timing-closure.md, "The judge's drain reads as registers").
         soon_heads, soon_ready = [], Signal(N, name="judge_soon_ready")
+        soon_fresh = Signal(N, name="judge_soon_fresh")   # is it the word written now
         next_heads, next_ready = [], Signal(N, name="judge_next_ready")   # one cycle on
         drains = []   # each port's drain read this cycle, a register (three ports or more)
         for k in range(N):
@@ -664,14 +675,30 @@ class ReductionUnit(wiring.Component):
                     Mux(reads[1], hold.r_rdy_in_two[2],
                         Mux(reads[0], hold.r_rdy_in_two[1], hold.r_rdy_in_two[0])) &
                     ~Mux(read_next, ~head1.flit.last, in_pkt1)),
+                soon_fresh[k].eq(
+                    Mux(reads[1], hold.r_fresh_in_two[2],
+                        Mux(reads[0], hold.r_fresh_in_two[1], hold.r_fresh_in_two[0]))),
             ]
             soon_heads.append(head2)
             next_heads.append(head1)
             m.d.comb += next_ready[k].eq(valid1 & ~in_pkt1)
+        # With the header, whether it is the word its FIFO is written this cycle, and then
+        # its range, which the judge compares here, a cycle before step B (its FIFO's
+        # lookahead tells that word without its foreign-slot bit: above).
+        gathered_fresh = Signal(name="judge_gathered_fresh")
+        gathered_range = Signal(range_layout, name="judge_gathered_range")
+        checked = Signal(hold_layout, name="judge_gathered_checked")
+        m.d.comb += [checked.eq(gathered),
+                     checked.static[_FOREIGN_SLOT].eq(
+                         gathered.static[_FOREIGN_SLOT] |
+                         gathered_fresh & foreign(gathered, gathered_range))]
         m.d.sync += [gathered.eq(select_tree(m, turn_two, soon_heads, hold_layout,
                                              "judge_gather")),
                      gathered_ready.eq(soon_ready.bit_select(turn_two, 1)),
-                     jready.eq(gathered_ready), jhead.eq(gathered)]
+                     gathered_fresh.eq(soon_fresh.bit_select(turn_two, 1)),
+                     gathered_range.eq(select_tree(m, turn_two, staged_ranges, range_layout,
+                                                   "judge_gather_range")),
+                     jready.eq(gathered_ready), jhead.eq(checked)]
         if platform == "formal":
             # The gathered header is what the one-cycle lookahead gives the next turn's port
             # (not this cycle's turn, so `read_now` is its drain alone): whether it will be
@@ -680,7 +707,7 @@ class ReductionUnit(wiring.Component):
             ahead = select_tree(m, turn_next, next_heads, hold_layout, "judge_next_head")
             m.d.comb += Assert(gathered_ready == next_ready.bit_select(turn_next, 1))
             with m.If(gathered_ready):
-                m.d.comb += Assert(gathered.as_value()[data_bits:] ==
+                m.d.comb += Assert(checked.as_value()[data_bits:] ==
                                    ahead.as_value()[data_bits:])
         m.d.comb += st.judge_head.eq(jhead)
         jhdr = jhead.flit
@@ -704,7 +731,7 @@ class ReductionUnit(wiring.Component):
         jslot_hot = Signal(S, init=1, name="judge_slot_hot")
         def checks_alone(head, port):   # of `head`, judged in `port`'s turn
             return Cat(head.static[:5], ~head.members.bit_select(port, 1), head.static[5])
-        alone_next = checks_alone(gathered, turn_next)
+        alone_next = checks_alone(checked, turn_next)
         m.d.sync += [alone.eq(alone_next), alone_any.eq(alone_next.any()),
                      jslot_hot.eq(Const(1, S) << gathered.slot)]
         if platform == "formal":   # the registers say what they replace

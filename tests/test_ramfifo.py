@@ -89,6 +89,52 @@ def test_matches_sync_fifo_buffered(depth, lookahead, slices):
     sim.run()
 
 
+@pytest.mark.parametrize("depth, slices", [(2, 1), (3, 1), (17, 4), (9, 2)])
+def test_fresh_flags_mark_the_written_word_and_fresh_input_replaces_it(depth, slices):
+    """Two FIFOs see the same writes and reads; one takes the written word's top bits two
+    cycles ahead from ``w_fresh`` (given their complement). Where ``r_fresh_in_two[n]`` is
+    set, the plain FIFO's ``r_data_in_two[n]`` is this cycle's written word and the other's
+    is ``w_fresh``; where it is not, the two agree: so the flag is set exactly when the
+    written word is the one told (and test_matches_sync_fifo_buffered checks what is told)."""
+    top = 5
+    m = Module()
+    m.submodules.plain = plain = RamFIFO(width=12, depth=depth, storage="lut", lookahead=top,
+                                         read_slices=slices)
+    m.submodules.fresh = fresh = RamFIFO(width=12, depth=depth, storage="lut", lookahead=top,
+                                         read_slices=slices, fresh_input=True)
+    rng = random.Random(depth * 3 + slices)
+    told = {True: 0, False: 0}
+
+    async def bench(ctx):
+        for t in range(600):
+            p_write = 0.8 if (t // 100) % 2 else 0.3
+            w_en, r_en, word = rng.random() < p_write, rng.random() < 0.55, rng.randrange(4096)
+            for q in (plain, fresh):
+                ctx.set(q.w_en, w_en)
+                ctx.set(q.r_en, r_en)
+                ctx.set(q.w_data, word)
+            ctx.set(fresh.w_fresh, ~word >> (12 - top) & (1 << top) - 1)
+            for n in range(3):
+                assert ctx.get(plain.r_rdy_in_two[n]) == ctx.get(fresh.r_rdy_in_two[n]), t
+                if not ctx.get(plain.r_rdy_in_two[n]):
+                    continue
+                flag = ctx.get(fresh.r_fresh_in_two[n])
+                assert flag == ctx.get(plain.r_fresh_in_two[n]), t
+                told[bool(flag)] += 1
+                if flag:
+                    assert ctx.get(plain.r_data_in_two[n]) == word >> (12 - top), (t, n)
+                    assert ctx.get(fresh.r_data_in_two[n]) == ctx.get(fresh.w_fresh), (t, n)
+                else:
+                    assert (ctx.get(plain.r_data_in_two[n]) ==
+                            ctx.get(fresh.r_data_in_two[n])), (t, n)
+            await ctx.tick()
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert told[True] > 50 and told[False] > 50, told
+
+
 @pytest.mark.parametrize("depth, lookahead, slices", [
     (2, 0, 1), (3, 5, 1), (17, 5, 1), (16, 4, 3), (5, 0, 4)])
 def test_data_lag_shows_the_head_a_cycle_late(depth, lookahead, slices):
@@ -151,6 +197,11 @@ def test_storage_carries_the_yosys_attributes(storage, style):
             RamFIFO(width=8, depth=4, data_lag=lag)
     with pytest.raises(ValueError, match="data_lag needs bits below the lookahead"):
         RamFIFO(width=8, depth=4, storage="lut", lookahead=8, data_lag=True)
+    for fresh in (1, "yes", None):
+        with pytest.raises(ValueError, match="fresh_input must be True or False"):
+            RamFIFO(width=8, depth=4, lookahead=2, fresh_input=fresh)
+    with pytest.raises(ValueError, match="fresh_input needs a lookahead"):
+        RamFIFO(width=8, depth=4, fresh_input=True)
     # a late read can meet the write of its slot: its memory says nothing about that
     q = RamFIFO(width=8, depth=4, storage=storage, lookahead=3, data_lag=True)
     text = rtlil.convert(q, ports=[q.w_data, q.w_en, q.r_en, q.r_data])
