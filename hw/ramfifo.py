@@ -182,29 +182,26 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
                 self.w_fresh = Signal(lookahead)
 
     def _copy_taps(self):
-        """The taps the read slices' pointer copies step by, and whether as a de Bruijn
-        counter; ``None`` where they are loaded from the pointers' next values (or there are
-        no copies)."""
+        """How the read slices' pointer copies step, and the taps they step by: ``(None,
+        None)`` with no copies, ``(None, "next")`` where they are loaded from the pointers'
+        next values, else ``(taps, "lfsr")`` or ``(taps, "de_bruijn")``."""
+        if self.read_slices == 1 or self.width == self.lookahead:
+            return None, None
         inner_depth = self.depth - 1
         def columns(words):
             return -(-words // LUTRAM_WORDS)
-        if self.read_slices == 1 or self.width == self.lookahead:
-            return None, False
         k = inner_depth.bit_length()
         if columns(1 << k) == columns(inner_depth) and k in LFSR_TAPS:
-            return LFSR_TAPS[k], False
+            return LFSR_TAPS[k], "lfsr"
         if inner_depth == 1 << k - 1 and k - 1 in LFSR_TAPS:
-            return LFSR_TAPS[k - 1], True
-        return None, False
+            return LFSR_TAPS[k - 1], "de_bruijn"
+        return None, "next"
 
     @property
     def copy_stepping(self):
         """How the read slices' pointer copies step: ``"lfsr"``, ``"de_bruijn"``, ``"next"``
         (loaded from the pointers' next values), or ``None`` with one slice."""
-        taps, de_bruijn = self._copy_taps()
-        if self.read_slices == 1 or self.width == self.lookahead:
-            return None
-        return "next" if taps is None else "de_bruijn" if de_bruijn else "lfsr"
+        return self._copy_taps()[1]
 
     def elaborate(self, platform):
         m = Module()
@@ -224,7 +221,8 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
         # second column, so the copies step as de Bruijn counters instead (the LFSR with the
         # all-zero state let in: still one LUT a copy), round all 2**k addresses: the ring is
         # the depth. Elsewhere the copies take the next values.
-        taps, de_bruijn = self._copy_taps()
+        taps, stepping = self._copy_taps()
+        de_bruijn = stepping == "de_bruijn"
         ring = inner_depth if de_bruijn or not taps else (1 << max(taps) + 1) - 1
         memory_depth = ring + 1 if taps and not de_bruijn else ring
         step = de_bruijn_step if de_bruijn else lfsr_step

@@ -546,8 +546,7 @@ class ReductionUnit(wiring.Component):
             # range with it: the judge compares it behind the gather. Compared in front, the
             # comparison was the first levels of the routed 8 x 8 x 64 switch's critical path
             # at 6d5acbb (p5_hold_staged -> the foreign-slot bit -> the lookahead -> the
-            # gather; docs/timing-closure.md, "The fresh word's range compared behind the
-            # gather").
+            # gather; docs/timing-closure.md, "The gather from registers").
             m.d.comb += hold.w_fresh.eq(staged.as_value()[data_bits:])   # (its bit is 0)
             staged_ranges.append(staged_range)
             occupancy = Signal(range(H + 1), name=f"p{k}_hold_occupancy")

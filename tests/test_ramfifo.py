@@ -6,12 +6,12 @@ import random
 import re
 
 import pytest
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Signal
 from amaranth.lib import fifo
 from amaranth.back import rtlil
 from amaranth.sim import Simulator
 
-from hw.ramfifo import LFSR_TAPS, RamFIFO, lfsr_sequence
+from hw.ramfifo import LFSR_TAPS, RamFIFO, de_bruijn_step, lfsr_sequence, lfsr_step
 from hw.reduce import ReductionUnit
 from hw.spec import SwitchSpec
 from hw.switch import Switch
@@ -274,8 +274,8 @@ def test_slices_step_their_pointers_where_the_ring_takes_no_more_columns(depth, 
     """A sliced FIFO's pointer copies step on their own (LFSRs in a memory of 2**k words, or
     de Bruijn counters round 2**k words) only where those words fit the LUT-RAM columns the
     FIFO's own words take; else copies of the binary pointers' next values, in a memory of
-    the FIFO's words: the memories read from the exported RTLIL (and
-    how they step, as the FIFO reports it)."""
+    the FIFO's words: the memories read from the exported RTLIL, the stepping as the FIFO
+    reports it."""
     q = RamFIFO(width=8, depth=depth, storage="lut", lookahead=1, read_slices=2)
     text = rtlil.convert(q, ports=[q.w_data, q.w_en, q.r_en, q.r_data])
     assert re.findall(r"memory width \d+ size (\d+) \\storage", text) == [str(memory)] * 2
@@ -298,8 +298,6 @@ def test_lfsr_taps_are_maximal():
 @pytest.mark.parametrize("de_bruijn", [False, True])
 def test_pointer_steps_match_their_sequence(de_bruijn):
     """The hardware step (simulated) follows the sequence the proofs map pointers through."""
-    from amaranth.hdl import Signal
-    from hw.ramfifo import de_bruijn_step, lfsr_step
     taps = LFSR_TAPS[4]
     m = Module()
     state = Signal(4, init=1)
