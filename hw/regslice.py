@@ -156,6 +156,16 @@ class SlicedLink(wiring.Component):
     o : Out(stream.Signature(sum(widths)))
     room_next : Out(1)
         ``i.ready`` of the next cycle.
+    credit : Out(1)
+        The stage's room (its ``i.ready``), from its registers: while it is high the link
+        register takes a flit whether or not it holds one, so ``i.ready`` is high too.
+    credit_next : Out(1)
+        ``credit`` of the next cycle, from registers and ``o.ready`` alone. Unlike
+        ``room_next`` it does not read this cycle's ``i.valid``: a sender that offers flits
+        only while ``credit`` is high, and copies ``credit_next`` to know when it will be,
+        has no path from its own choice to that copy. Behind a stalled output it gets one
+        flit fewer through than ``room_next`` allows; while the output is ready the two are
+        the same.
     """
 
     def __init__(self, widths):
@@ -167,7 +177,8 @@ class SlicedLink(wiring.Component):
         self._widths = widths
         width = sum(widths)
         super().__init__({"i": In(stream.Signature(width)), "o": Out(stream.Signature(width)),
-                          "room_next": Out(1)})
+                          "room_next": Out(1), "credit": Out(1),
+                          "credit_next": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
@@ -182,5 +193,6 @@ class SlicedLink(wiring.Component):
                          stage.o.ready.eq(self.o.ready), self.o.payload[lo:hi].eq(stage.o.payload)]
             lo = hi
         m.d.comb += [self.i.ready.eq(link.i.ready), self.o.valid.eq(stage.o.valid),
-                     self.room_next.eq(link.room_next)]
+                     self.room_next.eq(link.room_next),
+                     self.credit.eq(stage.i.ready), self.credit_next.eq(stage.room_next)]
         return m

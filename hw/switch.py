@@ -243,7 +243,9 @@ class Switch(wiring.Component):
             m.submodules[f"egress{d}_link"] = link = SlicedLink(
                 [LANE_BITS] * L + [layout.size - data_bits])
             outs.append(link)
-            m.d.comb += [link.i.valid.eq(arb.o.valid), arb.o.ready.eq(link.i.ready),
+            # (the arbiter sends while the stage has room, `credit`: the requesters' copies
+            # of its next value say when, so they and the arbiter agree on every move)
+            m.d.comb += [link.i.valid.eq(arb.o.valid & link.credit), arb.o.ready.eq(link.credit),
                          link.i.payload.eq(Cat(changed.get(name, flit[name])
                                                for name, _ in layout))]
             wiring.connect(m, link.o, wiring.flipped(self.o[d]))
@@ -251,11 +253,18 @@ class Switch(wiring.Component):
         def granted(source, k, d, aimed=1):
             """Whether egress d takes requester k's flit this cycle, if it offers one: a
             register kept at the requester (``source`` names it), loaded a cycle ahead with
-            the arbiter's choice for k, the room of egress d's link register and ``aimed``,
-            whether the requester's next flit goes to d (an ingress's; a result FIFO's always
-            does)."""
+            the arbiter's choice for k, the promise that egress d's link register has room
+            (its `credit_next`) and ``aimed``, whether the requester's next flit goes to d
+            (an ingress's; a result FIFO's always does).
+
+            The promise is the room of the stage behind the link register, not the link
+            register's own next room: that one reads whether the register takes a flit this
+            cycle, the arbiter's `valid` at the end of its choice, and the grant copies
+            crossing the die from it were the routed switch's critical path
+            (docs/timing-closure.md, "The grant from the stage's room"). The two agree while
+            the egress is ready; a stalled egress takes one flit fewer."""
             copy = Signal(name=f"{source}_granted_by{d}", attrs={"keep": 1})
-            m.d.sync += copy.eq(arbiters[d].select_next[k] & outs[d].room_next & aimed)
+            m.d.sync += copy.eq(arbiters[d].select_next[k] & outs[d].credit_next & aimed)
             return copy
 
         # Requester d of egress d: the reduction unit's results for d.

@@ -74,14 +74,15 @@ def test_link_register_then_stage_hold_three_in_order_and_room_is_known_a_cycle_
                                                                                       slices):
     """The golden: the register holds one flit, which moves into the stage's queue of two
     whenever the stage has room (``i.ready``: the stage's registers alone); the pair takes a
-    flit while the register is empty or moving. ``SlicedLink`` (``slices``: the widths; one
+    flit while the register is empty or moving. ``credit`` is the stage's room, and
+    ``credit_next`` its value next cycle. ``SlicedLink`` (``slices``: the widths; one
     slice is the plain pair) must be the same pair on the whole word: a slice out of step with
     the others would mix two flits' bits, which the word check catches."""
     rng = random.Random(seed)
     p_valid, p_ready = rng.uniform(0.3, 1.0), rng.uniform(0.2, 1.0)
 
     async def bench(ctx, dut):
-        reg, stage, promised, sent, got = None, deque(), None, 0, 0
+        reg, stage, promised, credit_promised, sent, got = None, deque(), None, None, 0, 0
         for t in range(2000):
             valid, ready, word = rng.random() < p_valid, rng.random() < p_ready, rng.getrandbits(16)
             ctx.set(dut.i.valid, valid)
@@ -90,8 +91,10 @@ def test_link_register_then_stage_hold_three_in_order_and_room_is_known_a_cycle_
             stage_room = len(stage) < 2
             room = ctx.get(dut.i.ready)
             assert room == (reg is None or stage_room), t
+            assert ctx.get(dut.credit) == stage_room, t
             if promised is not None:
                 assert room == promised, t
+                assert stage_room == credit_promised, t
             assert ctx.get(dut.o.valid) == bool(stage), t
             if stage:
                 assert ctx.get(dut.o.payload) == stage[0], t
@@ -104,7 +107,7 @@ def test_link_register_then_stage_hold_three_in_order_and_room_is_known_a_cycle_
             if valid and room:
                 reg = word
                 sent += 1
-            promised = ctx.get(dut.room_next)
+            promised, credit_promised = ctx.get(dut.room_next), ctx.get(dut.credit_next)
             await ctx.tick()
         assert got > 500 and sent - got == len(stage) + (reg is not None)
 
