@@ -255,8 +255,11 @@ class LinkArbiter(wiring.Component):
         # The requester on the output this cycle, a register: while `busy` the held choice,
         # else the choice made in the previous cycle (`cur_ok` says there was one). The
         # output multiplexer and the ready fan-out are driven from flip-flops, not from the
-        # choice logic.
-        cur = Signal(range(n))
+        # choice logic. `keep`: it equals every copy of it below, and Yosys merged it into the
+        # first (`cur_lane0`), which the placer pulls to lane 0's multiplexer, so the choice
+        # logic and `valid` started in lane 0's stripe (docs/timing-closure.md, "The grant from
+        # the stage's room").
+        cur = Signal(range(n), attrs={"keep": 1})
         cur_ok = Signal()
         turn = Signal()           # wrr/drr: the registered choice starts a new turn
         pick = Signal(range(n))   # next cycle's choice, made this cycle

@@ -418,10 +418,11 @@ def _flip_flops_by_register(netlist_path):
 def test_the_arbiters_select_copies_survive_yosys(tmp_path):
     """Each slice of the arbiter's output multiplexer has its own copy of the choice register
     (`keep`); Yosys maps every copy to flip-flops of its own rather than merging them into
-    one, which it does when `keep` is only on the Verilog `reg` (hw.export.keep_registers)."""
+    one, which it does when `keep` is only on the Verilog `reg` (hw.export.keep_registers).
+    The choice logic's own register `cur` is kept too: merged, it was the first copy."""
     _synth("arbiter", "--ports", "4", "--lanes", "2", "--no-pnr", "--keep", str(tmp_path))
     ffs = _flip_flops_by_register(tmp_path / "innet_arbiter_rr_p4_l2.json")
-    for copy in ("cur_lane0", "cur_lane1", "cur_header"):   # two bits each at 4 ports
+    for copy in ("cur", "cur_lane0", "cur_lane1", "cur_header"):   # two bits each at 4 ports
         assert ffs[f"arbiter.{copy}"] == 2, (copy, ffs)
 
 
@@ -435,9 +436,9 @@ def test_the_lane_choice_copies_survive_yosys_in_the_switch(tmp_path):
     (netlist,) = tmp_path.glob("innet_switch_*.json")
     ffs = _flip_flops_by_register(netlist)
     for d in range(3):   # (a bit no choice sets is a constant: without the unit, d's own)
-        bits = [ffs[f"switch.egress{d}.{copy}"] for copy in ("cur_lane0", "cur_lane1",
+        bits = [ffs[f"switch.egress{d}.{copy}"] for copy in ("cur", "cur_lane0", "cur_lane1",
                                                              "cur_header")]
-        assert bits[0] == bits[1] == bits[2] >= 1, (d, bits)
+        assert bits[0] == bits[1] == bits[2] == bits[3] >= 1, (d, bits)
 
 
 @pytest.mark.slow
