@@ -230,7 +230,10 @@ class RamFIFO(Elaboratable, fifo.FIFOInterface):
         # the lookahead's choices below start from flip-flops, not from the level's compare
         # (in the routed 4 x 8 x 16 switch a hold FIFO's lookahead began the critical path:
         # the level -> the compare -> a wire across the die to the judge).
-        inner_r_rdy = Signal(name="inner_r_rdy")
+        # (`keep` where read slices keep copies of it: Yosys merged it into one, and the
+        # lookahead's logic then started at that slice's flip-flop, wherever its lane lies)
+        inner_r_rdy = Signal(name="inner_r_rdy",
+                             attrs={"keep": 1} if self.read_slices > 1 else {})
         do_inner_read = inner_r_rdy & (~self.r_rdy | self.r_en)
         # Whether the memory has room: a register kept equal to `inner_level != inner_depth`,
         # so `w_rdy` is a flip-flop and the write enable (`w_en & w_rdy`, the storage's whole

@@ -430,7 +430,8 @@ def test_the_arbiters_select_copies_survive_yosys(tmp_path):
 def test_the_lane_choice_copies_survive_yosys_in_the_switch(tmp_path):
     """The switch reads each lane's copy of an egress's choice register (`lane_choice`) to
     zero a truncated tail lane by lane, so the copies are outputs of the arbiter: each still
-    maps to flip-flops of its own (hw.export.keep_registers reaches kept outputs)."""
+    maps to flip-flops of its own (hw.export.keep_registers reaches kept outputs). So do the
+    arbiter's own choice register and an ingress FIFO's `inner_r_rdy`, which equal copies."""
     _synth("switch", "--ports", "3", "--lanes", "2", "--slots", "2", "--without-reduction",
            "--no-pnr", "--keep", str(tmp_path))
     (netlist,) = tmp_path.glob("innet_switch_*.json")
@@ -439,6 +440,8 @@ def test_the_lane_choice_copies_survive_yosys_in_the_switch(tmp_path):
         bits = [ffs[f"switch.egress{d}.{copy}"] for copy in ("cur", "cur_lane0", "cur_lane1",
                                                              "cur_header")]
         assert bits[0] == bits[1] == bits[2] == bits[3] >= 1, (d, bits)
+    for k in range(3):   # an ingress FIFO's own flag, apart from its read slices' copies
+        assert ffs[f"switch.ingress{k}.inner_r_rdy"] == 1, (k, ffs)
 
 
 @pytest.mark.slow
