@@ -372,14 +372,42 @@ class Switch(wiring.Component):
             red_in = red.i[k]
             m.d.comb += [red_in.payload.eq(to_unit), red_in.valid.eq(q.r_rdy & cur[_REDUCE])]
             # Where the head goes next cycle (`cur`'s next value), from the packet state after
-            # this cycle's move and the FIFO's next head (its top bits, a cycle ahead).
+            # this cycle's move and the FIFO's next head (its top bits, a cycle ahead). Each
+            # is worked out for both outcomes of the move, from registers (the FIFO's next
+            # head if it is read, `r_data_if_read`, or not, `r_data_if_kept`), and the move
+            # picks one at the end: it is the latest signal here (the grant registers → their
+            # OR), and every register loaded from these is then one LUT behind it, where the
+            # move fed the FIFO's read enable, its lookahead and the packet state in turn
+            # (docs/timing-closure.md, "The move as the last choice").
             in_pkt_next = Signal(name=f"ingress{k}_in_packet_next")
             route_next = Signal(targets_n, name=f"ingress{k}_route_next")
-            last_ahead = Signal(name=f"ingress{k}_head_last_next")
-            fresh_ahead = Signal(targets_n, name=f"ingress{k}_head_fresh_next")
-            breaks_ahead = Signal(name=f"ingress{k}_head_breaks_next")
-            m.d.comb += Cat(last_ahead, fresh_ahead, breaks_ahead).eq(q.r_data_next)
-            cur_next = Mux(in_pkt_next, route_next, fresh_ahead)
+
+            def outcome(name, in_packet, ahead, rdy):
+                """The ingress's next state if the head moves (``name`` "moved") or stays:
+                whether a packet goes on, where the head goes, whether it is offered as a
+                tail, whether it is the packet's last and whether there is a head."""
+                last_a = Signal(name=f"ingress{k}_{name}_head_last_next")
+                fresh_a = Signal(targets_n, name=f"ingress{k}_{name}_head_fresh_next")
+                breaks_a = Signal(name=f"ingress{k}_{name}_head_breaks_next")
+                target = Signal(targets_n, name=f"ingress{k}_{name}_target_next")
+                m.d.comb += [Cat(last_a, fresh_a, breaks_a).eq(ahead),
+                             target.eq(Mux(in_packet, route_next, fresh_a))]
+                tail_a = in_packet & breaks_a
+                return {"in_packet": in_packet, "target": target, "tail": tail_a,
+                        "last": tail_a | last_a, "rdy": rdy}
+
+            # (a moving tail is not read: the head it cut waits, and no packet goes on)
+            if_moved = outcome("moved", ~cut & ~head.last,
+                               Mux(cut, q.r_data_if_kept, q.r_data_if_read),
+                               Mux(cut, q.r_rdy_if_kept, q.r_rdy_if_read))
+            if_kept = outcome("kept", in_pkt, q.r_data_if_kept, q.r_rdy_if_kept)
+
+            def after_move(key, bit=None):
+                if bit is None:
+                    return Mux(moved, if_moved[key], if_kept[key])
+                return Mux(moved, if_moved[key][bit], if_kept[key][bit])
+
+            cur_next = after_move("target")
             targets = [red_in.ready & cur[_REDUCE], cur[_DROP]]
             egresses = [d for d in range(N) if d != k]
             # Egress d's grant register holds its choice of k already ANDed with `cur`'s bit
@@ -387,17 +415,17 @@ class Switch(wiring.Component):
             # seven ANDs, so the read enable that crosses the die to the FIFO's read slices
             # starts fewer LUT levels from them (docs/timing-closure.md, "The grant aimed at
             # the next target").
-            for sel_next, d in zip(cur_next[_EGRESS:], egresses):
+            for bit, d in enumerate(egresses, start=_EGRESS):
                 # (requester k of egress k carries the reduction results)
                 m.d.comb += arbiters[d].i[k].payload.eq(offer)
-                targets.append(granted(f"ingress{k}", k, d, aimed=sel_next))
+                targets.append(granted(f"ingress{k}", k, d, aimed=after_move("target", bit)))
             m.d.comb += [moved.eq(q.r_rdy & Cat(*targets).any()), q.r_en.eq(moved & ~cut)]
             # The route and the header of the packet in progress are read only in a packet,
             # so between packets they follow the head, whether it moves or not: they hold
             # the first flit's when its move starts the packet, and their load enable is
             # `~in_pkt`, a register, rather than the move (which `held`'s 58-bit fan-out
             # pulled across the die, away from the route's other logic: docs/hw.md).
-            m.d.comb += [in_pkt_next.eq(Mux(moved, ~cut & ~head.last, in_pkt)),
+            m.d.comb += [in_pkt_next.eq(after_move("in_packet")),
                          route_next.eq(Mux(in_pkt, route, head_fresh))]
             m.d.sync += [in_pkt.eq(in_pkt_next), route.eq(route_next)]
             with m.If(~in_pkt):
@@ -405,13 +433,13 @@ class Switch(wiring.Component):
 
             # What the egresses will see next cycle: the head's target and whether it ends or
             # breaks a packet.
-            m.d.sync += cur.eq(cur_next)
-            tail_ahead = in_pkt_next & breaks_ahead
-            m.d.sync += tail_next.eq(tail_ahead)
-            for sel, d in zip(cur_next[_EGRESS:], egresses):
-                m.d.sync += [req_valid[d][k].eq(q.r_rdy_next & sel),
-                             req_last[d][k].eq(tail_ahead | last_ahead),
-                             req_tail[d][k].eq(tail_ahead)]
+            m.d.sync += [cur.eq(cur_next), tail_next.eq(after_move("tail"))]
+            for bit, d in enumerate(egresses, start=_EGRESS):
+                m.d.sync += [
+                    req_valid[d][k].eq(Mux(moved, if_moved["rdy"] & if_moved["target"][bit],
+                                           if_kept["rdy"] & if_kept["target"][bit])),
+                    req_last[d][k].eq(after_move("last")),
+                    req_tail[d][k].eq(after_move("tail"))]
 
             first_drop = moved & ~in_pkt & head_fresh[_DROP]
             drop_hits[0].append(first_drop & ~is_mem & (kind != Kind.CONFIG) &
