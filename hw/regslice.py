@@ -13,7 +13,9 @@ the sender's multiplexer to the stage is cut in two and the room is still known 
 
 :class:`SlicedLink` is the two, once per slice of the flit, each slice with its own control:
 a register that steers a flit's 300-odd bits from one place cannot reach them all in a fast
-clock's cycle, a copy per slice beside its bits can.
+clock's cycle, a copy per slice beside its bits can. Its ``credit`` (the stage's room) and
+``credit_next`` let a sender decide from the stage alone, not from whether the link register
+takes a flit this cycle (which depends on the sender's own choice).
 """
 
 from amaranth.hdl import Module, Mux, Signal
