@@ -385,7 +385,8 @@ class Switch(wiring.Component):
             def outcome(name, in_packet, ahead, rdy):
                 """The ingress's next state if the head moves (``name`` "moved") or stays:
                 whether a packet goes on, where the head goes, whether it is offered as a
-                tail, whether it is the packet's last and whether there is a head."""
+                tail, whether it is the packet's last, and for each target whether the head
+                is there and goes to it (`valid`)."""
                 last_a = Signal(name=f"ingress{k}_{name}_head_last_next")
                 fresh_a = Signal(targets_n, name=f"ingress{k}_{name}_head_fresh_next")
                 breaks_a = Signal(name=f"ingress{k}_{name}_head_breaks_next")
@@ -394,7 +395,7 @@ class Switch(wiring.Component):
                              target.eq(Mux(in_packet, route_next, fresh_a))]
                 tail_a = in_packet & breaks_a
                 return {"in_packet": in_packet, "target": target, "tail": tail_a,
-                        "last": tail_a | last_a, "rdy": rdy}
+                        "last": tail_a | last_a, "valid": target & rdy.replicate(targets_n)}
 
             # (a moving tail is not read: the head it cut waits, and no packet goes on)
             if_moved = outcome("moved", ~cut & ~head.last,
@@ -403,9 +404,11 @@ class Switch(wiring.Component):
             if_kept = outcome("kept", in_pkt, q.r_data_if_kept, q.r_rdy_if_kept)
 
             def after_move(key, bit=None):
-                if bit is None:
-                    return Mux(moved, if_moved[key], if_kept[key])
-                return Mux(moved, if_moved[key][bit], if_kept[key][bit])
+                """``key`` (its ``bit``, if given) of the outcome the move picks."""
+                moved_, kept_ = if_moved[key], if_kept[key]
+                if bit is not None:
+                    moved_, kept_ = moved_[bit], kept_[bit]
+                return Mux(moved, moved_, kept_)
 
             cur_next = after_move("target")
             targets = [red_in.ready & cur[_REDUCE], cur[_DROP]]
@@ -435,11 +438,9 @@ class Switch(wiring.Component):
             # breaks a packet.
             m.d.sync += [cur.eq(cur_next), tail_next.eq(after_move("tail"))]
             for bit, d in enumerate(egresses, start=_EGRESS):
-                m.d.sync += [
-                    req_valid[d][k].eq(Mux(moved, if_moved["rdy"] & if_moved["target"][bit],
-                                           if_kept["rdy"] & if_kept["target"][bit])),
-                    req_last[d][k].eq(after_move("last")),
-                    req_tail[d][k].eq(after_move("tail"))]
+                m.d.sync += [req_valid[d][k].eq(after_move("valid", bit)),
+                             req_last[d][k].eq(after_move("last")),
+                             req_tail[d][k].eq(after_move("tail"))]
 
             first_drop = moved & ~in_pkt & head_fresh[_DROP]
             drop_hits[0].append(first_drop & ~is_mem & (kind != Kind.CONFIG) &
